@@ -53,7 +53,8 @@ def _sparse_asm(driver, *args):
 
 @pytest.mark.parametrize("which", ["lazy", "non-lazy"])
 def test_sparse_adam_row_loops_are_vectorised(which):
-    """The per-row loops of the sparse kernels (2-D row views, indices from 0 up) use packed float32 sqrt."""
+    """The per-row loops of the sparse kernels (2-D row views, indices from 0 up) use packed float32 sqrt, and
+    the lazy loop prefetches (its rows are scattered over the table)."""
     from optkernels.sparse.adam import _fused_adam_cpu, _lazy_adam
 
     f = np.float32
@@ -62,10 +63,14 @@ def test_sparse_adam_row_loops_are_vectorised(which):
     states = [np.ones((5, 64), f) for _ in range(3)]
     scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
     if which == "lazy":
-        asm = _sparse_asm(_lazy_adam.cpu, *plan, grad, *states, *scalars)
+        indices = np.array([0, 2], np.int64)
+        asm = _sparse_asm(_lazy_adam.cpu, 2, indices, 5, True, np.zeros(0, np.int32), grad, *states,
+                          *scalars)
     else:
         asm = _sparse_asm(_fused_adam_cpu, 4, *plan, grad, *states, *scalars)
     assert re.search(r"\bv?sqrtps\b", asm), f"no packed sqrtps in the {which} sparse Adam loop"
+    if which == "lazy":
+        assert re.search(r"\bprefetch\w*\s", asm), "no prefetch instructions in the lazy row loop"
     assert not re.search(r"\bv?(sqrt|div)[sp]d\b", asm), "float32 loop promoted to float64"
 
 
@@ -75,5 +80,5 @@ def test_merge_duplicates_sum_loop_is_vectorised():
 
     values = np.ones((3, 64), np.float32)
     out = np.empty((2, 64), np.float32)
-    asm = _sparse_asm(_segment_sums_cpu, np.array([0, 2, 3]), np.array([0, 2, 1]), values, out)
+    asm = _sparse_asm(_segment_sums_cpu, 2, np.array([0, 2, 3]), np.array([0, 2, 1]), values, out)
     assert re.search(r"\bvaddps\b", asm), "no packed float32 add in merge_duplicates' sum loop"

@@ -1,5 +1,9 @@
 """Validation of a sparse-op call: the arrays, the indices (range included) and the merge plan, all before
-anything is written (:func:`check_sparse_call` returns a :class:`SparseCall`)."""
+anything is written (:func:`check_sparse_call` returns a :class:`SparseCall`).
+
+On the CPU, the row loops check the indices' range and build the merge plan inside their own parallel
+region (:mod:`._rows`), before writing anything; other users of :attr:`SparseCall.plan` get it (and the
+IndexError) on first access. On CUDA the plan is built during the check."""
 from __future__ import annotations
 
 import math
@@ -8,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import Batch, check_arrays
-from ._indices import array_shape_dtype, check_indices, drop_out_of_range, host_indices, out_of_range_error
-from ._plan import MergePlan, first_out_of_range, plan_merge
+from ..kernels._checks import FLOAT_DTYPES, Batch, check_arrays
+from ._indices import (INDEX_DTYPES, array_shape_dtype, check_indices, drop_out_of_range, host_indices,
+                       out_of_range_error)
+from ._plan import MergePlan, plan_in_range, plan_merge
 from .row_sparse import RowSparse
 
 _WHERE = {"cpu": "NumPy (CPU)", "cuda": "CUDA"}
@@ -25,10 +30,11 @@ class SparseCall:
         shape: the shape of ``var``; ``num_rows = shape[0]``; ``row_len`` elements per row.
         states: 1-D views of the state arrays, in the order given.
         grad: 1-D (C-contiguous) view of the gradient rows.
-        plan: the host :class:`~optkernels.sparse._plan.MergePlan` of the indices.
+        indices: the row indices, a C-contiguous NumPy int32/int64 array (copied to the host from CUDA).
+        drop: whether out-of-range indices are skipped (``out_of_range="drop"``) rather than an error.
     """
 
-    def __init__(self, batch: Batch, n_states: int, plan: MergePlan):
+    def __init__(self, batch: Batch, n_states: int, indices: np.ndarray, drop: bool):
         self.batch = batch
         self.device = batch.device
         self.dtype = batch.dtype
@@ -37,8 +43,31 @@ class SparseCall:
         self.row_len = math.prod(batch.shape[1:])
         self.states = batch.flat[:n_states]
         self.grad = batch.flat[n_states]
-        self.plan = plan
+        self.indices = indices
+        self.drop = drop
+        self._plan: MergePlan | None = None
         self._device_plan = None
+
+    @property
+    def plan(self) -> MergePlan:
+        """The host :class:`~optkernels.sparse._plan.MergePlan` of the indices (built once).
+
+        Raises:
+            IndexError: an out-of-range index, unless the call drops them.
+        """
+        if self._plan is None:
+            if self.drop:
+                self._plan = plan_merge(self.indices, self.num_rows)
+            else:
+                bad, plan = plan_in_range(self.indices, self.num_rows)
+                if bad >= 0:
+                    raise self.out_of_range_error(bad)
+                self._plan = plan
+        return self._plan
+
+    def out_of_range_error(self, position: int) -> IndexError:
+        """The IndexError for the out-of-range index at ``position``."""
+        return out_of_range_error("indices", self.indices, position, self.num_rows)
 
     def scalar(self, name: str, value: Any) -> Any:
         """``value`` as a scalar of the arrays' dtype (see :func:`optkernels.kernels._checks.to_scalar`)."""
@@ -73,7 +102,8 @@ def unpack_grad(grad: Any, indices: Any, var_shape: tuple | None) -> tuple[Any, 
 
 
 def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_range: Any) -> SparseCall:
-    """Validate the arrays of a sparse-op call and merge its indices; nothing is written.
+    """Validate the arrays of a sparse-op call; nothing is written. CUDA calls get their merge plan here;
+    CPU calls when the row loop runs or :attr:`SparseCall.plan` is first read.
 
     Args:
         state: name -> array updated in place, ``var`` first; all of one shape, at least 1-D.
@@ -85,10 +115,13 @@ def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_ran
         TypeError: an argument of the wrong type, dtypes that differ or are not float32/float64, indices
             not int32/int64, arrays on different devices.
         ValueError: shapes, layout, a 0-d var, 2-D indices, a bad ``out_of_range``.
-        IndexError: ``out_of_range='raise'`` and an index outside ``[0, var.shape[0])`` (its value and
-            position are given).
+        IndexError: (CUDA arrays) ``out_of_range='raise'`` and an index outside ``[0, var.shape[0])`` (its
+            value and position are given).
     """
     drop = drop_out_of_range(out_of_range)
+    batch = _plain_numpy_batch(state, grad, indices)
+    if batch is not None:
+        return SparseCall(batch, len(state), indices, drop)
     (var_name, var), *others = state.items()
     is_array = isinstance(var, np.ndarray) or _cuda.is_device_array(var)
     var_shape = array_shape_dtype(var)[0] if is_array else None
@@ -110,9 +143,31 @@ def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_ran
     if grad_shape != expected:
         raise ValueError(f"grad must have shape (len(indices),) + {var_name}.shape[1:] = {expected}, "
                          f"got {grad_shape}")
-    host = host_indices(indices)
-    if not drop:
-        bad = first_out_of_range(host, shape[0])
-        if bad >= 0:
-            raise out_of_range_error("indices", host, bad, shape[0])
-    return SparseCall(batch, len(state), plan_merge(host, shape[0]))
+    call = SparseCall(batch, len(state), host_indices(indices), drop)
+    if call.device != "cpu":
+        call.plan  # noqa: B018 -- builds the plan now: an out-of-range index raises before any launch
+    return call
+
+
+def _plain_numpy_batch(state: dict[str, Any], grad: Any, indices: Any) -> Batch | None:
+    """The common case checked in a few attribute reads, or None to take the full path (which also words
+    the errors): NumPy state arrays of one float dtype and one shape (at least 1-D), C-contiguous and
+    writeable; a C-contiguous gradient of that dtype and of shape ``(len(indices),) + shape[1:]``; 1-D
+    C-contiguous int32/int64 indices; every float array owning its memory (``base is None``, so no two can
+    overlap) and none passed twice."""
+    arrays = [*state.values(), grad]
+    first = arrays[0]
+    if type(first) is not np.ndarray or type(grad) is not np.ndarray or type(indices) is not np.ndarray:
+        return None
+    dtype, shape = first.dtype, first.shape
+    if (dtype not in FLOAT_DTYPES or not shape or indices.dtype not in INDEX_DTYPES or indices.ndim != 1
+            or not indices.flags.c_contiguous or grad.shape != (indices.shape[0],) + shape[1:]
+            or len({id(a) for a in arrays}) != len(arrays)):
+        return None
+    for a in arrays:
+        if type(a) is not np.ndarray or a.dtype != dtype or a.base is not None or not a.flags.c_contiguous:
+            return None
+    for a in arrays[:-1]:
+        if a.shape != shape or not a.flags.writeable:
+            return None
+    return Batch("cpu", dtype, shape, [a.reshape(-1) for a in arrays])

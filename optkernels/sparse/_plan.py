@@ -16,9 +16,10 @@ import numpy as np
 
 _JIT = dict(cache=True, error_model="numpy", fastmath=False)
 
+#: The largest digit of the radix sort: keys below 2**22 (tables up to 4M rows) take two passes.
 RADIX_BITS = 11
-_RADIX = 1 << RADIX_BITS
-_MASK = _RADIX - 1
+#: Passes for the largest int64 key.
+MAX_PASSES = (63 + RADIX_BITS - 1) // RADIX_BITS
 
 
 class MergePlan(NamedTuple):
@@ -27,7 +28,7 @@ class MergePlan(NamedTuple):
     Attributes:
         rows: int64, the distinct in-range indices, ascending.
         starts: int64, ``len(rows) + 1`` offsets into ``order``.
-        order: int64 positions into the original index array: ``order[starts[j]:starts[j + 1]]`` are the
+        order: int32 (int64 for 2**31 indices or more) positions into the original index array: ``order[starts[j]:starts[j + 1]]`` are the
             occurrences of ``rows[j]``, in order of appearance. Dropped (out-of-range) positions are absent.
     """
 
@@ -47,8 +48,19 @@ def _first_out_of_range(indices, limit):
 
 
 @numba.njit(**_JIT)
-def _plan(indices, limit):
-    """(rows, starts, order) of the in-range indices (see MergePlan); limit < 0 means no upper bound."""
+def plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts):
+    """Write the plan of ``indices`` into the given buffers; return ``(bad, n_kept, n_rows)``.
+
+    The plan (see :class:`MergePlan`) is ``rows[:n_rows]``, ``starts[:n_rows + 1]``, ``order[:n_kept]``.
+    Buffers: ``order``, ``order_tmp`` (one integer type) and ``rows`` of ``len(indices)`` elements, ``starts``
+    of ``len(indices) + 1``, ``counts`` an int64 array of shape ``(MAX_PASSES, 2**RADIX_BITS + 1)``.
+    ``limit < 0`` means no upper bound. ``stop_at_bad``: stop at the first out-of-range index and return its
+    position as ``bad`` (nothing else is meaningful then); otherwise out-of-range indices are left out and
+    ``bad = -1``.
+
+    The radix sort moves positions only: a pass reads each position's key from ``indices`` (which stays in
+    cache), so it writes half the bytes that (key, position) pairs would.
+    """
     n = indices.shape[0]
     kept = 0
     largest = 0
@@ -57,49 +69,66 @@ def _plan(indices, limit):
         if x >= 0 and (limit < 0 or x < limit):
             kept += 1
             largest = max(largest, x)
-    keys = np.empty(kept, np.int64)
-    order = np.empty(kept, np.int64)
-    t = 0
+        elif stop_at_bad:
+            return k, 0, 0
+    bits = 1
+    while (largest >> bits) > 0:
+        bits += 1
+    n_passes = (bits + RADIX_BITS - 1) // RADIX_BITS
+    digit_bits = (bits + n_passes - 1) // n_passes
+    mask = (1 << digit_bits) - 1
+    counts[:n_passes, :mask + 2] = 0
     for k in range(n):
         x = np.int64(indices[k])
         if x >= 0 and (limit < 0 or x < limit):
-            keys[t] = x
-            order[t] = k
-            t += 1
-    # Stable LSD radix sort of (key, position) by key: equal keys keep their order of appearance.
-    keys_tmp = np.empty(kept, np.int64)
-    order_tmp = np.empty(kept, np.int64)
-    counts = np.empty(_RADIX + 1, np.int64)
-    shift = 0
-    while (largest >> shift) > 0:
-        counts[:] = 0
+            for p in range(n_passes):
+                counts[p, ((x >> (p * digit_bits)) & mask) + 1] += 1
+    for p in range(n_passes):
+        for d in range(mask + 1):
+            counts[p, d + 1] += counts[p, d]
+    # Stable LSD radix sort of the positions by key: equal keys keep their order of appearance. The passes
+    # alternate between the two buffers, starting so that the last one writes into ``order``.
+    source, target = (order_tmp, order) if n_passes % 2 == 1 else (order, order_tmp)
+    for k in range(n):  # the first digit, straight from the indices (positions ascending)
+        x = np.int64(indices[k])
+        if x >= 0 and (limit < 0 or x < limit):
+            d = x & mask
+            t = counts[0, d]
+            counts[0, d] = t + 1
+            target[t] = k
+    for p in range(1, n_passes):
+        source, target = target, source
+        shift = p * digit_bits
         for k in range(kept):
-            counts[((keys[k] >> shift) & _MASK) + 1] += 1
-        for d in range(_RADIX):
-            counts[d + 1] += counts[d]
-        for k in range(kept):
-            d = (keys[k] >> shift) & _MASK
-            t = counts[d]
-            counts[d] = t + 1
-            keys_tmp[t] = keys[k]
-            order_tmp[t] = order[k]
-        keys, keys_tmp = keys_tmp, keys
-        order, order_tmp = order_tmp, order
-        shift += RADIX_BITS
+            position = source[k]
+            d = (np.int64(indices[position]) >> shift) & mask
+            t = counts[p, d]
+            counts[p, d] = t + 1
+            target[t] = position
     n_rows = 0
+    previous = -1
     for k in range(kept):
-        if k == 0 or keys[k] != keys[k - 1]:
+        x = np.int64(indices[order[k]])
+        if x != previous:
+            rows[n_rows] = x
+            starts[n_rows] = k
             n_rows += 1
-    rows = np.empty(n_rows, np.int64)
-    starts = np.empty(n_rows + 1, np.int64)
-    j = 0
-    for k in range(kept):
-        if k == 0 or keys[k] != keys[k - 1]:
-            rows[j] = keys[k]
-            starts[j] = k
-            j += 1
+            previous = x
     starts[n_rows] = kept
-    return rows, starts, order
+    return -1, kept, n_rows
+
+
+@numba.njit(**_JIT)
+def _plan(indices, limit, stop_at_bad, positions_like):
+    """``(bad, rows, starts, order)``: :func:`plan_into` on new buffers, the plan cut to its length."""
+    n = indices.shape[0]
+    order = np.empty(n, positions_like.dtype)
+    rows = np.empty(n, np.int64)
+    starts = np.empty(n + 1, np.int64)
+    counts = np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64)
+    order_tmp = np.empty(n, positions_like.dtype)
+    bad, kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
+    return bad, rows[:n_rows], starts[:n_rows + 1], order[:kept]
 
 
 def first_out_of_range(indices: np.ndarray, num_rows: int | None) -> int:
@@ -109,10 +138,35 @@ def first_out_of_range(indices: np.ndarray, num_rows: int | None) -> int:
     return int(_first_out_of_range(indices, -1 if num_rows is None else num_rows))
 
 
+_POSITION_TYPE_OF = {np.dtype(np.int32): np.zeros(0, np.int32), np.dtype(np.int64): np.zeros(0, np.int64)}
+
+
+def position_type(n: int) -> type:
+    """The integer type of the positions into an index array of length ``n``."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def position_example(n: int) -> np.ndarray:
+    """An empty array of :func:`position_type` (a jitted function types an array argument faster than a
+    NumPy type: it takes the dtype from it)."""
+    return _POSITION_TYPE_OF[np.dtype(position_type(n))]
+
+
 def plan_merge(indices: np.ndarray, num_rows: int | None) -> MergePlan:
     """The :class:`MergePlan` of a C-contiguous int32/int64 NumPy index array; indices outside
     ``[0, num_rows)`` (negative ones when ``num_rows`` is None) are left out."""
-    if indices.shape[0] == 0:
-        empty = np.zeros(0, np.int64)
-        return MergePlan(empty, np.zeros(1, np.int64), empty)
-    return MergePlan(*_plan(indices, -1 if num_rows is None else num_rows))
+    n = indices.shape[0]
+    if n == 0:
+        return MergePlan(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32))
+    _, *plan = _plan(indices, -1 if num_rows is None else num_rows, False, position_example(n))
+    return MergePlan(*plan)
+
+
+def plan_in_range(indices: np.ndarray, num_rows: int) -> tuple[int, MergePlan | None]:
+    """``(-1, plan)`` when every index is in ``[0, num_rows)``; else ``(position of the first index out of
+    range, None)`` (one pass less than :func:`first_out_of_range` followed by :func:`plan_merge`)."""
+    n = indices.shape[0]
+    if n == 0:
+        return -1, MergePlan(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32))
+    bad, *plan = _plan(indices, num_rows, True, position_example(n))
+    return (int(bad), None) if bad >= 0 else (-1, MergePlan(*plan))

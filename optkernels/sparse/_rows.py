@@ -6,10 +6,11 @@ A row update is a :func:`~optkernels.kernels._elementwise.scalar_math` function
 kernels call, where the math is the same). :class:`RowUpdate` generates its two drivers from that one
 definition, with each distinct row's summed gradient computed on the fly:
 
-* CPU: ``prange`` over tasks of :data:`ROWS_PER_TASK` distinct rows (their memory touched first, see
-  :data:`TOUCH_STRIDE`). For each row, its gradient rows are
-  gathered and added into a row buffer in order of appearance (``g = g_1; g += g_2; ...``, in the arrays'
-  dtype), then ``f`` runs over the row's elements (a contiguous, vectorisable loop).
+* CPU: the distinct rows are cut into runs of about equal cost (:func:`fill_balanced_tasks`), which the threads
+  take from a shared counter. For each row, its gradient rows are gathered and added into a row buffer in
+  order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f`` runs over the row's
+  elements (a contiguous, vectorisable loop). The gradient rows :data:`PREFETCH_GRAD_ROWS` ahead and the
+  state rows :data:`PREFETCH_STATE_ROWS` ahead are prefetched meanwhile.
 * CUDA: one thread per (distinct row, column): the same sum in the same order, then ``f``.
 
 Each element's sum is computed by one thread in a fixed order, so results are the same bits with any number
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 import numba
@@ -28,53 +30,129 @@ import numpy as np
 
 from ..kernels import _cuda
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK
+from ..kernels import _intrinsics
+from ..kernels._elementwise import _digest
+from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
+from ._plan import MAX_PASSES, RADIX_BITS, plan_into, position_example
 
 if TYPE_CHECKING:
     from ._call import SparseCall
 
 JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
-#: Distinct rows per CPU task (one row buffer is allocated per task).
-ROWS_PER_TASK = 64
+#: Tasks per thread of the CPU row loop. Threads take tasks from a shared counter (an atomic add), so a
+#: thread that starts late (woken from sleep, or sharing its core) takes fewer of them.
+TASKS_PER_THREAD = 8
 
-#: The CPU row loop first reads one element per 64-byte line (16 float32) of each of a task's rows -- its
-#: states' rows and the gradient rows that sum into them -- with independent loads, so that their cache
-#: misses overlap (a portable software prefetch; the rows are scattered over a large table); only then does
-#: it compute. The loads' sum goes to a result array so that the compiler keeps them.
-TOUCH_STRIDE = 16
+#: How many gradient rows ahead of the one being summed, and how many distinct rows ahead of the one being
+#: updated, the CPU row loop prefetches (software prefetch, one instruction per cache line). The rows are
+#: scattered over a large table, so each is a cache miss; prefetching keeps about 16 + 3 x 4 rows' misses in
+#: flight at once instead of one.
+PREFETCH_GRAD_ROWS = 16
+PREFETCH_STATE_ROWS = 4
 
+#: The cost of a task (to balance the tasks) counts each gradient row once and each distinct row this many
+#: times per state array (a state row is read and written).
+STATE_ROW_COST = 4
+
+# The CPU driver. The first thread to arrive computes the merge plan (claimed with an atomic add, so it is
+# always a running thread: no thread ever waits for one that has not started) while the others -- often just
+# woken from sleep -- join; once the plan is published they all take tasks. A bad index publishes no tasks:
+# nothing is written.
 _CPU_ROWS = """
-def {name}(rows, starts, order, grad, {params}):
-    n_rows = rows.shape[0]
+def {name}(n_threads, indices, limit, stop_at_bad, positions_like, grad, {params}):
+    n = indices.shape[0]
     row_len = grad.shape[1]
-    n_tasks = (n_rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    sinks = np.empty(n_tasks)
-    for task in prange(n_tasks):
-        first = task * ROWS_PER_TASK
-        last = min(first + ROWS_PER_TASK, n_rows)
-        touch = 0.0
-        for j in range(first, last):
-            r = rows[j]
-            for c in range(0, row_len, TOUCH_STRIDE):
-                touch += {touches}
-            for k in range(starts[j], starts[j + 1]):
-                for c in range(0, row_len, TOUCH_STRIDE):
-                    touch += grad[order[k], c]
-        sinks[task] = touch
+    line = max(1, CACHE_LINE_BYTES // grad.itemsize)
+    order = np.empty(n, positions_like.dtype)
+    order_tmp = np.empty(n, positions_like.dtype)
+    counts = np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64)
+    rows = np.empty(n, np.int64)
+    starts = np.empty(n + 1, np.int64)
+    bounds = np.empty(n_threads * TASKS_PER_THREAD + 1, np.int64)
+    # [plan claimed, n_tasks + 1 once published, next task, bad position + 1], only ever read and written
+    # by fetch_add (Numba does not see the intrinsic's writes: a plain read after the loop may see 0)
+    sync = np.zeros(4, np.int64)
+    for _ in prange(n_threads):
+        if fetch_add(sync, 0, 1) == 0:
+            bad, _kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
+            n_tasks = 0
+            if bad >= 0:
+                fetch_add(sync, 3, bad + 1)
+            else:
+                n_tasks = fill_balanced_tasks(starts, n_rows, bounds, STATE_ROW_COST * {n_states})
+            fetch_add(sync, 1, n_tasks + 1)
+        else:
+            while fetch_add(sync, 1, 0) == 0:
+                pass
+        n_tasks = fetch_add(sync, 1, 0) - 1
         g = np.empty(row_len, grad.dtype)
-        for j in range(first, last):
-            src = order[starts[j]]
-            for c in range(row_len):
-                g[c] = grad[src, c]
-            for k in range(starts[j] + 1, starts[j + 1]):
+        while True:
+            task = fetch_add(sync, 2, 1)
+            if task >= n_tasks:
+                break
+            first = bounds[task]
+            last = bounds[task + 1]
+            k_last = starts[last]
+            for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
+                r = rows[j]
+                for c in range(0, row_len, line):
+                    {prefetch_states}
+            for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
                 src = order[k]
+                for c in range(0, row_len, line):
+                    prefetch_read(grad, src, c)
+            for j in range(first, last):
+                if j + PREFETCH_STATE_ROWS < last:
+                    r = rows[j + PREFETCH_STATE_ROWS]
+                    for c in range(0, row_len, line):
+                        {prefetch_states}
+                for k in range(starts[j], starts[j + 1]):
+                    if k + PREFETCH_GRAD_ROWS < k_last:
+                        ahead = order[k + PREFETCH_GRAD_ROWS]
+                        for c in range(0, row_len, line):
+                            prefetch_read(grad, ahead, c)
+                    src = order[k]
+                    if k == starts[j]:
+                        for c in range(row_len):
+                            g[c] = grad[src, c]
+                    else:
+                        for c in range(row_len):
+                            g[c] += grad[src, c]
+                r = rows[j]
                 for c in range(row_len):
-                    g[c] += grad[src, c]
-            r = rows[j]
-            for c in range(row_len):
-                {targets} = update({targets}, g[c], {scalars})
-    return sinks
+                    {targets} = update({targets}, g[c], {scalars})
+    return fetch_add(sync, 3, 0) - 1
 """
+
+
+@numba.njit(cache=True)
+def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
+    """Cut the distinct rows ``0 .. n_rows - 1`` into at most ``len(bounds) - 1`` runs of about equal cost,
+    a run's cost being its gradient rows (from ``starts``) plus ``row_cost`` per distinct row; write the
+    boundaries into ``bounds[:n_tasks + 1]`` and return ``n_tasks`` (0 when there are no rows). A Zipf
+    batch's first few rows hold half its gradient rows, so equal numbers of rows would not balance."""
+    bounds[0] = 0
+    if n_rows == 0:
+        return 0
+    n_tasks = min(bounds.shape[0] - 1, n_rows)
+    total = (starts[n_rows] - starts[0]) + row_cost * n_rows
+    j = 0
+    for t in range(1, n_tasks):
+        target = total * t // n_tasks
+        while j < n_rows and (starts[j] - starts[0]) + row_cost * j < target:
+            j += 1
+        bounds[t] = j
+    bounds[n_tasks] = n_rows
+    return n_tasks
+
+
+@numba.njit(cache=True)
+def balanced_tasks(starts, n_tasks, row_cost):
+    """The boundaries of :func:`fill_balanced_tasks` over all of ``starts``' rows, as a new array."""
+    bounds = np.empty(max(1, n_tasks) + 1, np.int64)
+    return bounds[:fill_balanced_tasks(starts, starts.shape[0] - 1, bounds, row_cost) + 1]
+
 
 _CUDA_ROWS = """
 def {name}(n, rows, starts, order, grad, row_len, {params}):
@@ -94,7 +172,11 @@ def {name}(n, rows, starts, order, grad, row_len, {params}):
 
 def generate(template: str, name: str, py_func: Callable, namespace: dict, **fields: str) -> Callable:
     """Compile ``template`` (filled with ``name`` and ``fields``) into a function attributed to ``py_func``'s
-    source file and module, with ``namespace`` as its globals."""
+    source file and module, with ``namespace`` as its globals.
+
+    Numba's on-disk cache is keyed to that file only, so the function's name carries a digest of the filled
+    template and of this module's and the intrinsics' source: a changed driver never loads a stale entry."""
+    name = f"{name}_{_digest(template.format(name=name, **fields), _driver_sources())}"
     source = template.format(name=name, **fields)
     code = compile(source, inspect.getfile(py_func), "exec")
     exec(code, namespace)  # noqa: S102 -- a fixed template, filled with parameter names
@@ -102,6 +184,12 @@ def generate(template: str, name: str, py_func: Callable, namespace: dict, **fie
     driver.__module__ = py_func.__module__
     driver.__qualname__ = name
     return driver
+
+
+@functools.cache
+def _driver_sources() -> str:
+    """This module's and the intrinsics' source text, part of every driver's digest."""
+    return "\0".join(inspect.getsource(m) for m in (sys.modules[__name__], _intrinsics))
 
 
 def launch_config(n: int) -> tuple[int, int]:
@@ -132,14 +220,24 @@ class RowUpdate:
 
     @functools.cached_property
     def cpu(self) -> Callable:
-        """The parallel CPU driver: ``cpu(rows, starts, order, grad, *states, *scalars)`` on 2-D
-        ``(rows, row_len)`` views of the gradient and the states."""
-        namespace = {"prange": numba.prange, "np": np, "update": self.math,
-                     "ROWS_PER_TASK": ROWS_PER_TASK, "TOUCH_STRIDE": TOUCH_STRIDE}
+        """The parallel CPU driver, merge plan included: ``cpu(n_threads, indices, limit, stop_at_bad,
+        positions_like, grad, *states, *scalars)`` on 2-D ``(rows, row_len)`` views of the gradient and the
+        states (see :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``positions_like``:
+        an empty array of the positions' integer type; ``n_threads``:
+        Numba's current thread count, passed in because a function that asks for it cannot be cached).
+        Returns the position of the first out-of-range index (then nothing was written) or -1."""
+        namespace = {"prange": numba.prange, "np": np, "update": self.math, "plan_into": plan_into,
+                     "MAX_PASSES": MAX_PASSES, "RADIX_BITS": RADIX_BITS,
+                     "fill_balanced_tasks": fill_balanced_tasks, "fetch_add": fetch_add,
+                     "prefetch_read": prefetch_read,
+                     "prefetch_write": prefetch_write, "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
+                     "TASKS_PER_THREAD": TASKS_PER_THREAD, "STATE_ROW_COST": STATE_ROW_COST,
+                     "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS, "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS}
         targets = ", ".join(f"{s}[r, c]" for s in self.states)
-        touches = " + ".join(f"{s}[r, c]" for s in self.states)
+        prefetch_states = "; ".join(f"prefetch_write({s}, r, c)" for s in self.states)
         driver = generate(_CPU_ROWS, f"_cpu_rows_{self.__name__}", self.math.py_func, namespace,
-                          targets=targets, touches=touches, **self._fields())
+                          targets=targets, prefetch_states=prefetch_states, n_states=len(self.states),
+                          **self._fields())
         return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
 
     @functools.cached_property
@@ -152,12 +250,20 @@ class RowUpdate:
                                  targets=", ".join(f"{s}[i]" for s in self.states), **self._fields()))
 
     def launch(self, call: "SparseCall", *scalars: Any) -> None:
-        """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order)."""
+        """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
+
+        Raises:
+            IndexError: an out-of-range index (unless the call drops them); nothing is written then.
+        """
+        if call.device == "cpu" and call.row_len:
+            indices = call.indices
+            bad = self.cpu(numba.get_num_threads(), indices, call.num_rows, not call.drop,
+                           position_example(indices.shape[0]), *call.rows_2d(), *scalars)
+            if bad >= 0:
+                raise call.out_of_range_error(bad)
+            return
         n_rows = call.plan.rows.shape[0]
         if n_rows == 0 or call.row_len == 0:
-            return
-        if call.device == "cpu":
-            self.cpu(*call.plan, *call.rows_2d(), *scalars)
             return
         rows, starts, order = call.device_plan()
         n = n_rows * call.row_len

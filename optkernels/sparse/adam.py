@@ -200,12 +200,13 @@ def fused_sparse_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_power
     nesterov = attr_bool("use_nesterov", use_nesterov)
     call = check_sparse_call({"var": var, "m": m, "v": v}, grad, indices, out_of_range)
     scalars = _adam_scalars(call, beta1_power, beta2_power, lr, beta1, beta2, epsilon) + (nesterov,)
+    plan = call.plan  # an out-of-range index raises here, before anything is written
     total = call.num_rows * call.row_len
     if total == 0:
         return var, m, v
     if call.device == "cpu":
         rows_per_task = max(1, ELEMENTS_PER_TASK // call.row_len)
-        _fused_adam_cpu(rows_per_task, *call.plan, *call.rows_2d(), *scalars)
+        _fused_adam_cpu(rows_per_task, *plan, *call.rows_2d(), *scalars)
     else:
         blocks, threads = launch_config(total)
         _fused_adam_cuda()[blocks, threads](total, *call.device_plan(), call.grad, call.row_len, *call.states,

@@ -1,0 +1,82 @@
+"""Two CPU instructions that Numba does not expose, as Numba intrinsics (usable inside ``njit`` code only):
+
+* :func:`prefetch_read` / :func:`prefetch_write`: a software prefetch (LLVM's ``llvm.prefetch``; on x86
+  ``prefetcht0`` / ``prefetchw``) of the cache line holding ``a[i, j]`` of a 2-D array. It never faults and
+  never changes a value: it only asks the memory system to start loading the line, so that a loop over
+  scattered rows overlaps their cache misses instead of waiting for each in turn.
+* :func:`fetch_add`: an atomic ``a[i] += value`` on an int64 array that returns the old value (LLVM's
+  ``atomicrmw add``). The sparse row loops hand out their tasks with it: a thread that is late (woken from
+  sleep, or sharing its core with another program) simply takes fewer tasks. Which thread runs a task never
+  changes what the task computes, so results stay the same bits. Numba's analysis does not see this write:
+  read such a counter with ``fetch_add(a, i, 0)`` too (a plain read after a parallel loop may see the value
+  from before it).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+#: Bytes per cache line assumed by the prefetching loops (x86-64 and most ARM64 cores).
+CACHE_LINE_BYTES = 64
+
+_I32 = ir.IntType(32)
+
+
+def _prefetch_codegen(write: int):
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        i, j = (context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], signature.args[1:]))
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [i, j], wraparound=False)
+        if getattr(pointer.type, "is_opaque", False):
+            name = "llvm.prefetch.p0"
+        else:  # LLVM with typed pointers
+            pointer = builder.bitcast(pointer, ir.IntType(8).as_pointer())
+            name = "llvm.prefetch.p0i8"
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, _I32, _I32, _I32]), name)
+        # (address, read 0 / write 1, locality 3 = keep in all cache levels, data cache 1)
+        builder.call(function, [pointer, _I32(write), _I32(3), _I32(1)])
+        return context.get_dummy_value()
+    return codegen
+
+
+def _check_2d(array, i, j):
+    if not (isinstance(array, types.Array) and array.ndim == 2 and isinstance(i, types.Integer)
+            and isinstance(j, types.Integer)):
+        raise TypingError("prefetch takes a 2-D array and two integer indices")
+
+
+@intrinsic
+def prefetch_read(typingctx, array, i, j):
+    """Prefetch the cache line of ``array[i, j]`` (2-D array) for reading; no effect on values."""
+    _check_2d(array, i, j)
+    return types.void(array, i, j), _prefetch_codegen(0)
+
+
+@intrinsic
+def prefetch_write(typingctx, array, i, j):
+    """Prefetch the cache line of ``array[i, j]`` (2-D array) for writing; no effect on values."""
+    _check_2d(array, i, j)
+    return types.void(array, i, j), _prefetch_codegen(1)
+
+
+@intrinsic
+def fetch_add(typingctx, array, i, value):
+    """Atomically ``array[i] += value`` (1-D int64 array) and return the value before the addition."""
+    if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.int64
+            and isinstance(i, types.Integer) and isinstance(value, types.Integer)):
+        raise TypingError("fetch_add takes a 1-D int64 array, an integer index and an integer value")
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        data = context.make_array(array_type)(context, builder, args[0])
+        i = context.cast(builder, args[1], signature.args[1], types.intp)
+        pointer = cgutils.get_item_pointer(context, builder, array_type, data, [i], wraparound=False)
+        addend = context.cast(builder, args[2], signature.args[2], types.int64)
+        return builder.atomic_rmw("add", pointer, addend, "seq_cst")
+
+    return types.int64(array, i, value), codegen

@@ -1,0 +1,113 @@
+"""The pieces under the sparse row loops: the merge plan (a stable radix sort of positions), the balanced task
+boundaries, and the two CPU intrinsics (atomic fetch-add, prefetch)."""
+import numba
+import numpy as np
+import pytest
+
+from optkernels.kernels._intrinsics import fetch_add, prefetch_read, prefetch_write
+from optkernels.sparse._plan import RADIX_BITS, plan_in_range, plan_merge
+from optkernels.sparse._rows import balanced_tasks, fill_balanced_tasks
+
+
+def _expected_plan(indices, limit):
+    """rows, starts, order by NumPy: in-range positions, stably sorted by index."""
+    keep = indices >= 0
+    if limit is not None:
+        keep &= indices < limit
+    positions = np.nonzero(keep)[0]
+    order = positions[np.argsort(indices[keep], kind="stable")]
+    rows, counts = np.unique(indices[keep], return_counts=True)
+    return rows, np.concatenate([[0], np.cumsum(counts)]), order
+
+
+# Largest keys needing 1, 2, 3 and 4+ radix passes (the passes alternate between two buffers: both parities).
+LIMITS = [100, 1 << (RADIX_BITS + 3), 1 << (2 * RADIX_BITS + 3), 1 << 40, None]
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_plan_is_a_stable_sort_of_the_in_range_positions(limit, index_dtype):
+    rng = np.random.default_rng(0)
+    top = np.iinfo(index_dtype).max if limit is None else min(limit, np.iinfo(index_dtype).max)
+    indices = np.concatenate([rng.integers(0, top, 500), rng.integers(0, 7, 500),  # many repeats
+                              rng.integers(-5, 0, 20)]).astype(index_dtype)
+    if limit is not None and limit < np.iinfo(index_dtype).max:
+        indices[::37] = limit  # just out of range
+    rng.shuffle(indices)
+    plan = plan_merge(indices, limit)
+    rows, starts, order = _expected_plan(indices.astype(np.int64), limit)
+    assert np.array_equal(plan.rows, rows)
+    assert np.array_equal(plan.starts, starts)
+    assert np.array_equal(plan.order, order)
+    assert plan.order.dtype == np.int32
+
+
+def test_plan_in_range_names_the_first_bad_position():
+    indices = np.array([4, 1, 4, 9, 0, 12, -1], np.int64)
+    assert plan_in_range(indices, 9) == (3, None)
+    assert plan_in_range(indices[:3], 9)[0] == -1
+    assert plan_in_range(np.array([-1, 3]), 9) == (0, None)
+    bad, plan = plan_in_range(np.zeros(0, np.int32), 9)
+    assert bad == -1 and plan.rows.size == 0 and np.array_equal(plan.starts, [0])
+
+
+@pytest.mark.parametrize("n_tasks", [1, 2, 7, 64])
+@pytest.mark.parametrize("row_cost", [0, 1, 12])
+def test_balanced_tasks_cover_every_row_once_in_runs_of_similar_cost(n_tasks, row_cost):
+    rng = np.random.default_rng(n_tasks)
+    counts = np.minimum(rng.zipf(1.3, 3000), 500)  # a few very heavy rows first, as a Zipf batch
+    counts[:3] = [900, 400, 300]
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    bounds = balanced_tasks(starts, n_tasks, row_cost)
+    assert bounds[0] == 0 and bounds[-1] == len(counts) and len(bounds) - 1 == n_tasks
+    assert np.all(np.diff(bounds) >= 0)
+    cost = np.diff(starts[bounds]) + row_cost * np.diff(bounds)
+    heaviest_row = counts.max() + row_cost
+    assert cost.max() <= cost.sum() / n_tasks + heaviest_row  # no run more than one row over its share
+
+
+def test_balanced_tasks_edge_cases():
+    assert list(balanced_tasks(np.array([0]), 4, 3)) == [0]           # no rows: no tasks
+    assert list(balanced_tasks(np.array([0, 5, 6]), 8, 1)) == [0, 1, 2]  # never more tasks than rows
+    bounds = np.full(5, -1, np.int64)
+    assert fill_balanced_tasks(np.array([0, 2, 4, 6]), 3, bounds, 0) == 3
+    assert list(bounds[:4]) == [0, 1, 2, 3]
+
+
+@numba.njit(parallel=True)
+def _take_tickets(n):
+    counter = np.zeros(1, np.int64)
+    tickets = np.empty(n, np.int64)
+    for i in numba.prange(n):
+        tickets[i] = fetch_add(counter, 0, 1)
+    return fetch_add(counter, 0, 0), tickets  # a plain counter[0] may not see the atomic writes
+
+
+def test_fetch_add_hands_out_each_ticket_once():
+    total, tickets = _take_tickets(10_000)
+    assert total == 10_000
+    assert np.array_equal(np.sort(tickets), np.arange(10_000))
+
+
+@numba.njit
+def _prefetch_everything(a, b):
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            prefetch_read(a, i, j)
+            prefetch_write(b, np.int32(i), j)
+    return a.sum() + b.sum()
+
+
+def test_prefetch_changes_nothing():
+    a = np.arange(12.0).reshape(3, 4)
+    b = a.astype(np.float32) * 2
+    before = a.copy(), b.copy()
+    assert _prefetch_everything(a, b) == a.sum() + b.sum()
+    assert np.array_equal(a, before[0]) and np.array_equal(b, before[1])
+
+
+def test_intrinsics_reject_wrong_arguments():
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda a: prefetch_read(a, 0, 0))(np.zeros(3))  # 1-D
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda a: fetch_add(a, 0, 1))(np.zeros(3, np.int32))  # not int64
