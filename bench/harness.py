@@ -1,7 +1,8 @@
 """Timing harness of the benchmark suite: interleaved runs, medians, a printed table, results files.
 
-Every benchmark times several implementations of the same work *interleaved* (A, B, C, B, C, A, C, A, B,
-...: the order rotates each round), so a noisy, shared machine slows them alike, and reports medians. Memory-bound work also reports its effective
+Every benchmark times several implementations of the same work *interleaved* (A, B, C, then C, A, B, then
+B, C, A, ...: a new random order each round, see :func:`round_orders`), so a noisy, shared machine slows
+them alike, and reports medians. Memory-bound work also reports its effective
 bandwidth (bytes read + written per element, over the median time) and its fraction of the "limit": an
 Adam-shaped memory kernel measured in the same run.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import re
 import statistics
 import sys
@@ -46,16 +48,13 @@ class Suite:
                          warmup: int = 1) -> dict[str, float]:
         """Median seconds per call of each implementation, their calls interleaved.
 
-        The order rotates every round, so each implementation follows each other one equally often (a
-        framework's thread pool may still be spinning when the next implementation starts)."""
+        The order changes every round (:func:`round_orders`)."""
         for fn in impls.values():
             for _ in range(warmup):
                 fn()
         samples: dict[str, list[float]] = {name: [] for name in impls}
-        names = list(impls)
-        for round_ in range(repeats):
-            shift = round_ % len(names)
-            for name in names[shift:] + names[:shift]:
+        for order in round_orders(list(impls), repeats):
+            for name in order:
                 fn = impls[name]
                 start = time.perf_counter()
                 for _ in range(inner):
@@ -73,6 +72,16 @@ class Suite:
     def note(self, text: str) -> None:
         self.notes.append(text)
         print(f"  note: {text}", flush=True)
+
+
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """The order of the calls in each round: a new random permutation every round (seeded, so a run is
+    repeatable), so each implementation follows each other one about equally often, and what the previous
+    call leaves behind (caches full of its data, a thread pool still spinning or gone to sleep) hits all
+    alike. A rotation of one fixed order would not do that: it keeps each implementation behind the same
+    neighbour every round."""
+    rng = random.Random(len(names) * 1000 + rounds)
+    return [rng.sample(names, len(names)) for _ in range(rounds)]
 
 
 def machine_name() -> str:

@@ -16,7 +16,7 @@ For each total size N (float32, sizes drawn between 0.2 and 1.8 times the mean) 
 * ``torch fused``: ``torch.optim.Adam(fused=True)`` over the same tensors, if torch is importable (it is no
   dependency of optkernels; ``pip install torch==2.13.0`` for a CPU build).
 
-Every round calls each contender once, in an order that rotates from round to round, so the machine's noise
+Every round calls each contender once, in an order that changes from round to round, so the machine's noise
 (other processes, frequency changes) hits all of them alike. Per contender it prints the median and the
 minimum time of a step, and the spread ``(p90 − p10)/median`` as a measure of how noisy the run was. Then
 the two target ratios, each as the median over rounds of the ratio within a round (robust to slow drift)
@@ -36,6 +36,8 @@ import time
 
 import numba
 import numpy as np
+
+from harness import round_orders
 
 from optkernels.kernels import apply_adam
 from optkernels.optimizers import Adam, Parameter
@@ -77,14 +79,14 @@ def contenders(total: int, count: int, rng, torch) -> dict:
 
 
 def measure(fns: dict, rounds: int) -> dict[str, list[float]]:
-    """Per contender, the time of each round's call (seconds); the order rotates every round."""
+    """Per contender, the time of each round's call (seconds); the order changes every round."""
     names = list(fns)
     for fn in fns.values():  # warm up: compile, load caches, allocate
         fn()
         fn()
     times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    for order in round_orders(names, rounds):
+        for name in order:
             fn = fns[name]
             t = time.perf_counter()
             fn()

@@ -20,10 +20,11 @@ WHY = {
     "apply_adam N=1e8": "at 1e8 apply_adam, the limit kernel and torch are all memory-bound within a few percent "
                         "of each other; with 60 ms runs on a shared machine the medians move by 5-8% from run to "
                         "run (earlier full runs: 99.4% of the limit and 1.13x torch; 98.7% and 1.06x)",
-    "fused_sparse_lazy_adam": "interleaved, every step starts with cold caches: the step is bound by memory latency "
-                              "(5,957 rows scattered over a 768 MB table, 3 state rows + 2.75 gradient rows each: "
-                              "~2.0 ms at 2 threads, of which the sequential merge plan is ~0.4 ms), while warm it "
-                              "takes 0.86-1.1 ms (6-8x torch); next: a parallel merge plan, deeper prefetching",
+    "fused_sparse_lazy_adam": "interleaved, every step starts with cold caches and often with Numba's worker "
+                              "thread asleep: the step is bound by memory latency (5,957 rows scattered over a "
+                              "768 MB table, 3 state rows + 2.75 gradient rows each; prefetched, about 1.0 ms at 2 "
+                              "threads) plus the sequential merge plan (about 0.3 ms cold) and the Python checks "
+                              "(about 0.15 ms cold); torch's own time varies from run to run (11-15 ms here)",
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import FLOAT_DTYPES, Batch, check_arrays
+from ..kernels._checks import FLOAT_DTYPES, check_arrays, to_scalar
 from ._indices import (INDEX_DTYPES, array_shape_dtype, check_indices, drop_out_of_range, host_indices,
                        out_of_range_error)
 from ._plan import MergePlan, plan_in_range, plan_merge
@@ -28,21 +28,21 @@ class SparseCall:
         device: 'cpu' or 'cuda'.
         dtype: the arrays' floating dtype; scalars are converted to it (:meth:`scalar`).
         shape: the shape of ``var``; ``num_rows = shape[0]``; ``row_len`` elements per row.
-        states: 1-D views of the state arrays, in the order given.
-        grad: 1-D (C-contiguous) view of the gradient rows.
+        arrays: the state arrays in the order given, then the gradient: validated and C-contiguous (1-D
+            views, except on the CPU fast path, which keeps the arrays as given).
+        states, grad: 1-D views of the state arrays and of the gradient (CUDA launches take these).
         indices: the row indices, a C-contiguous NumPy int32/int64 array (copied to the host from CUDA).
         drop: whether out-of-range indices are skipped (``out_of_range="drop"``) rather than an error.
     """
 
-    def __init__(self, batch: Batch, n_states: int, indices: np.ndarray, drop: bool):
-        self.batch = batch
-        self.device = batch.device
-        self.dtype = batch.dtype
-        self.shape = batch.shape
-        self.num_rows = batch.shape[0]
-        self.row_len = math.prod(batch.shape[1:])
-        self.states = batch.flat[:n_states]
-        self.grad = batch.flat[n_states]
+    def __init__(self, device: str, dtype: np.dtype, shape: tuple, arrays: list, indices: np.ndarray,
+                 drop: bool):
+        self.device = device
+        self.dtype = dtype
+        self.shape = shape
+        self.num_rows = shape[0]
+        self.row_len = math.prod(shape[1:])
+        self.arrays = arrays
         self.indices = indices
         self.drop = drop
         self._plan: MergePlan | None = None
@@ -69,14 +69,25 @@ class SparseCall:
         """The IndexError for the out-of-range index at ``position``."""
         return out_of_range_error("indices", self.indices, position, self.num_rows)
 
+    @property
+    def states(self) -> list[Any]:
+        return [a.reshape(math.prod(a.shape)) for a in self.arrays[:-1]]
+
+    @property
+    def grad(self) -> Any:
+        a = self.arrays[-1]
+        return a.reshape(math.prod(a.shape))
+
     def scalar(self, name: str, value: Any) -> Any:
         """``value`` as a scalar of the arrays' dtype (see :func:`optkernels.kernels._checks.to_scalar`)."""
-        return self.batch.scalar(name, value)
+        return to_scalar(name, value, self.dtype)
 
     def rows_2d(self) -> list[np.ndarray]:
         """The gradient, then the states, as 2-D ``(rows, row_len)`` views (CPU): a row's elements are then
         indexed from 0 up, which lets LLVM vectorise the per-row loops."""
-        return [a.reshape(-1, self.row_len) for a in [self.grad, *self.states]]
+        *states, grad = self.arrays
+        row_len = self.row_len
+        return [grad.reshape(-1, row_len)] + [a.reshape(-1, row_len) for a in states]
 
     def device_plan(self) -> tuple[Any, Any, Any]:
         """The plan's arrays copied to the CUDA device (once per call)."""
@@ -119,9 +130,9 @@ def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_ran
             value and position are given).
     """
     drop = drop_out_of_range(out_of_range)
-    batch = _plain_numpy_batch(state, grad, indices)
-    if batch is not None:
-        return SparseCall(batch, len(state), indices, drop)
+    call = _plain_numpy_call(state, grad, indices, drop)
+    if call is not None:
+        return call
     (var_name, var), *others = state.items()
     is_array = isinstance(var, np.ndarray) or _cuda.is_device_array(var)
     var_shape = array_shape_dtype(var)[0] if is_array else None
@@ -143,13 +154,13 @@ def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_ran
     if grad_shape != expected:
         raise ValueError(f"grad must have shape (len(indices),) + {var_name}.shape[1:] = {expected}, "
                          f"got {grad_shape}")
-    call = SparseCall(batch, len(state), host_indices(indices), drop)
+    call = SparseCall(batch.device, batch.dtype, shape, batch.flat, host_indices(indices), drop)
     if call.device != "cpu":
         call.plan  # noqa: B018 -- builds the plan now: an out-of-range index raises before any launch
     return call
 
 
-def _plain_numpy_batch(state: dict[str, Any], grad: Any, indices: Any) -> Batch | None:
+def _plain_numpy_call(state: dict[str, Any], grad: Any, indices: Any, drop: bool) -> SparseCall | None:
     """The common case checked in a few attribute reads, or None to take the full path (which also words
     the errors): NumPy state arrays of one float dtype and one shape (at least 1-D), C-contiguous and
     writeable; a C-contiguous gradient of that dtype and of shape ``(len(indices),) + shape[1:]``; 1-D
@@ -170,4 +181,4 @@ def _plain_numpy_batch(state: dict[str, Any], grad: Any, indices: Any) -> Batch 
     for a in arrays[:-1]:
         if a.shape != shape or not a.flags.writeable:
             return None
-    return Batch("cpu", dtype, shape, [a.reshape(-1) for a in arrays])
+    return SparseCall("cpu", dtype, shape, arrays, indices, drop)

@@ -138,18 +138,13 @@ def first_out_of_range(indices: np.ndarray, num_rows: int | None) -> int:
     return int(_first_out_of_range(indices, -1 if num_rows is None else num_rows))
 
 
-_POSITION_TYPE_OF = {np.dtype(np.int32): np.zeros(0, np.int32), np.dtype(np.int64): np.zeros(0, np.int64)}
-
-
-def position_type(n: int) -> type:
-    """The integer type of the positions into an index array of length ``n``."""
-    return np.int32 if n < 2**31 else np.int64
+_INT32_POSITIONS, _INT64_POSITIONS = np.zeros(0, np.int32), np.zeros(0, np.int64)
 
 
 def position_example(n: int) -> np.ndarray:
-    """An empty array of :func:`position_type` (a jitted function types an array argument faster than a
-    NumPy type: it takes the dtype from it)."""
-    return _POSITION_TYPE_OF[np.dtype(position_type(n))]
+    """An empty array of the integer type of positions into an index array of length ``n``: int32, or
+    int64 from 2**31 indices (a jitted function types an array argument faster than a NumPy type)."""
+    return _INT32_POSITIONS if n < 2**31 else _INT64_POSITIONS
 
 
 def plan_merge(indices: np.ndarray, num_rows: int | None) -> MergePlan:

@@ -155,8 +155,8 @@ def _adam_scalars(call: SparseCall, beta1_power: Scalar, beta2_power: Scalar, lr
     if abs(float(b1p) - 1.0) <= FLT_EPSILON:
         raise ValueError(f"beta1_power must not be 1 (|beta1_power - 1| <= FLT_EPSILON, as MindSpore "
                          f"checks), got {b1p}")
-    lr_t = _bias_corrected_lr(call.batch, beta1_power, beta2_power, lr)
-    b1, b2, eps = _betas_epsilon(call.batch, beta1, beta2, epsilon)
+    lr_t = _bias_corrected_lr(call, beta1_power, beta2_power, lr)
+    b1, b2, eps = _betas_epsilon(call, beta1, beta2, epsilon)
     one = call.dtype.type(1)
     return lr_t, b1, one - b1, b2, one - b2, eps
 

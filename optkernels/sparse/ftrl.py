@@ -66,7 +66,7 @@ def _sparse_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power, use_lo
     attrs = [attr_float(name, value)
              for name, value in (("lr", lr), ("l1", l1), ("l2", l2), ("lr_power", lr_power))]
     call = check_sparse_call({"var": var, "accum": accum, "linear": linear}, grad, indices, out_of_range)
-    rows, scalars = ftrl_variant(ftrl_hyper(call.batch, *attrs), _ftrl_sqrt_rows, _ftrl_rows)
+    rows, scalars = ftrl_variant(ftrl_hyper(call, *attrs), _ftrl_sqrt_rows, _ftrl_rows)
     rows.launch(call, *scalars)
     return var, accum, linear
 

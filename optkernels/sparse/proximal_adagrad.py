@@ -61,7 +61,7 @@ _PROX_DOC = r"""{title}
 def _sparse_proximal(var, accum, lr, l1, l2, grad, indices, use_locking, out_of_range):
     attr_bool("use_locking", use_locking)
     call = check_sparse_call({"var": var, "accum": accum}, grad, indices, out_of_range)
-    _proximal_rows.launch(call, *proximal_hyper(call.batch, lr, l1, l2))
+    _proximal_rows.launch(call, *proximal_hyper(call, lr, l1, l2))
     return var, accum
 
 
