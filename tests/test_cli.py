@@ -34,3 +34,14 @@ def test_bench_quick_writes_results(tmp_path):
     text = report.read_text()
     assert "| dense | apply_adam | optkernels | 1e+03 |" in text
     assert "apply_adam first call" in text
+
+
+def test_a_reader_that_goes_away_gets_no_traceback():
+    """``python -m optkernels ... | head``: when the pipe's reader exits early, the command stops quietly."""
+    command = [sys.executable, "-m", "optkernels", "verify", "--ops", "apply_adam", "--cases", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # the reader is gone before anything is written
+    stderr = process.stderr.read()
+    process.stderr.close()
+    assert process.wait(timeout=600) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

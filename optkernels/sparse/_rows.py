@@ -6,17 +6,21 @@ A row update is a :func:`~optkernels.kernels._elementwise.scalar_math` function
 kernels call, where the math is the same). :class:`RowUpdate` generates its two drivers from that one
 definition, with each distinct row's summed gradient computed on the fly:
 
-* CPU: the distinct rows are cut into runs of about equal cost (:func:`fill_balanced_tasks`), which the threads
-  take from a shared counter. For each row, its gradient rows are gathered and added into a row buffer in
-  order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f`` runs over the row's
-  elements (a contiguous, vectorisable loop). The gradient rows :data:`PREFETCH_GRAD_ROWS` ahead and the
-  state rows :data:`PREFETCH_STATE_ROWS` ahead are prefetched meanwhile.
+* CPU: one parallel region per call. The first thread to arrive builds the merge plan
+  (:func:`~optkernels.sparse._plan.plan_into`: range check, stable radix sort of the positions) while the
+  others wake up; the distinct rows are then cut into runs of about equal cost (:func:`fill_balanced_tasks`),
+  which the threads take from a shared atomic counter. For each row, its gradient rows are gathered and added
+  into a row buffer in order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f``
+  runs over the row's elements (a contiguous, vectorisable loop). The gradient rows
+  :data:`PREFETCH_GRAD_ROWS` ahead and the state rows :data:`PREFETCH_STATE_ROWS` ahead are prefetched
+  meanwhile (the rows are scattered over the table: each is a cache miss).
 * CUDA: one thread per (distinct row, column): the same sum in the same order, then ``f``.
 
 Each element's sum is computed by one thread in a fixed order, so results are the same bits with any number
-of threads and on both targets (up to FMA contraction of ``f`` on a real GPU). The drivers' code is
-attributed to the file that defines ``f`` (as the dense drivers are), so Numba's on-disk cache is refreshed
-when the math changes.
+of threads, whichever thread runs which task, and on both targets (up to FMA contraction of ``f`` on a real
+GPU). The drivers' code is attributed to the file that defines ``f`` (as the dense drivers are), so Numba's
+on-disk cache is refreshed when the math changes; their names carry a digest of the template (see
+:func:`generate`), so it is refreshed when the driver changes too.
 """
 from __future__ import annotations
 
