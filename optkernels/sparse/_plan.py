@@ -119,14 +119,18 @@ def plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, start
 
 
 @numba.njit(**_JIT)
+def plan_buffers(n, positions_like):
+    """New buffers ``(order, order_tmp, counts, rows, starts)`` for :func:`plan_into` over ``n`` indices,
+    the positions of ``positions_like``'s integer type."""
+    return (np.empty(n, positions_like.dtype), np.empty(n, positions_like.dtype),
+            np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64), np.empty(n, np.int64),
+            np.empty(n + 1, np.int64))
+
+
+@numba.njit(**_JIT)
 def _plan(indices, limit, stop_at_bad, positions_like):
     """``(bad, rows, starts, order)``: :func:`plan_into` on new buffers, the plan cut to its length."""
-    n = indices.shape[0]
-    order = np.empty(n, positions_like.dtype)
-    rows = np.empty(n, np.int64)
-    starts = np.empty(n + 1, np.int64)
-    counts = np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64)
-    order_tmp = np.empty(n, positions_like.dtype)
+    order, order_tmp, counts, rows, starts = plan_buffers(indices.shape[0], positions_like)
     bad, kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
     return bad, rows[:n_rows], starts[:n_rows + 1], order[:kept]
 
@@ -157,11 +161,12 @@ def plan_merge(indices: np.ndarray, num_rows: int | None) -> MergePlan:
     return MergePlan(*plan)
 
 
-def plan_in_range(indices: np.ndarray, num_rows: int) -> tuple[int, MergePlan | None]:
-    """``(-1, plan)`` when every index is in ``[0, num_rows)``; else ``(position of the first index out of
-    range, None)`` (one pass less than :func:`first_out_of_range` followed by :func:`plan_merge`)."""
+def plan_in_range(indices: np.ndarray, num_rows: int | None) -> tuple[int, MergePlan | None]:
+    """``(-1, plan)`` when every index is in ``[0, num_rows)`` (``[0, inf)`` if None); else ``(position of the
+    first index out of range, None)`` (one pass less than :func:`first_out_of_range` followed by
+    :func:`plan_merge`)."""
     n = indices.shape[0]
     if n == 0:
         return -1, MergePlan(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32))
-    bad, *plan = _plan(indices, num_rows, True, position_example(n))
+    bad, *plan = _plan(indices, -1 if num_rows is None else num_rows, True, position_example(n))
     return (int(bad), None) if bad >= 0 else (-1, MergePlan(*plan))

@@ -37,7 +37,7 @@ from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK
 from ..kernels import _intrinsics
 from ..kernels._elementwise import _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
-from ._plan import MAX_PASSES, RADIX_BITS, plan_into, position_example
+from ._plan import plan_buffers, plan_into, position_example
 
 if TYPE_CHECKING:
     from ._call import SparseCall
@@ -68,11 +68,7 @@ def {name}(n_threads, indices, limit, stop_at_bad, positions_like, grad, {params
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
-    order = np.empty(n, positions_like.dtype)
-    order_tmp = np.empty(n, positions_like.dtype)
-    counts = np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64)
-    rows = np.empty(n, np.int64)
-    starts = np.empty(n + 1, np.int64)
+    order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
     bounds = np.empty(n_threads * TASKS_PER_THREAD + 1, np.int64)
     # [plan claimed, n_tasks + 1 once published, next task, bad position + 1], only ever read and written
     # by fetch_add (Numba does not see the intrinsic's writes: a plain read after the loop may see 0)
@@ -231,7 +227,7 @@ class RowUpdate:
         Numba's current thread count, passed in because a function that asks for it cannot be cached).
         Returns the position of the first out-of-range index (then nothing was written) or -1."""
         namespace = {"prange": numba.prange, "np": np, "update": self.math, "plan_into": plan_into,
-                     "MAX_PASSES": MAX_PASSES, "RADIX_BITS": RADIX_BITS,
+                     "plan_buffers": plan_buffers,
                      "fill_balanced_tasks": fill_balanced_tasks, "fetch_add": fetch_add,
                      "prefetch_read": prefetch_read,
                      "prefetch_write": prefetch_write, "CACHE_LINE_BYTES": CACHE_LINE_BYTES,

@@ -13,7 +13,7 @@ from ..kernels import _cuda
 from ..kernels._checks import FLOAT_DTYPES
 from ._indices import (array_device, array_shape_dtype, check_indices, drop_out_of_range, host_indices,
                        out_of_range_error)
-from ._plan import first_out_of_range, plan_merge
+from ._plan import plan_in_range, plan_merge
 from ._rows import JIT_OPTIONS, TASKS_PER_THREAD, balanced_tasks, generate, launch_config
 
 _CUDA_SUMS = """
@@ -120,11 +120,12 @@ def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, 
         if num_rows < 0:
             raise ValueError(f"num_rows must be >= 0, got {num_rows}")
     host = host_indices(indices)
-    if not drop:
-        bad = first_out_of_range(host, num_rows)
+    if drop:
+        plan = plan_merge(host, num_rows)
+    else:
+        bad, plan = plan_in_range(host, num_rows)
         if bad >= 0:
             raise out_of_range_error("indices", host, bad, num_rows)
-    plan = plan_merge(host, num_rows)
     n_rows = plan.rows.shape[0]
     row_len = math.prod(shape[1:])
     unique = plan.rows.astype(array_shape_dtype(indices)[1])
