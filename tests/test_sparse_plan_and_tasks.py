@@ -111,3 +111,28 @@ def test_intrinsics_reject_wrong_arguments():
         numba.njit(lambda a: prefetch_read(a, 0, 0))(np.zeros(3))  # 1-D
     with pytest.raises(numba.core.errors.TypingError):
         numba.njit(lambda a: fetch_add(a, 0, 1))(np.zeros(3, np.int32))  # not int64
+
+
+def _parallel_loops(py_func, *args):
+    """The number of parallel loops of ``py_func`` compiled with ``parallel=True`` for ``args``."""
+    loop = numba.njit(parallel=True, cache=False, error_model="numpy")(py_func)
+    loop(*args)
+    return len(loop.get_metadata(loop.signatures[0])["parfor_diagnostics"].get_parfors())
+
+
+def test_sparse_cpu_drivers_are_one_parallel_loop():
+    """Each call launches the thread team once: an array initialiser such as np.zeros inside a parallel
+    function becomes a parallel loop of its own, whose end waits for every thread to wake up."""
+    from optkernels.sparse.adam import _fused_adam_cpu, _lazy_adam
+    from optkernels.sparse.merge import _segment_sums_cpu
+
+    f = np.float32
+    indices = np.array([3, 0, 3], np.int64)
+    rows, starts, order = plan_merge(indices, 5)
+    grad = np.ones((3, 4), f)
+    states = [np.ones((5, 4), f) for _ in range(3)]
+    scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
+    assert _parallel_loops(_lazy_adam.cpu.py_func, 2, indices, 5, True, np.zeros(0, np.int32), grad,
+                           *states, *scalars) == 1
+    assert _parallel_loops(_fused_adam_cpu.py_func, 4, rows, starts, order, grad, *states, *scalars) == 1
+    assert _parallel_loops(_segment_sums_cpu.py_func, 2, starts, order, grad, np.empty((2, 4), f)) == 1

@@ -8,7 +8,8 @@ definition, with each distinct row's summed gradient computed on the fly:
 
 * CPU: one parallel region per call. The first thread to arrive builds the merge plan
   (:func:`~optkernels.sparse._plan.plan_into`: range check, stable radix sort of the positions) while the
-  others wake up; the distinct rows are then cut into runs of about equal cost (:func:`fill_balanced_tasks`),
+  others wake up and stream the gradient into the caches; the distinct rows are then cut into runs of about
+  equal cost (:func:`fill_balanced_tasks`),
   which the threads take from a shared atomic counter. For each row, its gradient rows are gathered and added
   into a row buffer in order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f``
   runs over the row's elements (a contiguous, vectorisable loop). The gradient rows
@@ -55,6 +56,11 @@ TASKS_PER_THREAD = 8
 PREFETCH_GRAD_ROWS = 16
 PREFETCH_STATE_ROWS = 4
 
+#: While the first thread builds the merge plan, the others prefetch the gradient (the whole array, in its
+#: order: a stream the memory system serves faster than the scattered gathers of the row loop), this many
+#: rows per turn between looks at whether the plan is ready.
+WAIT_PREFETCH_ROWS = 8
+
 #: The cost of a task (to balance the tasks) counts each gradient row once and each distinct row this many
 #: times per state array (a state row is read and written).
 STATE_ROW_COST = 4
@@ -64,16 +70,20 @@ STATE_ROW_COST = 4
 # woken from sleep -- join; once the plan is published they all take tasks. A bad index publishes no tasks:
 # nothing is written.
 _CPU_ROWS = """
-def {name}(n_threads, indices, limit, stop_at_bad, positions_like, grad, {params}):
+def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params}):
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
     order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
-    bounds = np.empty(n_threads * TASKS_PER_THREAD + 1, np.int64)
-    # [plan claimed, n_tasks + 1 once published, next task, bad position + 1], only ever read and written
-    # by fetch_add (Numba does not see the intrinsic's writes: a plain read after the loop may see 0)
-    sync = np.zeros(4, np.int64)
-    for _ in prange(n_threads):
+    bounds = np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64)
+    # [plan claimed, n_tasks + 1 once published, next task, bad position + 1, next gradient row to
+    # prefetch], only ever read and written by fetch_add (Numba does not see the intrinsic's writes: a plain
+    # read after the loop may see 0). Set element by element: np.zeros would be a parallel loop of its own, a
+    # second launch whose end waits for every thread to wake (about 0.1 ms when they sleep).
+    sync = np.empty(5, np.int64)
+    for i in range(5):
+        sync[i] = 0
+    for _ in prange(n_workers):
         if fetch_add(sync, 0, 1) == 0:
             bad, _kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
             n_tasks = 0
@@ -83,8 +93,13 @@ def {name}(n_threads, indices, limit, stop_at_bad, positions_like, grad, {params
                 n_tasks = fill_balanced_tasks(starts, n_rows, bounds, STATE_ROW_COST * {n_states})
             fetch_add(sync, 1, n_tasks + 1)
         else:
+            # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
+            # counter (no two threads fetch the same rows): the row loop then gathers it from cache
             while fetch_add(sync, 1, 0) == 0:
-                pass
+                ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
+                for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
+                    for c in range(0, row_len, line):
+                        prefetch_read(grad, k, c)
         n_tasks = fetch_add(sync, 1, 0) - 1
         g = np.empty(row_len, grad.dtype)
         while True:
@@ -192,6 +207,15 @@ def _driver_sources() -> str:
     return "\0".join(inspect.getsource(m) for m in (sys.modules[__name__], _intrinsics))
 
 
+def worker_count() -> int:
+    """How many workers the parallel CPU loops are cut for: the size of Numba's thread pool
+    (``NUMBA_NUM_THREADS``), which bounds the thread count that :func:`numba.set_num_threads` may choose.
+    The loops hand out their work from a shared counter, so more workers than running threads costs
+    nothing; and reading a config value is quick, where :func:`numba.get_num_threads` took about 50 us
+    (against 6 us) when called after other work had left the caches cold, as between training steps."""
+    return numba.config.NUMBA_NUM_THREADS
+
+
 def launch_config(n: int) -> tuple[int, int]:
     """(blocks, threads per block) of a grid-stride CUDA launch over ``n`` items."""
     return min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS), CUDA_THREADS_PER_BLOCK
@@ -220,19 +244,21 @@ class RowUpdate:
 
     @functools.cached_property
     def cpu(self) -> Callable:
-        """The parallel CPU driver, merge plan included: ``cpu(n_threads, indices, limit, stop_at_bad,
+        """The parallel CPU driver, merge plan included: ``cpu(n_workers, indices, limit, stop_at_bad,
         positions_like, grad, *states, *scalars)`` on 2-D ``(rows, row_len)`` views of the gradient and the
         states (see :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``positions_like``:
-        an empty array of the positions' integer type; ``n_threads``:
-        Numba's current thread count, passed in because a function that asks for it cannot be cached).
-        Returns the position of the first out-of-range index (then nothing was written) or -1."""
+        an empty array of the positions' integer type). ``n_workers``: iterations of the parallel loop, at
+        least Numba's thread count (:func:`worker_count`); each joins the work until no task is left, so
+        iterations beyond the threads' first return at once. Returns the position of the first out-of-range
+        index (then nothing was written) or -1."""
         namespace = {"prange": numba.prange, "np": np, "update": self.math, "plan_into": plan_into,
                      "plan_buffers": plan_buffers,
                      "fill_balanced_tasks": fill_balanced_tasks, "fetch_add": fetch_add,
                      "prefetch_read": prefetch_read,
                      "prefetch_write": prefetch_write, "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
                      "TASKS_PER_THREAD": TASKS_PER_THREAD, "STATE_ROW_COST": STATE_ROW_COST,
-                     "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS, "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS}
+                     "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS, "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
+                     "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS}
         targets = ", ".join(f"{s}[r, c]" for s in self.states)
         prefetch_states = "; ".join(f"prefetch_write({s}, r, c)" for s in self.states)
         driver = generate(_CPU_ROWS, f"_cpu_rows_{self.__name__}", self.math.py_func, namespace,
@@ -257,7 +283,7 @@ class RowUpdate:
         """
         if call.device == "cpu" and call.row_len:
             indices = call.indices
-            bad = self.cpu(numba.get_num_threads(), indices, call.num_rows, not call.drop,
+            bad = self.cpu(worker_count(), indices, call.num_rows, not call.drop,
                            position_example(indices.shape[0]), *call.rows_2d(), *scalars)
             if bad >= 0:
                 raise call.out_of_range_error(bad)

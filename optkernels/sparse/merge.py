@@ -14,7 +14,7 @@ from ..kernels._checks import FLOAT_DTYPES
 from ._indices import (array_device, array_shape_dtype, check_indices, drop_out_of_range, host_indices,
                        out_of_range_error)
 from ._plan import plan_in_range, plan_merge
-from ._rows import JIT_OPTIONS, TASKS_PER_THREAD, balanced_tasks, generate, launch_config
+from ._rows import JIT_OPTIONS, TASKS_PER_THREAD, balanced_tasks, generate, launch_config, worker_count
 
 _CUDA_SUMS = """
 def {name}(n, starts, order, values, row_len, out):
@@ -32,12 +32,12 @@ def {name}(n, starts, order, values, row_len, out):
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def _segment_sums_cpu(n_threads, starts, order, values, out):
+def _segment_sums_cpu(n_workers, starts, order, values, out):
     """out[j] = values[order[starts[j]]] + values[order[starts[j] + 1]] + ... (left to right), on 2-D
     ``(rows, row_len)`` views (a row's elements indexed from 0 up: the loops vectorise); the rows are cut
-    into runs of about equal numbers of summed rows."""
+    into ``n_workers * TASKS_PER_THREAD`` runs of about equal numbers of summed rows."""
     row_len = values.shape[1]
-    bounds = balanced_tasks(starts, n_threads * TASKS_PER_THREAD, 1)
+    bounds = balanced_tasks(starts, n_workers * TASKS_PER_THREAD, 1)
     for task in numba.prange(bounds.shape[0] - 1):
         for j in range(bounds[task], bounds[task + 1]):
             src = order[starts[j]]
@@ -134,7 +134,7 @@ def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, 
         out = np.empty(out_shape, dtype)
         if n_rows and row_len:
             rows_2d = np.ascontiguousarray(values).reshape(n, row_len)
-            _segment_sums_cpu(numba.get_num_threads(), plan.starts, plan.order, rows_2d,
+            _segment_sums_cpu(worker_count(), plan.starts, plan.order, rows_2d,
                               out.reshape(n_rows, row_len))
         return unique, out
     cuda = _cuda.module()
