@@ -17,12 +17,14 @@ sys.path.insert(0, str(HERE))
 
 import cold  # noqa: E402
 import dense  # noqa: E402
+import gpu  # noqa: E402
 import optimizer_step  # noqa: E402
 import sparse  # noqa: E402
 from harness import Suite, environment, machine_name  # noqa: E402
 from targets import check_targets  # noqa: E402
 
-GROUPS = {"dense": dense.run, "model": optimizer_step.run, "sparse": sparse.run, "cold": cold.run}
+GROUPS = {"dense": dense.run, "model": optimizer_step.run, "sparse": sparse.run, "cold": cold.run,
+          "gpu": gpu.run}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

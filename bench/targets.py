@@ -103,6 +103,19 @@ def _check_targets(rows: list[Row]) -> list[str]:
                        f"({verdict(ratio >= factor)})")
         else:
             out.append(f"{ours_name} vs {theirs_name}: not measured")
+    gpu8 = _find(rows, "apply_adam (GPU)", "optkernels", int(1e8))
+    copy8 = _find(rows, "device copy", "copy bandwidth", int(1e8))
+    if gpu8 and copy8:
+        frac = gpu8.gbs / copy8.gbs
+        out.append(f"GPU apply_adam N=1e8 at >= 85% of the device's copy bandwidth: {100 * frac:.1f}% "
+                   f"({verdict(frac >= 0.85)})")
+        torch_gpu8 = _find(rows, "apply_adam (GPU)", "torch Adam(fused=True, cuda)", int(1e8))
+        if torch_gpu8:
+            ratio = torch_gpu8.seconds / gpu8.seconds
+            out.append(f"GPU apply_adam N=1e8 not slower than torch fused CUDA Adam: {ratio:.2f}x torch's speed "
+                       f"({verdict(ratio >= 1.0)})")
+    else:
+        out.append("GPU apply_adam N=1e8: not measured (no CUDA device in this run)")
     imp = _find(rows, "import optkernels", "optkernels")
     if imp:
         out.append(f"import optkernels < 0.3 s: {imp.seconds:.3f} s ({verdict(imp.seconds < 0.3)})")
