@@ -125,6 +125,76 @@ def test_clip_scales_a_large_update_down_to_the_threshold():
     np.testing.assert_allclose(step, 0.5 * np.sign(g), rtol=1e-14)  # rank 1: |U| = 1 everywhere
 
 
+# ------------------------------------------------------------------------------------------------ global norm
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7,), (5, 7), (2, 3, 4, 5)], ids=str)
+def test_global_norm_matches_reference(shape, dtype):
+    args = make(np.random.default_rng(40), shape, dtype) + [3.0]
+    check_against_reference(args, (True, True, True), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, half", [((7,), False), ((9,), True), ((5, 7), False), ((2, 3, 4, 5), False)],
+                         ids=str)
+def test_global_norm_is_the_gradient_times_its_reciprocal(shape, half, dtype):
+    """FusedAdaFactorWithGlobalNorm multiplies the gradient by 1/global_norm (rounded to the dtype) and does
+    nothing else: the same bits as the plain op on that scaled gradient; grad itself is not written."""
+    norm = 2.7
+    with_norm = make(np.random.default_rng(41), shape, dtype, half=half) + [norm]
+    plain = [np.copy(a) if isinstance(a, np.ndarray) else a for a in with_norm[:12]]
+    plain[6] = plain[6] * (dtype(1) / dtype(norm))
+    grad = with_norm[6].copy()
+    fused_ada_factor(*with_norm, **ALL_ON)
+    fused_ada_factor(*plain, **ALL_ON)
+    assert np.array_equal(with_norm[6], grad)
+    for name, a, b in zip(NAMES, with_norm[7:12], plain[7:]):
+        assert a.tobytes() == b.tobytes(), name
+    assert not np.array_equal(with_norm[7], make(np.random.default_rng(41), shape, dtype, half=half)[7])
+
+
+@pytest.mark.parametrize("norm", [0.0, 1e-31, -5.0, np.float32(0.0), np.zeros(1), None], ids=repr)
+def test_global_norm_below_1e_30_leaves_the_gradient_as_it_is(norm):
+    """MindSpore's kernel: a global norm below 1e-30 (zero and negatives included) means no scaling."""
+    scaled = make(np.random.default_rng(42), (4, 6), np.float32) + [norm]
+    plain = [np.copy(a) if isinstance(a, np.ndarray) else a for a in scaled[:12]]
+    fused_ada_factor(*scaled, **ALL_ON)
+    fused_ada_factor(*plain, **ALL_ON)
+    for name, a, b in zip(NAMES, scaled[7:12], plain[7:]):
+        assert a.tobytes() == b.tobytes(), name
+
+
+def test_with_global_norm_op_is_fused_ada_factor_with_the_13th_input():
+    from optkernels.kernels import fused_ada_factor_with_global_norm
+    import inspect
+
+    params = inspect.signature(fused_ada_factor_with_global_norm).parameters.values()
+    assert [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD] == list(POSITION)
+    a = make(np.random.default_rng(43), (3, 5), np.float64) + [0.25]
+    b = [np.copy(x) if isinstance(x, np.ndarray) else x for x in a]
+    fused_ada_factor_with_global_norm(*a, enable_first_moment=True)
+    fused_ada_factor(*b, enable_first_moment=True)
+    assert all(np.array_equal(x, y) for x, y in zip(a[7:12], b[7:12]))
+    snapshot = np.copy(a[7])
+    with pytest.raises(TypeError, match="global_norm"):
+        fused_ada_factor_with_global_norm(*a[:12], None)
+    assert np.array_equal(a[7], snapshot)
+
+
+def test_stored_column_and_vector_statistics_are_clamped_to_1e_30():
+    """MindSpore's kernel stores max(C, 1e-30) and max(V, 1e-30) (the row statistic R is stored as is)."""
+    for shape in [(5,), (3, 4)]:
+        args = make(np.random.default_rng(44), shape, np.float32, zero_state=True)
+        args[0] = (0.0, 1e-3)
+        args[6][...] = 0.0
+        fused_ada_factor(*args)
+        tiny = np.float32(1e-30)
+        if len(shape) >= 2:
+            assert np.all(args[9] == 0.0) and np.all(args[10] == tiny)
+        else:
+            assert np.all(args[11] == tiny)
+
+
 def _round_to_half(values, v_old_bits=None, beta2t=0.0):
     """Run the float16 statistic pass alone (float64 arrays): v = beta2t*V_old + (1 - beta2t)*g*g."""
     values = np.asarray(values, np.float64)
@@ -206,7 +276,7 @@ def test_unused_slots_may_be_none():
 
 POSITION = {name: k for k, name in enumerate(
     ["epsilon", "clip_threshold", "beta1", "beta2t", "weight_decay", "learning_rate", "grad", "param",
-     "exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq"])}
+     "exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq", "global_norm"])}
 
 
 def _readonly(x):
@@ -249,12 +319,14 @@ BAD = [
     ("sq-int", (4,), "exp_avg_sq", lambda a: a.astype(np.int32), TypeError, "exp_avg_sq"),
     ("exp-avg-shape", (3, 4), "exp_avg", lambda a: np.zeros(3, a.dtype), ValueError, "exp_avg"),
     ("unused-slot-not-array", (3, 4), "exp_avg_sq", lambda a: [0.0], TypeError, "exp_avg_sq"),
+    ("global-norm-string", (3, 4), "global_norm", lambda a: "2", TypeError, "global_norm"),
+    ("global-norm-vector", (4,), "global_norm", lambda a: np.ones(3), ValueError, "global_norm"),
 ]
 
 
 @pytest.mark.parametrize("case, shape, name, breaker, exc, mention", BAD, ids=[b[0] for b in BAD])
 def test_bad_argument_raises_and_writes_nothing(case, shape, name, breaker, exc, mention):
-    args = make(np.random.default_rng(4), shape, np.float32)
+    args = make(np.random.default_rng(4), shape, np.float32) + [2.0]  # with a global norm
     args[POSITION[name]] = breaker(args[POSITION[name]])
     snapshot = [np.array(a, copy=True) if isinstance(a, np.ndarray) else None for a in args]
     with pytest.raises(exc, match=re.escape(mention)):

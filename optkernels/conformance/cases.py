@@ -183,6 +183,28 @@ def make_lamb(rng, shape, dtype):
                 gradient=normal(rng, shape, dtype))
 
 
+def make_ada_factor(rng, shape, dtype):
+    """FusedAdaFactor's inputs: factored row/column slots for rank >= 2, the element-wise slot otherwise (the
+    unused ones are MindSpore's shape-(1,) dummies); a global norm of 0 (no scaling) or of about 1."""
+    factored = len(shape) >= 2
+    dummy = np.zeros((1,), dtype)
+    t = int(rng.integers(1, 50))
+    return dict(epsilon=np.asarray([rng.choice([0.0, 1e-30]), 1e-3], dtype=dtype),
+                clip_threshold=rng.uniform(0.5, 2.0), beta1=rng.uniform(0.5, 0.95), beta2t=1.0 - t ** -0.8,
+                weight_decay=rng.uniform(0.0, 0.1), learning_rate=rng.uniform(1e-3, 0.1),
+                grad=normal(rng, shape, dtype), param=normal(rng, shape, dtype),
+                exp_avg=normal(rng, shape, dtype, 0.1),
+                exp_avg_sq_row=uniform(rng, shape[:-1], dtype, 0.1, 2.0) if factored else dummy,
+                exp_avg_sq_col=uniform(rng, shape[:-2] + shape[-1:], dtype, 0.1, 2.0) if factored else dummy.copy(),
+                exp_avg_sq=dummy.copy() if factored else uniform(rng, shape, dtype, 0.1, 2.0),
+                global_norm=float(rng.choice([0.0, rng.uniform(0.5, 4.0)])))
+
+
+def ada_factor_attrs(rng):
+    return {flag: bool(rng.integers(2))
+            for flag in ("enable_scale_parameter", "enable_first_moment", "enable_weight_decay")}
+
+
 def adam_delta_terms(inputs):
     """Magnitude of delta without cancellation: lr_t·(β1|m| + (1−β1)|g|)/(sqrt(v_new) + ε)."""
     f = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
@@ -231,6 +253,8 @@ CASES = [
                             use_clip=bool(rng.integers(2))),
            output="new_gradient"),
     OpCase("lamb", ("var", "m", "v"), make_lamb),
+    OpCase("fused_ada_factor", ("param", "exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq"),
+           make_ada_factor, ada_factor_attrs),
 ]
 
 CASES_BY_NAME = {case.name: case for case in CASES}

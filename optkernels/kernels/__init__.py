@@ -18,7 +18,7 @@ from .momentum import apply_momentum
 from .proximal_adagrad import apply_proximal_adagrad
 from .rms_prop import apply_centered_rms_prop, apply_rms_prop
 from .sgd import sgd
-from .ada_factor import fused_ada_factor
+from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 
 __all__ = [
     "adam_no_update_param",
@@ -37,4 +37,5 @@ __all__ = [
     "lars_update",
     "sgd",
     "fused_ada_factor",
+    "fused_ada_factor_with_global_norm",
 ]

@@ -45,16 +45,16 @@ def _row_statistic(k, row, grad, n_cols, eps1, beta2t, one_minus_beta2t):
 
 @elementwise
 def _column_statistic(k, col, col_factor, grad, n_rows, n_cols, eps1, beta2t, one_minus_beta2t):
-    # Column k (slice b, column j): C[k] <- beta2t*C[k] + (1 - beta2t)*mean_i(g[b, i, j]^2 + eps1), and
-    # its factor 1/sqrt(max(C, TINY)) from the stored value.
+    # Column k (slice b, column j): C[k] <- max(beta2t*C[k] + (1 - beta2t)*mean_i(g[b, i, j]^2 + eps1), TINY),
+    # and its factor 1/sqrt(C) from the stored value.
     b = k // n_cols
     first = b * n_rows * n_cols + (k - b * n_cols)
     total = 0.0
     for r in range(n_rows):
         g = grad[first + r * n_cols]
         total += float(g * g + eps1)
-    col[k] = beta2t * col[k] + one_minus_beta2t * (total / n_rows)
-    col_factor[k] = 1.0 / math.sqrt(max(float(col[k]), 1e-30))
+    col[k] = max(beta2t * col[k] + one_minus_beta2t * (total / n_rows), 1e-30)
+    col_factor[k] = 1.0 / math.sqrt(float(col[k]))
 
 
 @elementwise
@@ -71,10 +71,10 @@ def _row_factors(b, row_factor, row, n_rows):
 
 @elementwise
 def _vector_statistic(i, exp_avg_sq, factor, grad, eps1, beta2t, one_minus_beta2t):
-    # Unfactored: V <- beta2t*V + (1 - beta2t)*(g^2 + eps1), and the factor 1/sqrt(max(V, TINY)).
+    # Unfactored: V <- max(beta2t*V + (1 - beta2t)*(g^2 + eps1), TINY), and the factor 1/sqrt(V).
     g = grad[i]
-    exp_avg_sq[i] = beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1)
-    factor[i] = 1.0 / math.sqrt(max(float(exp_avg_sq[i]), 1e-30))
+    exp_avg_sq[i] = max(beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1), 1e-30)
+    factor[i] = 1.0 / math.sqrt(float(exp_avg_sq[i]))
 
 
 @elementwise
@@ -84,7 +84,7 @@ def _vector_statistic_half(i, half_bits, factor, grad, half_values, eps1, beta2t
     # store its bits, and take the factor from the stored value.
     g = grad[i]
     v = beta2t * half_values[half_bits[i]] + one_minus_beta2t * (g * g + eps1)
-    a = float(v)
+    a = float(v)  # MindSpore's clamp to 1e-30 is not needed: 0 <= v < 1e-30 rounds to +0 either way
     sign = 0
     if math.copysign(1.0, a) < 0.0:
         sign = 0x8000
@@ -110,6 +110,12 @@ def _vector_statistic_half(i, half_bits, factor, grad, half_values, eps1, beta2t
             bits = sign | ((exponent << 10) + int(q) - 1024)
     half_bits[i] = bits
     factor[i] = 1.0 / math.sqrt(max(float(half_values[bits]), 1e-30))
+
+
+@elementwise
+def _scaled(i, out, grad, reciprocal):
+    # The gradient divided by the global norm, as MindSpore does it: g * (1/global_norm).
+    out[i] = grad[i] * reciprocal
 
 
 @chunked_sums_of_squares
@@ -193,23 +199,25 @@ def _check_half_slot(exp_avg_sq: Any, shape: tuple, others: dict[str, Any], devi
 
 def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t: Scalar,
                      weight_decay: Scalar, learning_rate: Scalar, grad: Any, param: Any, exp_avg: Any,
-                     exp_avg_sq_row: Any, exp_avg_sq_col: Any, exp_avg_sq: Any, *,
-                     enable_scale_parameter: bool = False,
+                     exp_avg_sq_row: Any, exp_avg_sq_col: Any, exp_avg_sq: Any, global_norm: Scalar | None = None,
+                     *, enable_scale_parameter: bool = False,
                      enable_first_moment: bool = False, enable_weight_decay: bool = False
                      ) -> tuple[Any, Any, Any, Any, Any]:
-    r"""One AdaFactor step for one parameter, in place (MindSpore ``FusedAdaFactor``, its input order).
+    r"""One AdaFactor step for one parameter, in place (MindSpore ``FusedAdaFactor``, its input order; with
+    ``global_norm``, ``FusedAdaFactorWithGlobalNorm``).
 
-    With ``X = param``, ``G = grad``, ``(eps1, eps2) = epsilon``, ``d = clip_threshold``, ``rho =
+    With ``X = param``, ``G = grad`` (``grad · (1/global_norm)`` when a global norm is given, see below),
+    ``(eps1, eps2) = epsilon``, ``d = clip_threshold``, ``rho =
     learning_rate``, ``lambda = weight_decay`` and ``RMS(x) = sqrt(mean(x²))`` over the whole tensor::
 
         U0 = G² + eps1                                                      (element-wise)
         factored (X.ndim >= 2; R = exp_avg_sq_row, C = exp_avg_sq_col, per trailing 2-D slice):
             R ← beta2t·R + (1 − beta2t)·mean(U0, axis=−1)                   shape X.shape[:-1]
-            C ← beta2t·C + (1 − beta2t)·mean(U0, axis=−2)                   shape X.shape[:-2] + X.shape[-1:]
+            C ← max(beta2t·C + (1 − beta2t)·mean(U0, axis=−2), 1e-30)       shape X.shape[:-2] + X.shape[-1:]
             U = G · r[..., :, None] · c[..., None, :],
-                r = 1/sqrt(max(R / max(mean(R, axis=−1), 1e-30), 1e-30)),  c = 1/sqrt(max(C, 1e-30))
+                r = 1/sqrt(max(R / max(mean(R, axis=−1), 1e-30), 1e-30)),  c = 1/sqrt(C)
         not factored (X.ndim < 2; V = exp_avg_sq):
-            V ← beta2t·V + (1 − beta2t)·U0;   U = G · 1/sqrt(max(V, 1e-30))
+            V ← max(beta2t·V + (1 − beta2t)·U0, 1e-30);   U = G · 1/sqrt(V)
         U ← U / max(1, RMS(U)/d)                                            (clip; U = 0 stays 0)
         alpha = rho·max(eps2, RMS(X_old)) if enable_scale_parameter else rho
         U ← alpha·U
@@ -218,8 +226,15 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
         X ← X − U
 
     ``beta2t`` is the step's ``1 − t^(−decay_rate)`` (0 on the first step, so the running averages start
-    at the first statistic). The 1e-30 clamps are those of MindSpore's CPU kernel; they only matter when
-    ``eps1 = 0`` and a row, column or element of the gradient is zero (then ``U = 0`` there, not NaN).
+    at the first statistic). The 1e-30 clamps are those of MindSpore's CPU kernel, which also stores the
+    clamped ``C`` and ``V``; they only matter when ``eps1 = 0`` and a row, column or element of the gradient
+    is zero (then ``U = 0`` there, not NaN).
+
+    Global norm (MindSpore's ``FusedAdaFactorWithGlobalNorm``, the 13th input): the gradient is multiplied
+    by ``1/global_norm`` (computed in the arrays' dtype) before everything above, when ``global_norm >=
+    1e-30``; a smaller value, zero and a negative one included, leaves the gradient as it is, as in
+    MindSpore's kernel (which raises no error for them). ``grad`` itself is never written: the scaled copy
+    is a temporary array.
 
     Arithmetic: the element-wise math is in the parameter's dtype (float32 or float64). The row, column and
     whole-tensor sums are taken in float64 in a fixed order (one loop iteration per row, per column, per
@@ -250,6 +265,8 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
             when ``param.ndim < 2``.
         exp_avg_sq: ``V``, the shape of ``param`` and its dtype or float16; not touched (array or None)
             when ``param.ndim >= 2``.
+        global_norm: optional global gradient norm (a scalar, or a 0-d/shape-(1,) array); None (the
+            default, ``FusedAdaFactor``) does not scale the gradient.
         enable_scale_parameter: scale the step by ``max(eps2, RMS(X_old))``.
         enable_first_moment: keep the first moment ``exp_avg``.
         enable_weight_decay: apply the decoupled weight decay.
@@ -305,6 +322,11 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
     check_range("weight_decay", wd, 0.0)
     lr = batch.scalar("learning_rate", learning_rate)
     check_range("learning_rate", lr, 0.0)
+    reciprocal = None
+    if global_norm is not None:
+        norm = batch.scalar("global_norm", global_norm)
+        if not norm < dtype.type(TINY):  # MindSpore: below 1e-30 means no scaling; NaN scales to NaN
+            reciprocal = dtype.type(1) / norm
     result = (param, exp_avg, exp_avg_sq_row, exp_avg_sq_col, exp_avg_sq)
     n = batch.size
     if n == 0:
@@ -313,6 +335,10 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
     device, one = batch.device, dtype.type(1)
     empty = np.empty if device == "cpu" else _cuda.module().device_array
     g, x = flat["grad"], flat["param"]
+    if reciprocal is not None:
+        scaled = empty(n, dtype)
+        _scaled.launch(device, n, scaled, g, reciprocal)
+        g = scaled
     m = flat.get("exp_avg", x)  # never read or written without the first moment
     if factored:
         n_rows, n_cols = shape[-2], shape[-1]
@@ -347,3 +373,35 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
     _apply.launch(device, n, x, m, g, row_factor, col_factor, n_rows, n_cols, dtype.type(clip), alpha_t,
                   b1, one - b1, wd * alpha_t, first_moment, decay)
     return result
+
+
+def fused_ada_factor_with_global_norm(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t: Scalar,
+                                      weight_decay: Scalar, learning_rate: Scalar, grad: Any, param: Any,
+                                      exp_avg: Any, exp_avg_sq_row: Any, exp_avg_sq_col: Any, exp_avg_sq: Any,
+                                      global_norm: Scalar, *, enable_scale_parameter: bool = False,
+                                      enable_first_moment: bool = False, enable_weight_decay: bool = False
+                                      ) -> tuple[Any, Any, Any, Any, Any]:
+    r"""MindSpore's ``FusedAdaFactorWithGlobalNorm``: :func:`fused_ada_factor` on ``grad · (1/global_norm)``.
+
+    The gradient is scaled when ``global_norm >= 1e-30`` (otherwise used as it is), then the AdaFactor
+    step runs exactly as :func:`fused_ada_factor` documents (same inputs, same order, ``global_norm`` the
+    13th), in place.
+
+    Args:
+        epsilon, clip_threshold, beta1, beta2t, weight_decay, learning_rate, grad, param, exp_avg,
+            exp_avg_sq_row, exp_avg_sq_col, exp_avg_sq: as in :func:`fused_ada_factor`.
+        global_norm: the global gradient norm (a scalar, or a 0-d/shape-(1,) array).
+        enable_scale_parameter, enable_first_moment, enable_weight_decay: as in :func:`fused_ada_factor`.
+
+    Returns:
+        ``(param, exp_avg, exp_avg_sq_row, exp_avg_sq_col, exp_avg_sq)``, the arrays passed in.
+
+    Raises:
+        TypeError, ValueError: as :func:`fused_ada_factor`; TypeError also for a ``global_norm`` of None.
+    """
+    if global_norm is None:
+        raise TypeError("global_norm must be a real scalar (FusedAdaFactorWithGlobalNorm), got None")
+    return fused_ada_factor(epsilon, clip_threshold, beta1, beta2t, weight_decay, learning_rate, grad, param,
+                            exp_avg, exp_avg_sq_row, exp_avg_sq_col, exp_avg_sq, global_norm,
+                            enable_scale_parameter=enable_scale_parameter,
+                            enable_first_moment=enable_first_moment, enable_weight_decay=enable_weight_decay)

@@ -32,22 +32,23 @@ def _expect_shape(name: str, x: np.ndarray, shape: tuple) -> None:
 def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: ArrayLike, beta2t: ArrayLike,
                      weight_decay: ArrayLike, learning_rate: ArrayLike, grad: ArrayLike, param: ArrayLike,
                      exp_avg: ArrayLike | None, exp_avg_sq_row: ArrayLike | None,
-                     exp_avg_sq_col: ArrayLike | None, exp_avg_sq: ArrayLike | None, *,
-                     enable_scale_parameter: bool = False, enable_first_moment: bool = False,
+                     exp_avg_sq_col: ArrayLike | None, exp_avg_sq: ArrayLike | None,
+                     global_norm: ArrayLike | None = None, *, enable_scale_parameter: bool = False, enable_first_moment: bool = False,
                      enable_weight_decay: bool = False) -> tuple:
     """One AdaFactor step for one parameter (``FusedAdaFactor`` input order), in float64.
 
     Update rule (X = param, G = grad, (eps1, eps2) = epsilon, d = clip_threshold, rho = learning_rate,
     lambda = weight_decay; RMS(x) = sqrt(mean(x*x)) over the whole tensor)::
 
+        G = G * (1/global_norm)   if global_norm is given and global_norm >= 1e-30 (FusedAdaFactorWithGlobalNorm)
         U0 = G*G + eps1
         if X.ndim >= 2 (factored; R = exp_avg_sq_row, C = exp_avg_sq_col):
             R = beta2t*R + (1 - beta2t)*mean(U0, axis=-1)
-            C = beta2t*C + (1 - beta2t)*mean(U0, axis=-2)
+            C = max(beta2t*C + (1 - beta2t)*mean(U0, axis=-2), 1e-30)
             Rn = R / max(mean(R, axis=-1, keepdims=True), 1e-30)
-            U = G * (1/sqrt(max(Rn, 1e-30)))[..., :, None] * (1/sqrt(max(C, 1e-30)))[..., None, :]
+            U = G * (1/sqrt(max(Rn, 1e-30)))[..., :, None] * (1/sqrt(C))[..., None, :]
         else (V = exp_avg_sq):
-            V = beta2t*V + (1 - beta2t)*U0      (rounded to float16 when exp_avg_sq is float16)
+            V = max(beta2t*V + (1 - beta2t)*U0, 1e-30)   (rounded to float16 when exp_avg_sq is float16)
             U = G / sqrt(max(V, 1e-30))
         U = U / max(1, RMS(U)/d)                (U all zero: unchanged; d = 0: U = 0)
         alpha = rho * max(eps2, RMS(X)) if enable_scale_parameter else rho
@@ -56,7 +57,7 @@ def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: Array
         X_new = X - lambda*alpha*X if enable_weight_decay else X
         X_new = X_new - U
 
-    The 1e-30 clamps are those of MindSpore's CPU kernel. A float16 ``exp_avg_sq`` models
+    The 1e-30 clamps are those of MindSpore's CPU kernel, which also stores the clamped C and V. A float16 ``exp_avg_sq`` models
     ``nn.AdaFactor(compression=True)``: the stored slot is float16, so the new V is rounded to float16
     (the returned array is float64 holding those values) and U is computed from the rounded value. An empty
     parameter returns copies of its inputs.
@@ -72,6 +73,7 @@ def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: Array
         exp_avg_sq_col: C, shape ``param.shape[:-2] + param.shape[-1:]`` (factored only; else copied, or
             None).
         exp_avg_sq: V, shape of ``param`` (unfactored only; else copied, or None).
+        global_norm: optional global gradient norm (None: the gradient is not scaled).
         enable_scale_parameter, enable_first_moment, enable_weight_decay: the primitive's flags.
 
     Returns:
@@ -81,6 +83,10 @@ def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: Array
     x = as_array(param, "param")
     g = as_array(grad, "grad")
     _expect_shape("grad", g, x.shape)
+    if global_norm is not None:
+        norm = as_scalar(global_norm, "global_norm")
+        if not norm < _TINY:
+            g = g * (1.0 / norm)
     eps = np.asarray(epsilon, dtype=np.float64).reshape(-1)
     if eps.shape != (2,):
         raise ValueError(f"epsilon must hold two values, got {eps.size}")
@@ -108,13 +114,13 @@ def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: Array
     u0 = g * g + eps1
     if factored:
         r = b2t * r + (1.0 - b2t) * np.mean(u0, axis=-1)
-        c = b2t * c + (1.0 - b2t) * np.mean(u0, axis=-2)
+        c = np.maximum(b2t * c + (1.0 - b2t) * np.mean(u0, axis=-2), _TINY)
         r_norm = r / np.maximum(np.mean(r, axis=-1, keepdims=True), _TINY)
         r_factor = 1.0 / np.sqrt(np.maximum(r_norm, _TINY))
         c_factor = 1.0 / np.sqrt(np.maximum(c, _TINY))
         u = g * r_factor[..., :, None] * c_factor[..., None, :]
     else:
-        v = b2t * v + (1.0 - b2t) * u0
+        v = np.maximum(b2t * v + (1.0 - b2t) * u0, _TINY)
         if np.asarray(exp_avg_sq).dtype == np.float16:
             v = v.astype(np.float16).astype(np.float64)
         u = g / np.sqrt(np.maximum(v, _TINY))

@@ -22,14 +22,15 @@ CASES = [((), False), ((10,), False), ((12,), True), ((6, 7), False), ((2, 3, 4,
 @pytest.mark.parametrize("shape, half", CASES, ids=lambda c: str(c))
 @pytest.mark.parametrize("flags", [(False, False, False), (True, True, True)], ids=["plain", "all"])
 def test_cuda_equals_cpu(shape, half, dtype, flags):
-    args = make(np.random.default_rng(21), shape, dtype, half=half)
+    global_norm = [2.5] if flags[0] else []  # with all flags on: FusedAdaFactorWithGlobalNorm
+    args = make(np.random.default_rng(21), shape, dtype, half=half) + global_norm
     kw = dict(zip(["enable_scale_parameter", "enable_first_moment", "enable_weight_decay"], flags))
-    before = [np.copy(a) for a in args[7:]]
+    before = [np.copy(a) for a in args[7:12]]
     device = [_to_device(a) for a in args]
     result = fused_ada_factor(*device, **kw)
-    assert all(r is d for r, d in zip(result, device[7:])), "returns the device arrays passed in"
+    assert all(r is d for r, d in zip(result, device[7:12])), "returns the device arrays passed in"
     fused_ada_factor(*args, **kw)
-    for name, cpu, dev, old in zip(NAMES, args[7:], device[7:], before):
+    for name, cpu, dev, old in zip(NAMES, args[7:12], device[7:12], before):
         got = _cuda.to_host(dev)
         if cpu.dtype == np.float16:
             spacing = np.spacing(np.abs(cpu)).astype(np.float64)

@@ -78,5 +78,6 @@ def test_non_contiguous_device_array_is_a_value_error():
 def test_verify_on_cuda():
     from optkernels.conformance.verify import verify
 
-    reports = verify("cuda", cases=1, seed=1, only=["apply_adam", "apply_ftrl", "lamb", "lars_update", "fused_sparse_adam", "sparse_apply_ftrl"])
+    reports = verify("cuda", cases=1, seed=1, only=["apply_adam", "apply_ftrl", "lamb", "lars_update", "fused_sparse_adam", "sparse_apply_ftrl",
+                                                   "fused_ada_factor"])
     assert all(r.ok for r in reports), [f for r in reports for f in r.failures]
