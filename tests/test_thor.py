@@ -256,7 +256,7 @@ class NoProtocol:
 
 class BadKindNet(Net):
     def __init__(self):
-        super().__init__([ThorLayer(Parameter(np.ones((2, 2)), "w"), "embedding")])
+        super().__init__([ThorLayer(Parameter(np.ones((2, 2)), "w"), "attention")])
 
 
 class BadRankNet(Net):
@@ -347,3 +347,161 @@ def test_state_dict_round_trip_resumes_between_thor_steps_bit_identically():
     saved["cov_step"] = np.array(-1)
     with pytest.raises(ValueError, match="cov_step"):
         opt_c.load_state_dict(saved)
+
+
+# ------------------------------------------------------------------------------------- Embedding and LayerNorm
+
+def embedding_and_layernorm_net(rng, dtype=np.float64, vocab=7, dim=3):
+    table = Parameter(rng.standard_normal((vocab, dim)).astype(dtype), "emb.table")
+    gamma = Parameter(rng.standard_normal(dim).astype(dtype), "ln.gamma")
+    beta = Parameter(rng.standard_normal(dim).astype(dtype), "ln.beta")
+    return Net([ThorLayer(table, "embedding"), ThorLayer(gamma, "layernorm", bias=beta)])
+
+
+def set_embedding_statistics(layer, rng, shape=(4, 5)):
+    vocab, dim = layer.weight.shape
+    layer.inputs = rng.integers(0, vocab, shape)
+    layer.output_grads = rng.standard_normal((int(np.prod(shape)), dim)) * 0.3
+
+
+def direct_embedding(grad, ids, output_grads, damping, batch_size, loss_scale):
+    """KERNELS §18, Embedding: A = id counts, A'^-1 = 1/(A/batch_size + sqrt(λ)), G'^-1 explicit."""
+    vocab = grad.shape[0]
+    a = np.bincount(ids.reshape(-1), minlength=vocab).astype(np.float64)
+    g = output_grads.T @ output_grads / output_grads.shape[0]
+    a_inv = 1.0 / (a / batch_size + np.sqrt(damping))
+    g_inv = np.linalg.inv(g * batch_size ** 2 / loss_scale ** 2 + np.sqrt(damping) * np.eye(g.shape[0]))
+    return (a_inv[:, None] * grad) @ g_inv
+
+
+def direct_layernorm(grad, damping, batch_size):
+    return grad / (grad * grad / batch_size + np.sqrt(damping))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_embedding_and_layernorm_updates_match_the_direct_formulas(dtype):
+    rng = np.random.default_rng(20)
+    net = embedding_and_layernorm_net(rng, dtype)
+    emb, ln = net.layers
+    set_embedding_statistics(emb, rng)
+    ls, lr, lam, bs = 2.0, np.array([0.1, 0.05, 0.02]), np.array([0.05, 0.2, 0.4]), 8
+    opt = thor(net, lr, lam, 0.9, loss_scale=ls, batch_size=bs, frequency=2)
+    params = [emb.weight, ln.weight, ln.bias]
+    moments = [np.zeros(p.shape) for p in params]
+    first_stats = emb.inputs, emb.output_grads
+    for step in range(3):
+        before = [p.data.astype(np.float64) for p in params]
+        grads = [rng.standard_normal(p.shape).astype(dtype) for p in params]
+        if step == 1:
+            emb.inputs = emb.output_grads = None      # not a THOR step: the kept A'^-1, G'^-1 are used
+        if step == 2:
+            set_embedding_statistics(emb, rng)
+            first_stats = emb.inputs, emb.output_grads
+            thor_damping = lam[2]
+        elif step == 0:
+            thor_damping = lam[0]
+        g = [x.astype(np.float64) / ls for x in grads]
+        pre = [direct_embedding(g[0], *first_stats, thor_damping, bs, ls),
+               direct_layernorm(g[1], lam[step], bs), direct_layernorm(g[2], lam[step], bs)]
+        opt(grads)
+        for k, (p, b, q) in enumerate(zip(params, before, pre)):
+            moments[k] = 0.9 * moments[k] + q
+            assert_close(p.data, b - lr[step] * moments[k], dtype, 64.0, f"{p.name}, step {step}", b)
+    assert opt.matrix_a_inv[0].shape == (7,) and opt.matrix_g_inv[0].shape == (3, 3)
+    assert opt.matrix_a_inv[1] is None and opt.matrix_g_inv[1] is None
+
+
+def test_embedding_precomputed_counts_equal_the_ids():
+    results = []
+    for precomputed in (False, True):
+        net = embedding_and_layernorm_net(np.random.default_rng(22))
+        emb = net.layers[0]
+        set_embedding_statistics(emb, np.random.default_rng(23))
+        if precomputed:
+            emb.a_cov = np.bincount(emb.inputs.reshape(-1), minlength=7)
+            emb.g_cov = emb.output_grads.T @ emb.output_grads / emb.output_grads.shape[0]
+            emb.inputs = emb.output_grads = None
+        opt = thor(net, np.array([0.1]), np.array([0.03]), 0.9, batch_size=4)
+        opt([np.full((7, 3), 0.5), np.ones(3), np.ones(3)])
+        results.append(emb.weight.data.copy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-13)
+    a_inv, g_inv = thor_inverses(np.array([1.0, 0.0]), np.eye(2), 0.04, kind="embedding", batch_size=2)
+    np.testing.assert_allclose(a_inv, [1 / (0.5 + 0.2), 1 / 0.2])
+    np.testing.assert_allclose(g_inv, np.eye(2) / (4.0 + 0.2))
+
+
+@pytest.mark.parametrize("change, exc, mention", [
+    (lambda e: setattr(e, "inputs", e.inputs.astype(np.float64)), TypeError, "token ids"),
+    (lambda e: setattr(e, "inputs", e.inputs + 7), ValueError, "[0, 7)"),
+    (lambda e: setattr(e, "output_grads", e.output_grads[:, :2]), ValueError, "output_grads"),
+    (lambda e: setattr(e, "a_cov", np.ones((7, 7))), ValueError, "a_cov"),
+    (lambda e: setattr(e, "inputs", None), ValueError, "no statistics"),
+], ids=["float-ids", "id-out-of-range", "grads-shape", "a-cov-matrix", "missing"])
+def test_bad_embedding_statistics_raise_before_writing(change, exc, mention):
+    rng = np.random.default_rng(24)
+    net = embedding_and_layernorm_net(rng)
+    emb = net.layers[0]
+    set_embedding_statistics(emb, rng)
+    change(emb)
+    opt = thor(net, np.array([0.1]), np.array([0.03]), 0.9)
+    before = [p.data.copy() for p in net.trainable_params()]
+    with pytest.raises(exc, match=re.escape(mention)):
+        opt([np.ones((7, 3)), np.ones(3), np.ones(3)])
+    assert all(np.array_equal(p.data, b) for p, b in zip(net.trainable_params(), before))
+    assert opt.cov_step == 0
+
+
+def test_embedding_id_never_seen_with_zero_damping_is_an_error():
+    net = embedding_and_layernorm_net(np.random.default_rng(25))
+    emb = net.layers[0]
+    emb.inputs = np.array([0, 1, 1])                    # ids 2..6 never occur: A = 0 there
+    emb.output_grads = np.ones((3, 3))
+    opt = thor(net, np.array([0.1]), np.array([0.0]), 0.9)
+    with pytest.raises(ValueError, match="increase the damping"):
+        opt([np.ones((7, 3)), np.ones(3), np.ones(3)])
+
+
+def test_embedding_and_layernorm_records_are_validated():
+    table = Parameter(np.ones((4, 2)), "emb")
+    with pytest.raises(ValueError, match="no bias"):
+        thor(Net([ThorLayer(table, "embedding", bias=Parameter(np.ones(2), "b"))]), np.array([0.1]),
+             np.array([0.1]), 0.9)
+    with pytest.raises(ValueError, match="rank"):
+        thor(Net([ThorLayer(Parameter(np.ones(4), "e"), "embedding")]), np.array([0.1]), np.array([0.1]), 0.9)
+    gamma, beta = Parameter(np.ones(3), "g"), Parameter(np.ones(3), "b")
+
+    class OnlyGamma(Net):
+        def trainable_params(self):
+            return [gamma]
+
+    with pytest.raises(ValueError, match="bias of LayerNorm"):
+        thor(OnlyGamma([ThorLayer(gamma, "layernorm", bias=beta)]), np.array([0.1]), np.array([0.1]), 0.9)
+
+
+def test_state_dict_with_embedding_and_layernorm_resumes_bit_identically():
+    def fresh():
+        net = embedding_and_layernorm_net(np.random.default_rng(26))
+        return net, thor(net, np.full(6, 0.05), np.linspace(0.01, 0.06, 6), 0.9, frequency=3, batch_size=4)
+
+    rng = np.random.default_rng(27)
+    stats = [(rng.integers(0, 7, (2, 3)), rng.standard_normal((6, 3))) for _ in range(6)]
+    grads = [[rng.standard_normal((7, 3)), rng.standard_normal(3), rng.standard_normal(3)] for _ in range(6)]
+
+    def run(net, opt, steps):
+        for k in steps:
+            net.layers[0].inputs, net.layers[0].output_grads = stats[k]
+            opt(grads[k])
+
+    net_a, opt_a = fresh()
+    run(net_a, opt_a, range(6))
+    net_b, opt_b = fresh()
+    run(net_b, opt_b, range(2))
+    saved = opt_b.state_dict()
+    assert saved["matrix_a_inv.emb.table"].shape == (7,) and "matrix_a_inv.ln.gamma" not in saved
+    net_c, opt_c = fresh()
+    for p, q in zip(net_c.trainable_params(), net_b.trainable_params()):
+        p.set_data(q.data)
+    opt_c.load_state_dict(saved)
+    run(net_c, opt_c, range(2, 6))
+    for p, q in zip(net_c.trainable_params(), net_a.trainable_params()):
+        assert np.array_equal(p.data, q.data), p.name

@@ -14,15 +14,18 @@ model has no cells to replace, so :func:`thor` asks the model for them through a
 
 The protocol (what ``net`` must provide)
 ----------------------------------------
-``net.thor_layers()`` returns a sequence of layer records, one per Dense/conv layer to precondition, always
-the same layers in the same order. :class:`ThorLayer` is such a record; any object with these attributes
-works:
+``net.thor_layers()`` returns a sequence of layer records, one per layer THOR treats (Dense, conv,
+Embedding, LayerNorm), always the same layers in the same order. :class:`ThorLayer` is such a record; any
+object with these attributes works:
 
 * ``weight``: the layer's weight :class:`Parameter`, shape ``(C_out, C_in)`` for ``kind="dense"``,
-  ``(C_out, C_in, kh, kw)`` for ``kind="conv"`` (its gradient is reshaped to ``(C_out, C_in·kh·kw)``).
-* ``kind``: ``"dense"`` or ``"conv"``.
-* ``bias``: the bias :class:`Parameter` or None. Biases are not preconditioned (plain momentum), as in
-  MindSpore.
+  ``(C_out, C_in, kh, kw)`` for ``kind="conv"`` (its gradient is reshaped to ``(C_out, C_in·kh·kw)``),
+  the table ``(vocab, dim)`` for ``kind="embedding"``, the scale ``gamma`` (any shape) for
+  ``kind="layernorm"``.
+* ``kind``: ``"dense"``, ``"conv"``, ``"embedding"`` or ``"layernorm"``.
+* ``bias``: the bias :class:`Parameter` or None. Dense/conv biases are not preconditioned (plain momentum),
+  as in MindSpore; a LayerNorm's ``beta`` gets the LayerNorm rule, as its ``gamma`` does. Embedding
+  layers have none.
 * the statistics of the current batch, needed only on the steps where THOR refreshes its factors
   (:attr:`Thor.is_thor_step`), either
 
@@ -33,6 +36,11 @@ works:
   - ``a_cov`` (``K × K``) and ``g_cov`` (``C_out × C_out``): A and G computed by the model itself (they
     take precedence when set).
 
+* embedding layers: the same two ways, with ``inputs`` the batch's token ids (an integer array of any
+  shape, values in ``[0, vocab)``) and ``output_grads`` (``N × dim``, one row per token, ``N`` the number
+  of ids): THOR forms ``A = counts`` (how often each id occurs: the diagonal of ``onehotᵀ·onehot``, a
+  vector of ``vocab`` values, not divided by ``N``) and ``G = δᵀδ/N``; or ``a_cov`` (``vocab`` values)
+  and ``g_cov`` (``dim × dim``). LayerNorm layers need no statistics.
 * conv layers only, optional: ``a_normalizer`` and ``g_normalizer`` (default 1.0), MindSpore's per-layer
   normalisers. The damping of a conv layer's A and G is divided by them and both inverses are multiplied
   by ``sqrt(1/a_normalizer)``; with A and G averaged over all ``N·P`` patch rows (``P`` output positions per
@@ -46,14 +54,18 @@ updated with plain momentum.
 The update (KERNELS §18, MindSpore's GPU path), per step
 --------------------------------------------------------
 1. ``g ← g/loss_scale`` for every gradient.
-2. ``λ = damping[cov_step]`` (read on THOR steps only, where it is used).
+2. ``λ = damping[cov_step]`` (read on THOR steps, and on every step when there are LayerNorm layers:
+   only where it is used).
 3. On a THOR step (``cov_step % frequency == 0``: the first of every ``frequency`` steps, as MindSpore's
    model wrapper drives it), for each layer: ``λ_A = λ/a_normalizer``, ``λ_G = λ/g_normalizer``,
    ``fm = sqrt(1/a_normalizer)`` for conv (``λ_A = λ_G = λ``, ``fm = 1`` for dense);
    ``A' = A + sqrt(λ_A)·I``; ``G' = G·batch_size²/loss_scale² + sqrt(λ_G)·I`` (note: the *square root* of
    the damping); the inverses through Cholesky factors (``A' = L·Lᵀ``, ``A'⁻¹ = L⁻ᵀ·L⁻¹``), each
    multiplied by ``fm`` and kept. On the other steps the kept (stale) inverses are used.
-4. For each layer weight: ``g̃ = G'⁻¹·g·A'⁻¹`` (``g`` as ``C_out × K``).
+   Embedding layers: ``A'⁻¹ = 1/(A/batch_size + sqrt(λ))`` element-wise and ``G'⁻¹`` as above (``fm = 1``).
+4. For each Dense/conv weight: ``g̃ = G'⁻¹·g·A'⁻¹`` (``g`` as ``C_out × K``); for each embedding table:
+   ``g̃ = (A'⁻¹[:, None]·g)·G'⁻¹``; on every step (THOR step or not), for a LayerNorm's ``gamma`` and
+   ``beta``: ``g̃ = g / (g²/batch_size + sqrt(λ))`` with this step's ``λ``.
 5. ``cov_step += 1``.
 6. If ``weight_decay > 0``: ``g̃ ← g̃ + weight_decay·w`` for the parameters passing ``decay_filter``
    (after preconditioning, not multiplied by the loss scale).
@@ -65,8 +77,9 @@ Where this differs from MindSpore
 * A is normalised by the number of rows ``N`` for every layer kind. MindSpore's GPU Dense layer divides
   ``aᵀa`` by its input dimension ``C_in`` instead (a quirk that makes the damping's effect depend on the
   layer width); its conv layers and its Ascend path use ``N``. Pass ``a_cov`` to use another normalisation.
-* Only Dense and conv layers are preconditioned; MindSpore's Embedding (diagonal A) and LayerNorm rules are
-  not implemented: such parameters get plain momentum here.
+* MindSpore recognises Embedding and LayerNorm layers by their cell types; here a record says so
+  (``kind="embedding"``, ``kind="layernorm"``). Parameters in no record get plain momentum.
+* LayerNorm's rule and an embedding's ``A'⁻¹`` are computed in the parameter's dtype (MindSpore: float32).
 * The factors and inverses are computed in float64 (SciPy's Cholesky and triangular solve) and stored in
   the parameter's dtype; the preconditioning products run in that dtype (MindSpore: float32 throughout;
   the Ascend path also pads and rescales matrices, which is not reproduced).
@@ -164,22 +177,29 @@ from .schedules import LearningRateSchedule
 
 __all__ = ["Thor", "ThorLayer", "thor", "thor_inverses"]
 
-_KINDS = ("dense", "conv")
+_KINDS = ("dense", "conv", "embedding", "layernorm")
+_PRECONDITIONED = ("dense", "conv", "embedding")  # the kinds with Kronecker factors
 
 
 @dataclass
 class ThorLayer:
-    """One Dense or conv layer as THOR sees it (see the module docstring for the protocol).
+    """One Dense, conv, Embedding or LayerNorm layer as THOR sees it (see the module docstring for the
+    protocol).
 
     Attributes:
-        weight: the weight Parameter, ``(C_out, C_in)`` (dense) or ``(C_out, C_in, kh, kw)`` (conv).
-        kind: ``"dense"`` or ``"conv"``.
-        bias: the bias Parameter, or None (never preconditioned).
-        inputs: this batch's layer inputs, ``N × K`` (conv: im2col patch rows), or None.
+        weight: the weight Parameter, ``(C_out, C_in)`` (dense), ``(C_out, C_in, kh, kw)`` (conv), the table
+            ``(vocab, dim)`` (embedding) or gamma (layernorm).
+        kind: ``"dense"``, ``"conv"``, ``"embedding"`` or ``"layernorm"``.
+        bias: the bias Parameter, or None (dense/conv: never preconditioned; layernorm: beta, which gets the
+            LayerNorm rule).
+        inputs: this batch's layer inputs, ``N × K`` (conv: im2col patch rows; embedding: the token ids, any
+            shape), or None.
         output_grads: this batch's gradients of the mean (loss-scaled) loss w.r.t. the layer's output rows,
-            ``N × C_out``, or None.
-        a_cov: a precomputed ``A`` (``K × K``), used instead of ``inputs`` when set.
-        g_cov: a precomputed ``G`` (``C_out × C_out``), used instead of ``output_grads`` when set.
+            ``N × C_out`` (embedding: ``N × dim``, N the number of ids), or None.
+        a_cov: a precomputed ``A`` (``K × K``; embedding: the ``vocab`` id counts), used instead of
+            ``inputs`` when set.
+        g_cov: a precomputed ``G`` (``C_out × C_out``; embedding: ``dim × dim``), used instead of
+            ``output_grads`` when set.
         a_normalizer, g_normalizer: conv layers' damping normalisers (MindSpore's), default 1.0.
     """
 
@@ -214,17 +234,18 @@ def thor_inverses(a_cov: Any, g_cov: Any, damping: float, *, kind: str = "dense"
     r"""THOR's damped inverse Kronecker factors of one layer (KERNELS §18 step 3), in float64::
 
         λ_A = λ/a_normalizer, λ_G = λ/g_normalizer, fm = sqrt(1/a_normalizer)    (conv)
-        λ_A = λ_G = λ, fm = 1                                                   (dense)
-        A⁻¹ = fm·(A + sqrt(λ_A)·I)⁻¹
+        λ_A = λ_G = λ, fm = 1                                                   (dense, embedding)
+        A⁻¹ = fm·(A + sqrt(λ_A)·I)⁻¹                                            (dense, conv)
+        A⁻¹ = 1/(A/batch_size + sqrt(λ))        element-wise, A a vector         (embedding)
         G⁻¹ = fm·(G·batch_size²/loss_scale² + sqrt(λ_G)·I)⁻¹
 
-    each inverse computed as ``L⁻ᵀ·L⁻¹`` from the Cholesky factor ``L`` of the damped matrix.
+    each matrix inverse computed as ``L⁻ᵀ·L⁻¹`` from the Cholesky factor ``L`` of the damped matrix.
 
     Args:
-        a_cov: A, a symmetric ``K × K`` array.
-        g_cov: G, a symmetric ``C_out × C_out`` array.
+        a_cov: A, a symmetric ``K × K`` array (embedding: the ``vocab`` id counts, a vector).
+        g_cov: G, a symmetric ``C_out × C_out`` array (embedding: ``dim × dim``).
         damping: λ >= 0.
-        kind: ``"dense"`` or ``"conv"``.
+        kind: ``"dense"``, ``"conv"`` or ``"embedding"``.
         batch_size: the batch size the output gradients were averaged over.
         loss_scale: the loss scale included in the output gradients.
         a_normalizer, g_normalizer: conv normalisers (> 0).
@@ -234,13 +255,26 @@ def thor_inverses(a_cov: Any, g_cov: Any, damping: float, *, kind: str = "dense"
         ``(A⁻¹, G⁻¹)``, new float64 arrays.
 
     Raises:
-        ValueError: a factor is not square, or not positive definite after damping.
+        ValueError: a factor is not square (embedding: A not a vector), or not positive definite after
+            damping (embedding: an entry of ``A/batch_size + sqrt(λ)`` not > 0).
     """
     a = np.asarray(a_cov, dtype=np.float64)
     g = np.asarray(g_cov, dtype=np.float64)
-    for what, m in (("A", a), ("G", g)):
+    embedding = kind == "embedding"
+    for what, m in ((("G", g),) if embedding else (("A", a), ("G", g))):
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise ValueError(f"THOR factor {what} of {name} must be a square matrix, got shape {m.shape}")
+    if embedding and a.ndim != 1:
+        raise ValueError(f"THOR factor A of embedding {name} must be a vector (one count per id), got shape "
+                         f"{a.shape}")
+    if embedding:
+        damped = a / float(batch_size) + math.sqrt(damping)
+        if not np.all(damped > 0.0):
+            raise ValueError(f"THOR factor A of {name} has an entry <= 0 after damping (an id that never "
+                             f"occurs, with damping 0: increase the damping)")
+        a_inv = 1.0 / damped
+        g_scaled = g * (float(batch_size) ** 2 / float(loss_scale) ** 2)
+        return a_inv, _damped_inverse(g_scaled, math.sqrt(damping), f"THOR factor G of {name}")
     if kind == "conv":
         damping_a, damping_g = damping / a_normalizer, damping / g_normalizer
         fm = math.sqrt(1.0 / a_normalizer)
@@ -306,7 +340,7 @@ def _layer_name(layer: Any) -> str:
 
 
 def _check_layer(layer: Any, owner: str) -> tuple[int, int]:
-    """Validate one layer record's structure; returns its ``(C_out, K)``."""
+    """Validate one layer record's structure; returns its ``(C_out, K)`` (embedding: ``(vocab, dim)``)."""
     name = _layer_name(layer)
     weight = getattr(layer, "weight", None)
     if not isinstance(weight, Parameter):
@@ -314,10 +348,10 @@ def _check_layer(layer: Any, owner: str) -> tuple[int, int]:
                         f"{type(weight).__name__}")
     kind = getattr(layer, "kind", None)
     if kind not in _KINDS:
-        raise ValueError(f"For '{owner}', the THOR layer {name} has kind {kind!r}; it must be 'dense' or "
-                         f"'conv'")
-    rank = 2 if kind == "dense" else 4
-    if weight.ndim != rank:
+        raise ValueError(f"For '{owner}', the THOR layer {name} has kind {kind!r}; it must be 'dense', "
+                         f"'conv', 'embedding' or 'layernorm'")
+    rank = {"dense": 2, "conv": 4, "embedding": 2}.get(kind)
+    if rank is not None and weight.ndim != rank:
         raise ValueError(f"For '{owner}', the {kind} layer {name} must have a weight of rank {rank}, got "
                          f"shape {weight.shape}")
     bias = getattr(layer, "bias", None)
@@ -334,15 +368,20 @@ def _check_layer(layer: Any, owner: str) -> tuple[int, int]:
                 raise TypeError(f"For '{owner}', '{attr}' of THOR layer {name} must be a number")
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"For '{owner}', '{attr}' of THOR layer {name} must be > 0, got {value}")
-    c_out = weight.shape[0]
-    return c_out, weight.size // c_out
+    if kind == "embedding" and bias is not None:
+        raise ValueError(f"For '{owner}', the embedding layer {name} has no bias (set bias=None)")
+    if kind == "layernorm" and bias is not None and bias.is_cuda:
+        raise TypeError(f"For '{owner}', THOR runs on NumPy parameters only; the bias of {name} is a CUDA "
+                        f"array")
+    c_out = weight.shape[0] if weight.ndim else 1
+    return c_out, weight.size // max(c_out, 1)
 
 
 def _net_structure(net: Any, owner: str) -> tuple[list, list[Parameter]]:
     """The layer records and the parameters to optimise (see the module docstring's protocol)."""
     get_layers = getattr(net, "thor_layers", None)
     if not callable(get_layers):
-        raise TypeError(f"For '{owner}', 'net' must have a method thor_layers() returning its Dense/conv "
+        raise TypeError(f"For '{owner}', 'net' must have a method thor_layers() returning its layer "
                         f"layer records (see optkernels.optimizers.thor), got {type(net).__name__}")
     layers = get_layers()
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
@@ -361,6 +400,9 @@ def _net_structure(net: Any, owner: str) -> tuple[list, list[Parameter]]:
         if id(layer.weight) not in ids:
             raise ValueError(f"For '{owner}', the weight of THOR layer {_layer_name(layer)} is not among the "
                              f"parameters to optimise")
+        if layer.kind == "layernorm" and layer.bias is not None and id(layer.bias) not in ids:
+            raise ValueError(f"For '{owner}', the bias of LayerNorm layer {_layer_name(layer)} is not among "
+                             f"the parameters to optimise")
     return layers, params
 
 
@@ -428,8 +470,13 @@ class Thor(Optimizer):
         self.decay_flags = tuple(bool(decay_filter(p)) for p in self._params)
         self._net = net
         self._layer_weights = [layer.weight for layer in layers]
+        self._layer_kinds = [layer.kind for layer in layers]
         index = {id(p): k for k, p in enumerate(self._params)}
         self._layer_of = {index[id(w)]: k for k, w in enumerate(self._layer_weights)}
+        for k, layer in enumerate(layers):  # a LayerNorm's beta takes the LayerNorm rule too
+            if layer.kind == "layernorm" and layer.bias is not None:
+                self._layer_of[index[id(layer.bias)]] = k
+        self._has_layernorm = "layernorm" in self._layer_kinds
         self._inverses: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(layers)
         self.cov_step = 0
         self._add_slots({"moments": 0.0})
@@ -443,8 +490,8 @@ class Thor(Optimizer):
 
     @property
     def matrix_a_inv(self) -> tuple:
-        """The kept ``A'⁻¹·fm`` of each layer (in ``thor_layers()`` order, the parameter's dtype; None before
-        the first step)."""
+        """The kept ``A'⁻¹·fm`` of each layer (in ``thor_layers()`` order, the parameter's dtype; a vector for
+        an embedding; None before the first step, and always for a LayerNorm layer)."""
         return tuple(None if inv is None else inv[0] for inv in self._inverses)
 
     @property
@@ -454,9 +501,50 @@ class Thor(Optimizer):
 
     # ------------------------------------------------------------------------------------ the step
 
+    def _embedding_statistics(self, layer: Any, vocab: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """A (the id counts) and G of one embedding layer from its record (float64), checked."""
+        owner, name = self._owner, _layer_name(layer)
+        a_cov, g_cov = getattr(layer, "a_cov", None), getattr(layer, "g_cov", None)
+        if a_cov is None or g_cov is None:
+            ids, grads = getattr(layer, "inputs", None), getattr(layer, "output_grads", None)
+            if ids is None or grads is None:
+                raise ValueError(f"For '{owner}', THOR layer {name} has no statistics for this THOR step: "
+                                 f"set 'inputs' (the token ids) and 'output_grads' (or 'a_cov' and 'g_cov')")
+            ids = np.asarray(ids)
+            if ids.dtype.kind not in "iu":
+                raise TypeError(f"For '{owner}', 'inputs' of embedding layer {name} must be integer token ids, "
+                                f"got dtype {ids.dtype}")
+            ids = ids.reshape(-1)
+            if ids.size == 0:
+                raise ValueError(f"For '{owner}', 'inputs' of embedding layer {name} has no ids")
+            if ids.min() < 0 or ids.max() >= vocab:
+                raise ValueError(f"For '{owner}', 'inputs' of embedding layer {name} must be ids in "
+                                 f"[0, {vocab}), got values from {ids.min()} to {ids.max()}")
+            d = np.asarray(grads, dtype=np.float64)
+            if d.shape != (ids.size, dim):
+                raise ValueError(f"For '{owner}', 'output_grads' of embedding layer {name} must have shape "
+                                 f"({ids.size}, {dim}) (one row per id), got {d.shape}")
+            if a_cov is None:
+                a_cov = np.bincount(ids, minlength=vocab).astype(np.float64)
+            if g_cov is None:
+                g_cov = d.T @ d / d.shape[0]
+        a_cov = np.asarray(a_cov, dtype=np.float64)
+        g_cov = np.asarray(g_cov, dtype=np.float64)
+        if a_cov.shape != (vocab,):
+            raise ValueError(f"For '{owner}', 'a_cov' of embedding layer {name} must have shape ({vocab},) "
+                             f"(one count per id), got {a_cov.shape}")
+        if g_cov.shape != (dim, dim):
+            raise ValueError(f"For '{owner}', 'g_cov' of embedding layer {name} must have shape ({dim}, {dim}), "
+                             f"got {g_cov.shape}")
+        if not (np.all(np.isfinite(a_cov)) and np.all(np.isfinite(g_cov))):
+            raise ValueError(f"For '{owner}', the statistics of THOR layer {name} are not finite")
+        return a_cov, g_cov
+
     def _layer_statistics(self, layer: Any, c_out: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """A and G of one layer from its record (float64), checked."""
         owner, name = self._owner, _layer_name(layer)
+        if layer.kind == "embedding":
+            return self._embedding_statistics(layer, c_out, k)
         a_cov, g_cov = getattr(layer, "a_cov", None), getattr(layer, "g_cov", None)
         if a_cov is None or g_cov is None:
             inputs, grads = getattr(layer, "inputs", None), getattr(layer, "output_grads", None)
@@ -495,9 +583,12 @@ class Thor(Optimizer):
         if [id(getattr(layer, "weight", None)) for layer in layers] != [id(w) for w in self._layer_weights]:
             raise ValueError(f"For '{owner}', net.thor_layers() must return the same layers, in the same "
                              f"order, at every step")
-        out = []
+        out: list[tuple[np.ndarray, np.ndarray] | None] = []
         for layer in layers:
             c_out, k = _check_layer(layer, owner)
+            if layer.kind == "layernorm":
+                out.append(None)
+                continue
             a_cov, g_cov = self._layer_statistics(layer, c_out, k)
             conv = layer.kind == "conv"
             a_norm = float(getattr(layer, "a_normalizer", 1.0)) if conv else 1.0
@@ -510,10 +601,11 @@ class Thor(Optimizer):
         return out
 
     def _prepare_step(self, ctx: Any) -> None:
-        if self.is_thor_step:  # the damping is only used here, so it is only read here
-            ctx.extra["inverses"] = self._refreshed_inverses(self._damping.value(self.cov_step, self._owner))
-        else:
-            ctx.extra["inverses"] = self._inverses
+        # the damping is read only where it is used: on THOR steps, and by the LayerNorm rule on every step
+        damping = (self._damping.value(self.cov_step, self._owner)
+                   if self.is_thor_step or self._has_layernorm else None)
+        ctx.extra["damping"] = damping
+        ctx.extra["inverses"] = self._refreshed_inverses(damping) if self.is_thor_step else self._inverses
 
     def _commit_step(self, ctx: Any) -> None:
         self._inverses = ctx.extra["inverses"]
@@ -521,25 +613,38 @@ class Thor(Optimizer):
 
     # ------------------------------------------------------------------------------------ state
 
-    def _inverse_shapes(self) -> list[tuple[int, int, np.dtype]]:
-        return [(w.size // w.shape[0], w.shape[0], w.dtype) for w in self._layer_weights]
+    def _inverse_shapes(self) -> list[tuple[tuple, tuple, np.dtype] | None]:
+        """Per layer, the shapes of its kept ``A'⁻¹`` and ``G'⁻¹`` and their dtype (None: LayerNorm)."""
+        out: list[tuple[tuple, tuple, np.dtype] | None] = []
+        for w, kind in zip(self._layer_weights, self._layer_kinds):
+            if kind == "layernorm":
+                out.append(None)
+            elif kind == "embedding":
+                out.append(((w.shape[0],), (w.shape[1], w.shape[1]), w.dtype))
+            else:
+                k, c_out = w.size // w.shape[0], w.shape[0]
+                out.append(((k, k), (c_out, c_out), w.dtype))
+        return out
 
     def _scalar_state(self) -> dict[str, np.ndarray]:
         """``cov_step`` and the kept inverses (``matrix_a_inv.<weight name>``, ``matrix_g_inv.<weight
-        name>``; zeros before the first step), so that a loaded state resumes between two THOR steps."""
+        name>``; zeros before the first step; none for LayerNorm layers), so that a loaded state resumes
+        between two THOR steps."""
         out = {"cov_step": np.array(self.cov_step, dtype=np.int64)}
-        for w, inv, (k, c_out, dtype) in zip(self._layer_weights, self._inverses, self._inverse_shapes()):
-            if inv is None:
-                inv = np.zeros((k, k), dtype), np.zeros((c_out, c_out), dtype)
-            a_inv, g_inv = inv
+        for w, inv, shapes in zip(self._layer_weights, self._inverses, self._inverse_shapes()):
+            if shapes is None:
+                continue
+            a_shape, g_shape, dtype = shapes
+            a_inv, g_inv = inv if inv is not None else (np.zeros(a_shape, dtype), np.zeros(g_shape, dtype))
             out[f"matrix_a_inv.{w.name}"] = a_inv.copy()
             out[f"matrix_g_inv.{w.name}"] = g_inv.copy()
         return out
 
     def _load_scalar_state(self, state: dict[str, np.ndarray]) -> None:
         self.cov_step = int(state["cov_step"])
-        self._inverses = [(np.array(state[f"matrix_a_inv.{w.name}"]),
-                           np.array(state[f"matrix_g_inv.{w.name}"])) for w in self._layer_weights]
+        self._inverses = [None if shapes is None else (np.array(state[f"matrix_a_inv.{w.name}"]),
+                                                       np.array(state[f"matrix_g_inv.{w.name}"]))
+                          for w, shapes in zip(self._layer_weights, self._inverse_shapes())]
 
     def load_state_dict(self, state: Any) -> None:
         """Restore a state saved by :meth:`state_dict` (see :meth:`Optimizer.load_state_dict`); ``"cov_step"``
@@ -560,7 +665,15 @@ class Thor(Optimizer):
 
     def _apply_dense(self, plan: Any, grad: Any, scalars: tuple, ctx: Any) -> None:
         layer = self._layer_of.get(plan.index)
-        if layer is not None:
+        kind = None if layer is None else self._layer_kinds[layer]
+        if kind == "layernorm":  # g / (g²/batch_size + sqrt(λ)), in the parameter's dtype
+            dtype = plan.dtype.type
+            fim = grad * grad * dtype(1.0 / self.batch_size) + dtype(math.sqrt(ctx.extra["damping"]))
+            grad = grad * (dtype(1.0) / fim)
+        elif kind == "embedding":
+            a_inv, g_inv = ctx.extra["inverses"][layer]
+            grad = ((a_inv[:, None] * grad.reshape(plan.shape[0], -1)) @ g_inv).reshape(-1)
+        elif kind is not None:
             a_inv, g_inv = ctx.extra["inverses"][layer]
             c_out = plan.shape[0]
             grad = (g_inv @ grad.reshape(c_out, -1) @ a_inv).reshape(-1)
@@ -612,11 +725,13 @@ def thor(net: Any, learning_rate: Any, damping: Any, momentum: float, weight_dec
         TypeError: ``net`` does not follow the protocol; ``learning_rate`` or ``damping`` of another type;
             ``momentum`` not a float; ``frequency`` or ``batch_size`` not an int; ``use_nesterov`` or
             ``enable_clip_grad`` not a bool; ``decay_filter`` not callable; ``split_indices`` not None or a
-            list of ints; CUDA parameters; the base class's type errors (loss_scale, weight_decay).
+            list of ints; CUDA parameters; the base class's type errors (loss_scale, weight_decay). At a
+            THOR step: an embedding's ``inputs`` that are not integer ids.
         ValueError: ``momentum`` < 0; ``frequency`` < 2; ``batch_size`` <= 0; a bad layer record (kind,
-            weight rank); negative or non-finite damping; the base class's value errors. At a THOR step:
-            missing or mis-shaped statistics, or a factor that is not positive definite after damping
-            (raised before anything is written).
+            weight rank, an embedding with a bias, a LayerNorm bias not among the parameters); negative or
+            non-finite damping; the base class's value errors. At a THOR step: missing or mis-shaped
+            statistics, ids out of range, or a factor that is not positive definite after damping (raised
+            before anything is written).
     """
     return Thor(net, learning_rate, damping, momentum, weight_decay, loss_scale, batch_size, use_nesterov,
                 decay_filter, split_indices, enable_clip_grad, frequency)
