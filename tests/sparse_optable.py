@@ -15,41 +15,22 @@ import numpy as np
 import optkernels.reference as R
 import optkernels.sparse as S
 from optable import cast_scalars
-
-
-def _normal(rng, shape, dtype, scale=1.0):
-    return np.asarray(rng.standard_normal(shape) * scale, dtype=dtype)
-
-
-def _positive(rng, shape, dtype, low=0.1, high=1.0):
-    return np.asarray(rng.uniform(low, high, shape), dtype=dtype)
+# The random generators the conformance cases (python -m optkernels verify) also draw from.
+from optkernels.conformance.cases import adam_scalars, moments, normal, uniform
+from optkernels.conformance.sparse_cases import ftrl_attrs
 
 
 def adam_states(rng, shape, dtype):
-    return dict(var=_normal(rng, shape, dtype), m=_normal(rng, shape, dtype, 0.1),
-                v=_positive(rng, shape, dtype, 0.0, 0.5))
-
-
-def adam_scalars(rng):
-    beta1, beta2 = rng.uniform(0.5, 0.99), rng.uniform(0.9, 0.9999)
-    t = int(rng.integers(1, 50))
-    return dict(beta1_power=beta1 ** t, beta2_power=beta2 ** t, lr=rng.uniform(1e-4, 0.1), beta1=beta1,
-                beta2=beta2, epsilon=float(10.0 ** rng.uniform(-8, -3)))
+    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype))
 
 
 def ftrl_states(rng, shape, dtype):
-    return dict(var=_normal(rng, shape, dtype), accum=_positive(rng, shape, dtype),
-                linear=_normal(rng, shape, dtype))
-
-
-def ftrl_attrs(rng):
-    return dict(lr=float(rng.uniform(0.01, 0.5)), l1=float(rng.choice([0.0, rng.uniform(0.0, 0.5)])),
-                l2=float(rng.choice([0.0, rng.uniform(0.0, 0.5)])),
-                lr_power=float(rng.choice([-0.5, rng.uniform(-1.0, 0.0), 0.0])))
+    return dict(var=normal(rng, shape, dtype), accum=uniform(rng, shape, dtype, 0.1, 1.0),
+                linear=normal(rng, shape, dtype))
 
 
 def accum_states(rng, shape, dtype):
-    return dict(var=_normal(rng, shape, dtype), accum=_positive(rng, shape, dtype))
+    return dict(var=normal(rng, shape, dtype), accum=uniform(rng, shape, dtype, 0.1, 1.0))
 
 
 def proximal_scalars(rng):

@@ -68,25 +68,25 @@ class OpCase:
         return [inputs[name] for name in self.positional]
 
 
-def _adam_scalars(rng):
+def adam_scalars(rng):
     beta1, beta2 = rng.uniform(0.5, 0.99), rng.uniform(0.9, 0.9999)
     t = int(rng.integers(1, 50))
     return dict(beta1_power=beta1 ** t, beta2_power=beta2 ** t, lr=rng.uniform(1e-4, 0.1),
                 beta1=beta1, beta2=beta2, epsilon=float(10.0 ** rng.uniform(-8, -3)))
 
 
-def _moments(rng, shape, dtype):
+def moments(rng, shape, dtype):
     return dict(m=normal(rng, shape, dtype, 0.1), v=uniform(rng, shape, dtype, 0.0, 0.5))
 
 
 def make_adam(rng, shape, dtype):
-    return dict(var=normal(rng, shape, dtype), **_moments(rng, shape, dtype), gradient=normal(rng, shape, dtype),
-                **_adam_scalars(rng))
+    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype), gradient=normal(rng, shape, dtype),
+                **adam_scalars(rng))
 
 
 def make_amsgrad(rng, shape, dtype):
-    s = _adam_scalars(rng)
-    mom = _moments(rng, shape, dtype)
+    s = adam_scalars(rng)
+    mom = moments(rng, shape, dtype)
     return dict(var=normal(rng, shape, dtype), **mom, vhat=uniform(rng, shape, dtype, 0.0, 0.5),
                 beta1_power=s["beta1_power"], beta2_power=s["beta2_power"], lr=s["lr"],
                 grad=normal(rng, shape, dtype))
@@ -99,15 +99,15 @@ def make_adam_delta(rng, shape, dtype):
 
 
 def make_adam_weight_decay(rng, shape, dtype):
-    s = _adam_scalars(rng)
-    return dict(var=normal(rng, shape, dtype), **_moments(rng, shape, dtype), lr=s["lr"], beta1=s["beta1"],
+    s = adam_scalars(rng)
+    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype), lr=s["lr"], beta1=s["beta1"],
                 beta2=s["beta2"], epsilon=s["epsilon"], decay=rng.uniform(0.0, 0.1),
                 gradient=normal(rng, shape, dtype))
 
 
 def make_ada_max(rng, shape, dtype):
-    s = _adam_scalars(rng)
-    return dict(var=normal(rng, shape, dtype), **_moments(rng, shape, dtype), beta1_power=s["beta1_power"],
+    s = adam_scalars(rng)
+    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype), beta1_power=s["beta1_power"],
                 lr=s["lr"], beta1=s["beta1"], beta2=s["beta2"], epsilon=s["epsilon"],
                 grad=normal(rng, shape, dtype))
 
@@ -176,8 +176,8 @@ def make_lars(rng, shape, dtype):
 
 
 def make_lamb(rng, shape, dtype):
-    s = _adam_scalars(rng)
-    return dict(var=normal(rng, shape, dtype), **_moments(rng, shape, dtype), lr=s["lr"], beta1=s["beta1"],
+    s = adam_scalars(rng)
+    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype), lr=s["lr"], beta1=s["beta1"],
                 beta2=s["beta2"], epsilon=float(10.0 ** rng.uniform(-8, -4)),
                 decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])), global_step=int(rng.integers(1, 100)),
                 gradient=normal(rng, shape, dtype))

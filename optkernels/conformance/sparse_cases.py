@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import OpCase, _adam_scalars, _moments, nesterov_attr, normal, uniform
+from .cases import OpCase, adam_scalars, moments, nesterov_attr, normal, uniform
 
 
 def _row_sparse(rng, shape, dtype) -> dict:
@@ -21,7 +21,7 @@ def _row_sparse(rng, shape, dtype) -> dict:
 
 
 def _adam(rng, shape, dtype):
-    return dict(var=normal(rng, shape, dtype), **_moments(rng, shape, dtype), **_adam_scalars(rng),
+    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype), **adam_scalars(rng),
                 **_row_sparse(rng, shape, dtype))
 
 
@@ -30,7 +30,7 @@ def _ftrl(rng, shape, dtype):
                 linear=normal(rng, shape, dtype), **_row_sparse(rng, shape, dtype))
 
 
-def _ftrl_attrs(rng):
+def ftrl_attrs(rng):
     return dict(lr=float(rng.uniform(0.01, 0.5)), l1=float(rng.choice([0.0, rng.uniform(0.0, 0.5)])),
                 l2=float(rng.choice([0.0, rng.uniform(0.0, 0.5)])),
                 lr_power=float(rng.choice([-0.5, rng.uniform(-1.0, 0.0), 0.0])))
@@ -72,9 +72,9 @@ SPARSE_CASES = [
            module="sparse"),
     OpCase("fused_sparse_lazy_adam", ("var", "m", "v"), _adam, nesterov_attr, ulps=16.0, terms=grad_terms("m", "v"),
            module="sparse"),
-    OpCase("fused_sparse_ftrl", ("var", "accum", "linear"), _ftrl, _ftrl_attrs, ulps=16.0,
+    OpCase("fused_sparse_ftrl", ("var", "accum", "linear"), _ftrl, ftrl_attrs, ulps=16.0,
            terms=grad_terms("accum", "linear", "var"), module="sparse"),
-    OpCase("sparse_apply_ftrl", ("var", "accum", "linear"), _ftrl, _ftrl_attrs, ulps=16.0,
+    OpCase("sparse_apply_ftrl", ("var", "accum", "linear"), _ftrl, ftrl_attrs, ulps=16.0,
            terms=grad_terms("accum", "linear", "var"), module="sparse"),
     OpCase("fused_sparse_proximal_adagrad", ("var", "accum"), _proximal, ulps=16.0,
            terms=grad_terms("accum", "var"), module="sparse"),
