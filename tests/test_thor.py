@@ -349,7 +349,7 @@ def test_state_dict_round_trip_resumes_between_thor_steps_bit_identically():
         opt_c.load_state_dict(saved)
 
 
-# ------------------------------------------------------------------------------------- Embedding and LayerNorm
+# ------------------------------------------------------------------------------------ Embedding and LayerNorm
 
 def embedding_and_layernorm_net(rng, dtype=np.float64, vocab=7, dim=3):
     table = Parameter(rng.standard_normal((vocab, dim)).astype(dtype), "emb.table")

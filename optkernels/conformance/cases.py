@@ -80,8 +80,8 @@ def moments(rng, shape, dtype):
 
 
 def make_adam(rng, shape, dtype):
-    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype), gradient=normal(rng, shape, dtype),
-                **adam_scalars(rng))
+    return dict(var=normal(rng, shape, dtype), **moments(rng, shape, dtype),
+                gradient=normal(rng, shape, dtype), **adam_scalars(rng))
 
 
 def make_amsgrad(rng, shape, dtype):
@@ -195,7 +195,8 @@ def make_ada_factor(rng, shape, dtype):
                 grad=normal(rng, shape, dtype), param=normal(rng, shape, dtype),
                 exp_avg=normal(rng, shape, dtype, 0.1),
                 exp_avg_sq_row=uniform(rng, shape[:-1], dtype, 0.1, 2.0) if factored else dummy,
-                exp_avg_sq_col=uniform(rng, shape[:-2] + shape[-1:], dtype, 0.1, 2.0) if factored else dummy.copy(),
+                exp_avg_sq_col=(uniform(rng, shape[:-2] + shape[-1:], dtype, 0.1, 2.0) if factored
+                                else dummy.copy()),
                 exp_avg_sq=dummy.copy() if factored else uniform(rng, shape, dtype, 0.1, 2.0),
                 global_norm=float(rng.choice([0.0, rng.uniform(0.5, 4.0)])))
 

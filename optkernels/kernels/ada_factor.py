@@ -199,16 +199,16 @@ def _check_half_slot(exp_avg_sq: Any, shape: tuple, others: dict[str, Any], devi
 
 def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t: Scalar,
                      weight_decay: Scalar, learning_rate: Scalar, grad: Any, param: Any, exp_avg: Any,
-                     exp_avg_sq_row: Any, exp_avg_sq_col: Any, exp_avg_sq: Any, global_norm: Scalar | None = None,
-                     *, enable_scale_parameter: bool = False,
+                     exp_avg_sq_row: Any, exp_avg_sq_col: Any, exp_avg_sq: Any,
+                     global_norm: Scalar | None = None, *, enable_scale_parameter: bool = False,
                      enable_first_moment: bool = False, enable_weight_decay: bool = False
                      ) -> tuple[Any, Any, Any, Any, Any]:
     r"""One AdaFactor step for one parameter, in place (MindSpore ``FusedAdaFactor``, its input order; with
     ``global_norm``, ``FusedAdaFactorWithGlobalNorm``).
 
     With ``X = param``, ``G = grad`` (``grad · (1/global_norm)`` when a global norm is given, see below),
-    ``(eps1, eps2) = epsilon``, ``d = clip_threshold``, ``rho =
-    learning_rate``, ``lambda = weight_decay`` and ``RMS(x) = sqrt(mean(x²))`` over the whole tensor::
+    ``(eps1, eps2) = epsilon``, ``d = clip_threshold``, ``rho = learning_rate``, ``lambda = weight_decay``
+    and ``RMS(x) = sqrt(mean(x²))`` over the whole tensor::
 
         U0 = G² + eps1                                                      (element-wise)
         factored (X.ndim >= 2; R = exp_avg_sq_row, C = exp_avg_sq_col, per trailing 2-D slice):

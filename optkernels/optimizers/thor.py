@@ -512,8 +512,8 @@ class Thor(Optimizer):
                                  f"set 'inputs' (the token ids) and 'output_grads' (or 'a_cov' and 'g_cov')")
             ids = np.asarray(ids)
             if ids.dtype.kind not in "iu":
-                raise TypeError(f"For '{owner}', 'inputs' of embedding layer {name} must be integer token ids, "
-                                f"got dtype {ids.dtype}")
+                raise TypeError(f"For '{owner}', 'inputs' of embedding layer {name} must be integer token "
+                                f"ids, got dtype {ids.dtype}")
             ids = ids.reshape(-1)
             if ids.size == 0:
                 raise ValueError(f"For '{owner}', 'inputs' of embedding layer {name} has no ids")
@@ -534,8 +534,8 @@ class Thor(Optimizer):
             raise ValueError(f"For '{owner}', 'a_cov' of embedding layer {name} must have shape ({vocab},) "
                              f"(one count per id), got {a_cov.shape}")
         if g_cov.shape != (dim, dim):
-            raise ValueError(f"For '{owner}', 'g_cov' of embedding layer {name} must have shape ({dim}, {dim}), "
-                             f"got {g_cov.shape}")
+            raise ValueError(f"For '{owner}', 'g_cov' of embedding layer {name} must have shape "
+                             f"({dim}, {dim}), got {g_cov.shape}")
         if not (np.all(np.isfinite(a_cov)) and np.all(np.isfinite(g_cov))):
             raise ValueError(f"For '{owner}', the statistics of THOR layer {name} are not finite")
         return a_cov, g_cov

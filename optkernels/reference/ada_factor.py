@@ -33,14 +33,14 @@ def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: Array
                      weight_decay: ArrayLike, learning_rate: ArrayLike, grad: ArrayLike, param: ArrayLike,
                      exp_avg: ArrayLike | None, exp_avg_sq_row: ArrayLike | None,
                      exp_avg_sq_col: ArrayLike | None, exp_avg_sq: ArrayLike | None,
-                     global_norm: ArrayLike | None = None, *, enable_scale_parameter: bool = False, enable_first_moment: bool = False,
-                     enable_weight_decay: bool = False) -> tuple:
+                     global_norm: ArrayLike | None = None, *, enable_scale_parameter: bool = False,
+                     enable_first_moment: bool = False, enable_weight_decay: bool = False) -> tuple:
     """One AdaFactor step for one parameter (``FusedAdaFactor`` input order), in float64.
 
     Update rule (X = param, G = grad, (eps1, eps2) = epsilon, d = clip_threshold, rho = learning_rate,
     lambda = weight_decay; RMS(x) = sqrt(mean(x*x)) over the whole tensor)::
 
-        G = G * (1/global_norm)   if global_norm is given and global_norm >= 1e-30 (FusedAdaFactorWithGlobalNorm)
+        G = G * (1/global_norm)     if global_norm is given and >= 1e-30 (FusedAdaFactorWithGlobalNorm)
         U0 = G*G + eps1
         if X.ndim >= 2 (factored; R = exp_avg_sq_row, C = exp_avg_sq_col):
             R = beta2t*R + (1 - beta2t)*mean(U0, axis=-1)
@@ -57,10 +57,10 @@ def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: Array
         X_new = X - lambda*alpha*X if enable_weight_decay else X
         X_new = X_new - U
 
-    The 1e-30 clamps are those of MindSpore's CPU kernel, which also stores the clamped C and V. A float16 ``exp_avg_sq`` models
-    ``nn.AdaFactor(compression=True)``: the stored slot is float16, so the new V is rounded to float16
-    (the returned array is float64 holding those values) and U is computed from the rounded value. An empty
-    parameter returns copies of its inputs.
+    The 1e-30 clamps are those of MindSpore's CPU kernel, which also stores the clamped C and V. A float16
+    ``exp_avg_sq`` models ``nn.AdaFactor(compression=True)``: the stored slot is float16, so the new V is
+    rounded to float16 (the returned array is float64 holding those values) and U is computed from the
+    rounded value. An empty parameter returns copies of its inputs.
 
     Args:
         epsilon: ``(eps1, eps2)``.
