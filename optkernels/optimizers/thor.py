@@ -501,78 +501,59 @@ class Thor(Optimizer):
 
     # ------------------------------------------------------------------------------------ the step
 
-    def _embedding_statistics(self, layer: Any, vocab: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        """A (the id counts) and G of one embedding layer from its record (float64), checked."""
-        owner, name = self._owner, _layer_name(layer)
-        a_cov, g_cov = getattr(layer, "a_cov", None), getattr(layer, "g_cov", None)
-        if a_cov is None or g_cov is None:
-            ids, grads = getattr(layer, "inputs", None), getattr(layer, "output_grads", None)
-            if ids is None or grads is None:
-                raise ValueError(f"For '{owner}', THOR layer {name} has no statistics for this THOR step: "
-                                 f"set 'inputs' (the token ids) and 'output_grads' (or 'a_cov' and 'g_cov')")
-            ids = np.asarray(ids)
-            if ids.dtype.kind not in "iu":
-                raise TypeError(f"For '{owner}', 'inputs' of embedding layer {name} must be integer token "
-                                f"ids, got dtype {ids.dtype}")
-            ids = ids.reshape(-1)
-            if ids.size == 0:
-                raise ValueError(f"For '{owner}', 'inputs' of embedding layer {name} has no ids")
-            if ids.min() < 0 or ids.max() >= vocab:
-                raise ValueError(f"For '{owner}', 'inputs' of embedding layer {name} must be ids in "
-                                 f"[0, {vocab}), got values from {ids.min()} to {ids.max()}")
-            d = np.asarray(grads, dtype=np.float64)
-            if d.shape != (ids.size, dim):
-                raise ValueError(f"For '{owner}', 'output_grads' of embedding layer {name} must have shape "
-                                 f"({ids.size}, {dim}) (one row per id), got {d.shape}")
-            if a_cov is None:
-                a_cov = np.bincount(ids, minlength=vocab).astype(np.float64)
-            if g_cov is None:
-                g_cov = d.T @ d / d.shape[0]
-        a_cov = np.asarray(a_cov, dtype=np.float64)
-        g_cov = np.asarray(g_cov, dtype=np.float64)
-        if a_cov.shape != (vocab,):
-            raise ValueError(f"For '{owner}', 'a_cov' of embedding layer {name} must have shape ({vocab},) "
-                             f"(one count per id), got {a_cov.shape}")
-        if g_cov.shape != (dim, dim):
-            raise ValueError(f"For '{owner}', 'g_cov' of embedding layer {name} must have shape "
-                             f"({dim}, {dim}), got {g_cov.shape}")
-        if not (np.all(np.isfinite(a_cov)) and np.all(np.isfinite(g_cov))):
-            raise ValueError(f"For '{owner}', the statistics of THOR layer {name} are not finite")
-        return a_cov, g_cov
+    def _token_counts(self, ids: Any, vocab: int, name: str) -> np.ndarray:
+        """An embedding's A: how often each id in ``[0, vocab)`` occurs in ``ids`` (float64), checked."""
+        owner = self._owner
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"For '{owner}', 'inputs' of embedding layer {name} must be integer token ids, "
+                            f"got dtype {ids.dtype}")
+        ids = ids.reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            raise ValueError(f"For '{owner}', 'inputs' of embedding layer {name} must be ids in "
+                             f"[0, {vocab}), got values from {ids.min()} to {ids.max()}")
+        return np.bincount(ids, minlength=vocab).astype(np.float64)
 
     def _layer_statistics(self, layer: Any, c_out: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """A and G of one layer from its record (float64), checked."""
+        """A and G of one layer from its record (float64), checked. Dense/conv: ``A = aᵀa/N`` (``K × K``);
+        embedding (``c_out, k = vocab, dim``): A the id counts (``vocab`` values); ``G = δᵀδ/N`` for both."""
         owner, name = self._owner, _layer_name(layer)
-        if layer.kind == "embedding":
-            return self._embedding_statistics(layer, c_out, k)
+        embedding = layer.kind == "embedding"
+        a_shape, g_dim = ((c_out,), k) if embedding else ((k, k), c_out)
         a_cov, g_cov = getattr(layer, "a_cov", None), getattr(layer, "g_cov", None)
         if a_cov is None or g_cov is None:
             inputs, grads = getattr(layer, "inputs", None), getattr(layer, "output_grads", None)
             if inputs is None or grads is None:
+                what = "'inputs' (the token ids)" if embedding else "'inputs'"
                 raise ValueError(f"For '{owner}', THOR layer {name} has no statistics for this THOR step: "
-                                 f"set 'inputs' and 'output_grads' (or 'a_cov' and 'g_cov')")
-            a = np.asarray(inputs, dtype=np.float64)
-            d = np.asarray(grads, dtype=np.float64)
-            if a.ndim != 2 or a.shape[1] != k:
-                raise ValueError(f"For '{owner}', 'inputs' of THOR layer {name} must have shape (N, {k}), "
-                                 f"got {a.shape}")
-            if d.ndim != 2 or d.shape != (a.shape[0], c_out):
-                raise ValueError(f"For '{owner}', 'output_grads' of THOR layer {name} must have shape "
-                                 f"({a.shape[0]}, {c_out}), got {d.shape}")
-            if a.shape[0] == 0:
+                                 f"set {what} and 'output_grads' (or 'a_cov' and 'g_cov')")
+            if embedding:
+                n = np.asarray(inputs).size
+                counts = self._token_counts(inputs, c_out, name)
+            else:
+                a = np.asarray(inputs, dtype=np.float64)
+                if a.ndim != 2 or a.shape[1] != k:
+                    raise ValueError(f"For '{owner}', 'inputs' of THOR layer {name} must have shape "
+                                     f"(N, {k}), got {a.shape}")
+                n = a.shape[0]
+            if n == 0:
                 raise ValueError(f"For '{owner}', 'inputs' of THOR layer {name} has no rows")
+            d = np.asarray(grads, dtype=np.float64)
+            if d.shape != (n, g_dim):
+                raise ValueError(f"For '{owner}', 'output_grads' of THOR layer {name} must have shape "
+                                 f"({n}, {g_dim}) (one row per input row), got {d.shape}")
             if a_cov is None:
-                a_cov = a.T @ a / a.shape[0]
+                a_cov = counts if embedding else a.T @ a / n
             if g_cov is None:
-                g_cov = d.T @ d / d.shape[0]
+                g_cov = d.T @ d / n
         a_cov = np.asarray(a_cov, dtype=np.float64)
         g_cov = np.asarray(g_cov, dtype=np.float64)
-        if a_cov.shape != (k, k):
-            raise ValueError(f"For '{owner}', 'a_cov' of THOR layer {name} must have shape ({k}, {k}), got "
-                             f"{a_cov.shape}")
-        if g_cov.shape != (c_out, c_out):
+        if a_cov.shape != a_shape:
+            raise ValueError(f"For '{owner}', 'a_cov' of THOR layer {name} must have shape {a_shape}"
+                             f"{' (one count per id)' if embedding else ''}, got {a_cov.shape}")
+        if g_cov.shape != (g_dim, g_dim):
             raise ValueError(f"For '{owner}', 'g_cov' of THOR layer {name} must have shape "
-                             f"({c_out}, {c_out}), got {g_cov.shape}")
+                             f"({g_dim}, {g_dim}), got {g_cov.shape}")
         if not (np.all(np.isfinite(a_cov)) and np.all(np.isfinite(g_cov))):
             raise ValueError(f"For '{owner}', the statistics of THOR layer {name} are not finite")
         return a_cov, g_cov
