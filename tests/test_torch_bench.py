@@ -16,7 +16,6 @@ def test_torch_group_quick(monkeypatch):
     from harness import Suite
     from targets import check_targets
 
-    monkeypatch.setattr(torch_step, "PAUSE", 0.0)
     suite = Suite(quick=True)
     torch_step.run(suite)
     impls = {r.impl for r in suite.rows}

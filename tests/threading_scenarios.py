@@ -1,9 +1,10 @@
 """Concurrency scenarios of tests/test_threading.py, run as a script in a fresh process (Numba's threading
 layer is chosen at the first parallel launch, so each layer needs its own process):
 
-    python tests/threading_scenarios.py threads pool:fork pool:forkserver pool:spawn
+    python tests/threading_scenarios.py [--prefer-openmp] threads pool:fork pool:forkserver pool:spawn
 
-It prints the layer in use (or ``layer unavailable``), then one line per scenario: ``<scenario> ok``,
+``--prefer-openmp`` asks for OpenMP first, as ``import optkernels.torch`` does
+(``_threading.prefer_openmp``). It prints the layer in use (or ``layer unavailable``), then one line per scenario: ``<scenario> ok``,
 ``<scenario> refused: <RuntimeError>``, or ``<scenario> MISMATCH``. The repository root must be on
 PYTHONPATH (worker processes of the pools import this file and optkernels again).
 """
@@ -13,6 +14,7 @@ import multiprocessing
 import sys
 import threading
 
+import ml_dtypes
 import numpy as np
 
 from optkernels.kernels import _threading, apply_adam, lamb
@@ -23,12 +25,14 @@ SEEDS = range(4)
 
 
 def step(seed: int) -> bytes:
-    """Several kinds of parallel launch (element-wise, sums of squares, sparse rows with their merge, one
-    multi-tensor optimizer step) on inputs drawn from ``seed``; the results' bytes."""
+    """Several kinds of parallel launch (element-wise in float32 and bfloat16, sums of squares, sparse rows
+    with their merge, one multi-tensor optimizer step) on inputs drawn from ``seed``; the results' bytes."""
     rng = np.random.default_rng(seed)
     var, m, v, g = (rng.standard_normal(20_000).astype(np.float32) for _ in range(4))
     v = np.abs(v)
     apply_adam(var, m, v, 0.9, 0.999, 0.001, 0.9, 0.999, 1e-8, g)
+    half = [a.astype(ml_dtypes.bfloat16) for a in (var, m, v, g)]
+    apply_adam(*half[:3], 0.9, 0.999, 0.001, 0.9, 0.999, 1e-8, half[3])
     lamb(var, m, v, 0.01, 0.9, 0.999, 1e-6, 0.01, 3, g)
     table = rng.standard_normal((300, 16))
     tm, tv = np.zeros_like(table), np.zeros_like(table)
@@ -37,7 +41,7 @@ def step(seed: int) -> bytes:
     params = [Parameter(rng.standard_normal(s).astype(np.float32), f"p{k}")
               for k, s in enumerate([(64, 32), (32,), (10, 3)])]
     Adam(params, learning_rate=0.01)(tuple(np.ones(p.shape, np.float32) for p in params))
-    return b"".join(a.tobytes() for a in (var, m, v, table, tm, tv, *(p.data for p in params)))
+    return b"".join(a.tobytes() for a in (var, m, v, *half, table, tm, tv, *(p.data for p in params)))
 
 
 def threads(expected: dict) -> str:
@@ -70,6 +74,9 @@ def pool(method: str, expected: dict) -> str:
 
 
 def main(scenarios: list[str]) -> None:
+    if scenarios[:1] == ["--prefer-openmp"]:
+        scenarios = scenarios[1:]
+        _threading.prefer_openmp()
     try:
         layer = _threading.layer()
     except ValueError as error:  # the layer asked for cannot be loaded here

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 from . import _cuda
-from ._threading import parallel_launch
+from ._threading import for_this_process, parallel_launch
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -142,7 +142,7 @@ class Elementwise:
             return
         if device == "cpu":
             with parallel_launch():
-                self.cpu(n, *args)
+                for_this_process(self.cpu)(n, *args)
             return
         blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
         self.cuda[blocks, CUDA_THREADS_PER_BLOCK](n, *args)
@@ -191,10 +191,11 @@ class Elementwise:
         n_arrays = tensors.addresses.shape[0]
         with parallel_launch():
             if prologue is None:
-                self.many(n_arrays)(table, tensors.addresses, tensors.like, *scalars)
+                for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
             else:
-                self.many(n_arrays, prologue)(table, tensors.addresses, tensors.like, tensors.workspace(),
-                                              *prologue_scalars, *scalars)
+                for_this_process(self.many(n_arrays, prologue))(table, tensors.addresses, tensors.like,
+                                                                tensors.workspace(), *prologue_scalars,
+                                                                *scalars)
 
 
 class ChunkedSumsOfSquares(Elementwise):
@@ -223,7 +224,7 @@ class ChunkedSumsOfSquares(Elementwise):
         if device == "cpu":
             sums0, sums1 = np.empty(chunks), np.empty(chunks)
             with parallel_launch():
-                self.cpu(n, SUM_CHUNK, sums0, sums1, *args)
+                for_this_process(self.cpu)(n, SUM_CHUNK, sums0, sums1, *args)
         else:
             cuda = _cuda.module()
             d0, d1 = cuda.device_array(chunks), cuda.device_array(chunks)
@@ -576,7 +577,9 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     extra = stream.take() if stream is not None else ()
     driver = _half_driver(ew, device, kinds, stream is not None)
     if device == "cpu":
-        driver(n, _workspace(sum(kind in ("f16", "bf16") for kind in kinds)), *views, *extra)
+        with parallel_launch():
+            for_this_process(driver)(n, _workspace(sum(kind in ("f16", "bf16") for kind in kinds)), *views,
+                                     *extra)
         return
     blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
     driver[blocks, CUDA_THREADS_PER_BLOCK](n, *views, *extra)

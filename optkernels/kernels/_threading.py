@@ -1,19 +1,20 @@
 """Safe parallel launches from several Python threads and after ``fork`` (whatever Numba layer is in use).
 
-Every parallel CPU launch of the package runs inside :func:`parallel_launch`. On the first one (lazily, not
-at import), the threading layer is settled:
+Every parallel CPU launch of the package runs as ``with parallel_launch(): for_this_process(f)(...)``. On
+the first one (lazily, not at import), the threading layer is settled:
 
 * If the user chose nothing (neither ``NUMBA_THREADING_LAYER`` nor ``NUMBA_THREADING_LAYER_PRIORITY`` is
   set, and ``numba.config.THREADING_LAYER`` is still ``'default'``) and Numba has not started a layer yet,
-  it is set to Numba's ``'forksafe'``: TBB where it can be loaded (thread-safe and fork-safe), otherwise
-  OpenMP except GNU's (on macOS and Windows), otherwise ``workqueue``. Numba's own default would pick GNU
-  OpenMP before ``workqueue`` on Linux without TBB, whose children die after a fork.
+  it is set to Numba's ``'forksafe'``: TBB where it can be loaded, otherwise OpenMP except GNU's (on macOS
+  and Windows), otherwise ``workqueue``. Numba's own default would pick GNU OpenMP before ``workqueue`` on
+  Linux without TBB. A caller may ask for OpenMP first instead (:func:`prefer_openmp`: optkernels.torch
+  does, so that its kernels share the cores the way torch's own OpenMP kernels do).
 * ``workqueue`` is not thread-safe (two concurrent launches abort the process): the package's launches
   are then serialised with one lock (other Numba code launched at the same time is not covered).
-* GNU OpenMP (``omp`` on Linux, chosen by the user) is thread-safe but its thread pool does not survive
-  ``fork``: a process forked after the layer started raises :class:`RuntimeError` (saying why and what to
-  do) at its first launch, instead of being terminated by the OpenMP runtime, which leaves a
-  ``multiprocessing`` pool waiting forever.
+* GNU OpenMP (``omp`` on Linux) is thread-safe but its thread pool does not survive ``fork``: in a process
+  forked after the layer started, every launch runs a single-threaded twin of the compiled loop instead
+  (:func:`for_this_process`; compiled on first use in that process, the same bits, since no kernel's
+  result depends on the thread count), as torch runs one thread in its forked workers.
 """
 from __future__ import annotations
 
@@ -21,28 +22,18 @@ import contextlib
 import os
 import sys
 import threading
+from typing import Any
 
 _USER_VARIABLES = ("NUMBA_THREADING_LAYER", "NUMBA_THREADING_LAYER_PRIORITY")
 
 _decide_lock = threading.Lock()
 _guard = None          # the context every launch enters once decided (None: decide on the next launch)
-_forked_from_gnu_omp = False
+_forked_from_gnu_omp = False       # launches run single-threaded twins (see for_this_process)
+_twins: dict = {}                  # id(parallel dispatcher) -> (dispatcher, its single-threaded twin)
+_preferred = "forksafe"            # what the first launch asks Numba for when the user chose nothing
 
-FORKED_GNU_OMP = ("optkernels: this process was forked from one that had started Numba's GNU OpenMP "
-                  "threading layer ('omp'), whose thread pool does not survive fork(): a parallel kernel "
-                  "here would be terminated. Start worker processes with the 'spawn' or 'forkserver' "
-                  "method (multiprocessing.get_context('spawn')), or use the 'tbb' layer (pip install tbb) "
-                  "or 'workqueue' (NUMBA_THREADING_LAYER=workqueue), which are fork-safe.")
-
-
-class _RefuseAfterFork:
-    """The guard of a child forked from a GNU OpenMP process: every launch raises RuntimeError."""
-
-    def __enter__(self):
-        raise RuntimeError(FORKED_GNU_OMP)
-
-    def __exit__(self, *exc):
-        return False
+#: Numba's layer priority of :func:`prefer_openmp` (OpenMP, then the others where it cannot load).
+OPENMP_FIRST = ["omp", "tbb", "workqueue"]
 
 
 def user_chose_layer() -> bool:
@@ -69,13 +60,16 @@ def _decide():
         if _guard is not None:
             return _guard
         if _forked_from_gnu_omp:
-            _guard = _RefuseAfterFork()
+            _guard = contextlib.nullcontext()
             return _guard
         import numba
         from numba.np.ufunc import parallel
 
         if not parallel._is_initialized and not user_chose_layer():  # noqa: SLF001
-            numba.config.THREADING_LAYER = "forksafe"
+            if _preferred == "omp":
+                numba.config.THREADING_LAYER_PRIORITY = list(OPENMP_FIRST)
+            else:
+                numba.config.THREADING_LAYER = _preferred
         parallel._launch_threads()  # noqa: SLF001 -- start the layer now, so the choice cannot change
         layer = numba.threading_layer()
         _guard = threading.Lock() if layer == "workqueue" else contextlib.nullcontext()
@@ -84,12 +78,44 @@ def _decide():
 
 def parallel_launch():
     """The context manager every parallel CPU launch of optkernels runs in: nothing for TBB and OpenMP, a
-    lock under ``workqueue``, a RuntimeError in a child forked from a GNU OpenMP process.
+    lock under ``workqueue``.
 
-    Usage: ``with parallel_launch(): compiled_parallel_function(...)``.
+    Usage: ``with parallel_launch(): for_this_process(compiled_parallel_function)(...)``.
     """
     guard = _guard
     return guard if guard is not None else _decide()
+
+
+def for_this_process(function: Any) -> Any:
+    """``function`` (a Numba dispatcher compiled with ``parallel=True``), or, in a process forked from one
+    that had started GNU OpenMP, its single-threaded twin: the same Python function compiled with
+    ``parallel=False`` (``prange`` runs as ``range``) on first use in this process, not cached on disk
+    (Numba's cache does not tell the two apart). Call it inside :func:`parallel_launch`."""
+    if not _forked_from_gnu_omp:
+        return function
+    entry = _twins.get(id(function))
+    if entry is None:
+        import numba
+
+        options = dict(function.targetoptions, parallel=False)
+        entry = _twins.setdefault(id(function), (function, numba.njit(**options)(function.py_func)))
+    return entry[1]
+
+
+def prefer_openmp() -> bool:
+    """Ask the first launch for Numba's OpenMP layer (then TBB, then ``workqueue``) instead of the
+    fork-safe choice, unless the user chose a layer or the layer is already settled; True if the request
+    stands. For code whose host library runs its own kernels on OpenMP threads (torch's CPU build): there,
+    a TBB worker waking for a kernel competes for the cores with the host's still-spinning OpenMP threads.
+    After ``fork`` such a process runs its kernels single-threaded (:func:`for_this_process`)."""
+    global _preferred
+    with _decide_lock:
+        parallel = sys.modules.get("numba.np.ufunc.parallel")
+        started = parallel is not None and parallel._is_initialized  # noqa: SLF001
+        if _guard is not None or started or user_chose_layer():
+            return False
+        _preferred = "omp"
+        return True
 
 
 def layer() -> str:
@@ -106,7 +132,7 @@ def _after_fork_in_child() -> None:
     _decide_lock = threading.Lock()  # a lock held by another thread at the fork stays held in the child
     if _gnu_omp_started():
         _forked_from_gnu_omp = True
-        _guard = _RefuseAfterFork()
+        _guard = contextlib.nullcontext()
     elif isinstance(_guard, type(_decide_lock)):
         _guard = threading.Lock()    # likewise the launch lock
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..kernels._checks import HALF_DTYPES
 from ..kernels._lowp import BFLOAT16, CPU, stochastic_stream
-from ..kernels._threading import parallel_launch
+from ..kernels._threading import for_this_process, parallel_launch
 from ..kernels._upcast import _is_half, map_result, via_float32
 from ._indices import INDEX_DTYPES, OUT_OF_RANGE_MODES
 from ._plan import plan_in_range, plan_merge
@@ -83,7 +83,7 @@ def _widened_rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     out = np.empty((rows.shape[0], math.prod(a.shape[1:])), np.float32)
     if out.size:
         with parallel_launch():
-            _gather_widened(_bits_2d(a), rows, out, a.dtype == BFLOAT16)
+            for_this_process(_gather_widened)(_bits_2d(a), rows, out, a.dtype == BFLOAT16)
     return out.reshape((rows.shape[0],) + a.shape[1:])
 
 
@@ -91,7 +91,8 @@ def _round_rows_into(a: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
     """``a[rows] = src`` rounded once to nearest even (the conversion of the full copy's write-back)."""
     if src.size:
         with parallel_launch():
-            _scatter_rounded(src.reshape(rows.shape[0], -1), rows, _bits_2d(a), a.dtype == BFLOAT16)
+            for_this_process(_scatter_rounded)(src.reshape(rows.shape[0], -1), rows, _bits_2d(a),
+                                               a.dtype == BFLOAT16)
 
 
 def _compact_indices(indices: np.ndarray, num_rows: int, drop: bool) -> tuple | None:

@@ -38,7 +38,7 @@ from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK
 from ..kernels import _intrinsics
 from ..kernels._elementwise import _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
-from ..kernels._threading import parallel_launch
+from ..kernels._threading import for_this_process, parallel_launch
 from ._plan import plan_buffers, plan_into, position_example
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ class RowUpdate:
         if call.device == "cpu" and call.row_len:
             indices = call.indices
             with parallel_launch():
-                bad = self.cpu(worker_count(), indices, call.num_rows, not call.drop,
+                bad = for_this_process(self.cpu)(worker_count(), indices, call.num_rows, not call.drop,
                                position_example(indices.shape[0]), *call.rows_2d(), *scalars)
             if bad >= 0:
                 raise call.out_of_range_error(bad)

@@ -24,7 +24,7 @@ import numpy as np
 from ..kernels import _cuda
 from ..kernels._checks import attr_bool
 from ..kernels._elementwise import scalar_math
-from ..kernels._threading import parallel_launch
+from ..kernels._threading import for_this_process, parallel_launch
 from ..kernels.adam import Scalar, _betas_epsilon, _bias_corrected_lr
 from ._call import SparseCall, check_sparse_call
 from ._half_rows import half_rows
@@ -211,7 +211,7 @@ def fused_sparse_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_power
     if call.device == "cpu":
         rows_per_task = max(1, ELEMENTS_PER_TASK // call.row_len)
         with parallel_launch():
-            _fused_adam_cpu(rows_per_task, *plan, *call.rows_2d(), *scalars)
+            for_this_process(_fused_adam_cpu)(rows_per_task, *plan, *call.rows_2d(), *scalars)
     else:
         blocks, threads = launch_config(total)
         _fused_adam_cuda()[blocks, threads](total, *call.device_plan(), call.grad, call.row_len, *call.states,

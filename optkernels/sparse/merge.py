@@ -11,7 +11,7 @@ import numpy as np
 
 from ..kernels import _cuda
 from ..kernels._checks import FLOAT_DTYPES
-from ..kernels._threading import parallel_launch
+from ..kernels._threading import for_this_process, parallel_launch
 from ._indices import (array_device, array_shape_dtype, check_indices, drop_out_of_range, host_indices,
                        out_of_range_error)
 from ._plan import plan_in_range, plan_merge
@@ -141,7 +141,7 @@ def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, 
         if n_rows and row_len:
             rows_2d = np.ascontiguousarray(values).reshape(n, row_len)
             with parallel_launch():
-                _segment_sums_cpu(worker_count(), plan.starts, plan.order, rows_2d,
+                for_this_process(_segment_sums_cpu)(worker_count(), plan.starts, plan.order, rows_2d,
                                   out.reshape(n_rows, row_len))
         return unique, out
     cuda = _cuda.module()

@@ -3,6 +3,8 @@ the tensors' own memory (CPU tensors through NumPy views and multi-tensor loops,
 ``__cuda_array_interface__``), and MindSpore's optimizers over torch parameters.
 
 Importing this package imports torch (``pip install -e ".[torch]"``); ``import optkernels`` never does.
+Where torch runs its CPU kernels on OpenMP threads, it also asks Numba for its OpenMP threading layer
+(unless a layer was chosen or already started: README, "Threads and processes").
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without torch
     raise ImportError("optkernels.torch needs PyTorch: python -m pip install 'optkernels[torch]'") from error
 
+from ..kernels import _threading
 from .adagrad import Adagrad, RMSprop
 from .adam import Adam, Adamax, AdamW
 from .mindspore import FTRL, LARS, AdaFactor, AdamWeightDecay, Lamb, LazyAdam, Momentum, ProximalAdagrad
@@ -26,3 +29,8 @@ __all__ = [
     # optkernels' schedules as a torch LR scheduler
     "ScheduleLR",
 ]
+
+if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
+    # torch's OpenMP threads keep spinning after each of its kernels: a TBB worker woken for a step right
+    # after the backward pass can lose its core to them (bench/torch_step.py); OpenMP threads share fairly
+    _threading.prefer_openmp()
