@@ -8,6 +8,13 @@ for its bytes (an Adam-shaped kernel on uint16 arrays: 4 reads, 3 writes, one in
 conversion). Also: the Adam optimizer on a bfloat16 parameter with float32 master weights next to torch's
 CPU Adam (``foreach=False``) on a bfloat16 parameter. Implementations are timed interleaved, in a new
 random order each round, and medians reported.
+
+The arithmetic floor: the same kernels on arrays small enough to stay in the L2 cache (N = 1e5, one thread,
+best of many calls), where memory costs next to nothing, give each kernel's time per element for its
+arithmetic alone (float32 Adam: a square root and a division per element); times N / threads, that is the
+least time the kernel can take at N, however fast memory is. And the bound of free rounding: apply_adam's
+element function fused for bfloat16 exactly as the package fuses it, except that the write-back truncates
+(keeps the high 16 bits: wrong results, never used by the package), timed with the others.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import optkernels.kernels as K  # noqa: E402
 from optkernels.optimizers import Adam, Parameter  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
+TRUNCATING = "apply_adam bfloat16, truncating write-back (inexact)"
 
 
 @numba.njit(parallel=True, cache=True)
@@ -52,6 +60,57 @@ def _state(n: int, dtype, seed: int) -> list[np.ndarray]:
 def _adam_call(arrays):
     var, m, v, g = arrays
     return lambda: K.apply_adam(var, m, v, 0.9, 0.999, 1e-3, 0.9, 0.999, 1e-8, g)
+
+
+def truncating_bf16_adam():
+    """``run(var, m, v, g)`` on bfloat16 arrays: apply_adam's fused bfloat16 loop with a truncating
+    write-back instead of round to nearest even (not exact; the speed of a rounding that costs nothing)."""
+    from llvmlite import ir
+    from numba import types
+
+    from optkernels.kernels import _lowp
+    from optkernels.kernels.adam import _adam
+
+    i16, i32 = ir.IntType(16), ir.IntType(32)
+    kinds = ("bf16",) * 4 + (None,) * 6
+    name, source = _lowp.fused_element(_adam.py_func, kinds)
+    namespace = dict(_adam.py_func.__globals__, **_lowp.ONE)
+    def truncate(b, x):
+        return b.trunc(b.lshr(b.bitcast(x, i32), ir.Constant(i32, 16)), i16)
+
+    namespace["_store_bf16"] = _lowp._one(truncate, types.float32, types.uint16)  # noqa: SLF001
+    exec(compile(source, "<truncating bfloat16 adam>", "exec"), namespace)  # noqa: S102
+    element = numba.njit(inline="always", error_model="numpy")(namespace[name])
+
+    @numba.njit(parallel=True, error_model="numpy")
+    def loop(n, var, m, v, g, lr_t, beta1, one_minus_beta1, one_minus_beta2, epsilon, nesterov):
+        for i in numba.prange(n):
+            element(i, var, m, v, g, lr_t, beta1, one_minus_beta1, one_minus_beta2, epsilon, nesterov)
+
+    f = np.float32
+
+    def run(var, m, v, g):
+        loop(var.size, *(a.view(np.uint16) for a in (var, m, v, g)), f(1e-3 * np.sqrt(0.001) / 0.1), f(0.9),
+             f(0.1), f(0.001), f(1e-8), False)
+    return run
+
+
+def arithmetic_floor(dtype, n: int = 100_000, calls: int = 2000) -> float:
+    """Seconds per element of apply_adam on ``dtype`` arrays of ``n`` elements (in cache), one thread, best
+    of ``calls`` calls."""
+    call = _adam_call(_state(n, dtype, 4))
+    previous = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        call()
+        best = float("inf")
+        for _ in range(calls):
+            start = time.perf_counter()
+            call()
+            best = min(best, time.perf_counter() - start)
+    finally:
+        numba.set_num_threads(previous)
+    return best / n
 
 
 def time_interleaved(impls: dict, rounds: int) -> dict[str, float]:
@@ -77,10 +136,12 @@ def main(argv=None) -> int:
 
     f32, bf16 = _state(n, np.float32, 0), _state(n, BF16, 1)
     bits = [a.view(np.uint16) for a in _state(n, BF16, 2)]
+    truncating, trunc_state = truncating_bf16_adam(), _state(n, BF16, 5)
     kernels = {"apply_adam float32": _adam_call(f32), "apply_adam bfloat16": _adam_call(bf16),
-               "bfloat16 limit (14 B/elem)": lambda: bf16_adam_shaped_memory(*bits)}
+               "bfloat16 limit (14 B/elem)": lambda: bf16_adam_shaped_memory(*bits),
+               TRUNCATING: lambda: truncating(*trunc_state)}
     med = time_interleaved(kernels, args.rounds)
-    del f32, bf16, bits
+    del f32, bf16, bits, trunc_state
     speedup = med["apply_adam float32"] / med["apply_adam bfloat16"]
     of_limit = med["bfloat16 limit (14 B/elem)"] / med["apply_adam bfloat16"]
     lines = [f"# Low-precision benchmark ({machine_name()})", "", environment(), "",
@@ -95,6 +156,21 @@ def main(argv=None) -> int:
               f"{'met' if speedup >= 1.8 else 'missed'})",
               f"* bfloat16 apply_adam at **{of_limit:.1%}** of the bfloat16 memory limit (target >= 90%: "
               f"{'met' if of_limit >= 0.9 else 'missed'})"]
+    threads = numba.get_num_threads()
+    floors = {name: arithmetic_floor(dtype) for name, dtype in (("float32", np.float32), ("bfloat16", BF16))}
+    limit = med["bfloat16 limit (14 B/elem)"]
+    lines += ["", f"Arithmetic floor (N = 1e5 in cache, 1 thread, best of 2000 calls; times N / {threads} "
+              "threads):", "", "| kernel | ns/element, 1 thread | floor at N, ms |", "|---|---|---|"]
+    lines += [f"| apply_adam {name} | {sec * 1e9:.3f} | {sec * n / threads * 1e3:.1f} |"
+              for name, sec in floors.items()]
+    share = floors["float32"] * n / threads / limit
+    lines += ["", f"* the float32 kernel's arithmetic alone takes {share:.0%} "
+              f"of the bfloat16 memory limit's time; 90% of the limit allows "
+              f"{limit / 0.9 * 1e3:.1f} ms, the bfloat16 kernel's arithmetic floor is "
+              f"{floors['bfloat16'] * n / threads * 1e3:.1f} ms",
+              f"* with a write-back that costs nothing (truncation, inexact) the bfloat16 loop would run at "
+              f"{med['apply_adam float32'] / med[TRUNCATING]:.2f}x the float32 kernel's speed and "
+              f"{limit / med[TRUNCATING]:.1%} of the memory limit"]
 
     try:
         import torch
