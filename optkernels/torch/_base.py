@@ -5,17 +5,20 @@ the element function and the names of the state tensors it takes between the par
 the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-step (:meth:`_prestep`:
 ``maximize`` and coupled weight decay, ``g' = (α·w + g)·β``). This class does the rest:
 
-* validation, all of it before any tensor is written: parameters must be leaf float32/float64 tensors on
-  one device per group; each step every gradient must match its parameter (dtype, shape, device; dense,
-  or sparse COO for an optimizer that takes sparse gradients; a strided one is copied for the step);
+* validation, all of it before any tensor is written: parameters must be leaf float32/float64 tensors (or
+  float16/bfloat16 CPU tensors) on one device per group; each step every gradient must match its
+  parameter (dtype, shape, device; dense, or sparse COO for an optimizer that takes sparse gradients; a
+  strided one is copied for the step);
 * state tensors with torch's names, created on a parameter's first step (so ``state_dict()`` loads into
   ``torch.optim`` and back); step counters are float32 0-d tensors, as torch keeps them;
 * a **plan** per group, built when the set of parameters with gradients changes: CPU parameters of one
   dtype are updated by ONE multi-tensor launch (their data addresses in a table, set once: the tensors are
   updated in place and never reallocated; the gradients' addresses refilled each step), the pre-step
-  folded into the same loop; CUDA parameters get one launch per tensor, the pre-step into a buffer
-  allocated once per parameter. The group's step counters are views into one float32 tensor, so counting
-  a step is one operation, not one per parameter.
+  folded into the same loop; CUDA parameters and float16/bfloat16 CPU parameters get one launch per
+  tensor, the pre-step into a buffer allocated once per parameter (float32 for a half parameter: a half
+  update is float32 math with each updated tensor rounded once, the contract of optkernels' half
+  kernels). The group's step counters are views into one float32 tensor, so counting a step is one
+  operation, not one per parameter.
 
 Nothing is allocated per step in proportion to the model.
 """
@@ -48,6 +51,7 @@ _DTYPE = operator.attrgetter("dtype")
 _NUMEL = torch.Tensor.numel
 _DATA_PTR = torch.Tensor.data_ptr
 _IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _contiguous(g: torch.Tensor) -> torch.Tensor:
@@ -65,7 +69,7 @@ class _Plan:
         self.steps: Optional[torch.Tensor] = None      # float32 [T]; state['step'] are its 0-d views
         self.steps_np: Optional[np.ndarray] = None
         self.cpu: list = []        # (dtype, positions array, TensorList, parameters)
-        self.cuda: list = []       # (k, [views of param and slots], n, buffer view or None)
+        self.single: list = []     # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
         self.kept: list = []       # the state tensors whose addresses the tables hold (kept alive)
 
 
@@ -118,8 +122,9 @@ class KernelOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------------ torch.optim.Optimizer API
 
     def add_param_group(self, param_group: dict) -> None:
-        """torch's ``add_param_group``, then optkernels' checks (float32/float64 leaf tensors, one device
-        per group, contiguous); a group failing them is not added."""
+        """torch's ``add_param_group``, then optkernels' checks (float32/float64 leaf tensors, or
+        float16/bfloat16 ones on the CPU; one device per group; contiguous); a group failing them is not
+        added."""
         super().add_param_group(param_group)
         try:
             self._check_params(self.param_groups[-1])
@@ -236,9 +241,10 @@ class KernelOptimizer(torch.optim.Optimizer):
         for k, p in enumerate(group["params"]):
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
-            if p.dtype not in _views.FLOAT_DTYPES:
+            if p.dtype not in _views.STORAGE_DTYPES:
                 raise TypeError(f"{type(self).__name__}: params[{k}] has dtype {p.dtype}; optkernels updates "
-                                "float32 and float64 tensors (no complex, integer or half types)")
+                                "float32, float64, float16 and bfloat16 tensors (no complex or integer "
+                                "types)")
             if p.is_sparse:
                 raise TypeError(f"{type(self).__name__}: params[{k}] is a sparse tensor; parameters must be "
                                 "dense")
@@ -250,8 +256,10 @@ class KernelOptimizer(torch.optim.Optimizer):
             raise ValueError(f"{type(self).__name__}: a parameter group mixes devices "
                              f"({', '.join(sorted(map(str, kinds)))}); put each device's parameters in its "
                              "own group")
-        for p in group["params"]:
-            _views.device_kind(p)
+        for k, p in enumerate(group["params"]):
+            if _views.device_kind(p) == "cuda" and p.dtype in _views.HALF_DTYPES:
+                raise TypeError(f"{type(self).__name__}: params[{k}] is a {p.dtype} CUDA tensor; optkernels "
+                                "updates float16/bfloat16 tensors on the CPU only")
 
     def _check_dense(self, p: torch.Tensor, g: torch.Tensor) -> None:
         if self.sparse_grads == "only":
@@ -293,10 +301,12 @@ class KernelOptimizer(torch.optim.Optimizer):
         return state
 
     def _pre_buffer(self, p: torch.Tensor) -> torch.Tensor:
-        """The per-parameter buffer of the pre-stepped gradient (CUDA path), allocated once."""
+        """The per-parameter buffer of the pre-stepped gradient (per-tensor launches), allocated once: of
+        the parameter's dtype, float32 for a half parameter (the pre-stepped gradient is not rounded)."""
+        dtype = torch.float32 if p.dtype in _views.HALF_DTYPES else p.dtype
         buf = self._pre_buffers.get(id(p))
-        if buf is None or buf.shape != p.shape or buf.dtype != p.dtype or buf.device != p.device:
-            buf = self._pre_buffers[id(p)] = torch.empty_like(p, memory_format=torch.contiguous_format)
+        if buf is None or buf.shape != p.shape or buf.dtype != dtype or buf.device != p.device:
+            buf = self._pre_buffers[id(p)] = torch.empty(p.shape, dtype=dtype, device=p.device)
         return buf
 
     # ------------------------------------------------------------------ dense step
@@ -321,7 +331,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         self._before_update(group, plan, first)
         prestep = self._prestep(group)
         kernel = key[1][0]
-        whole = len(plan.cpu) == 1 and not plan.cuda       # one launch table covering params in order
+        whole = len(plan.cpu) == 1 and not plan.single     # one launch table covering params in order
         for dtype, positions, tensors, members in plan.cpu:
             if whole and ptrs is not None:
                 local_grads = grads
@@ -344,15 +354,14 @@ class KernelOptimizer(torch.optim.Optimizer):
                 kernel.launch_many("cpu", tensors, *self._scalars(group, int(value), dtype),
                                    chunks=tensors.chunks_without(others), **pre)
             del local_grads
-        for k, arrays, n, buffer in plan.cuda:
-            p = params[k]
-            dtype = _views.FLOAT_DTYPES[p.dtype]
-            grad = _views.device_view(_contiguous(grads[k]))
+        for k, kind, arrays, n, buffer in plan.single:
+            dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
+            grad = _views.view(_contiguous(grads[k]), kind, flat=True)
             if prestep is not None:
-                _axpy_scal.launch("cuda", n, buffer, arrays[0], grad, dtype.type(prestep[0]),
+                _axpy_scal.launch(kind, n, buffer, arrays[0], grad, dtype.type(prestep[0]),
                                   dtype.type(prestep[1]), True, True)
                 grad = buffer
-            kernel.launch("cuda", n, *arrays, grad, *self._scalars(group, int(steps[k]), dtype))
+            kernel.launch(kind, n, *arrays, grad, *self._scalars(group, int(steps[k]), dtype))
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
         """Step numbers of an optimizer whose state has no 'step' (SGD): override."""
@@ -371,10 +380,12 @@ class KernelOptimizer(torch.optim.Optimizer):
         self._prepare_plan(plan, states)
         by_dtype: dict = {}
         for k, p in enumerate(params):
-            if _views.device_kind(p) == "cuda":
-                arrays = [_views.device_view(p)] + [_views.device_view(states[k][n]) for n in names]
-                buffer = _views.device_view(self._pre_buffer(p)) if self._prestep(group) is not None else None
-                plan.cuda.append((k, arrays, p.numel(), buffer))
+            kind = _views.device_kind(p)
+            if kind == "cuda" or p.dtype in _views.HALF_DTYPES:
+                arrays = [_views.view(t, kind, flat=True) for t in [p] + [states[k][n] for n in names]]
+                buffer = (_views.view(self._pre_buffer(p), kind, flat=True)
+                          if self._prestep(group) is not None else None)
+                plan.single.append((k, kind, arrays, p.numel(), buffer))
             else:
                 by_dtype.setdefault(p.dtype, []).append(k)
         for torch_dtype, members in by_dtype.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+import ml_dtypes
 import numpy as np
 import torch
 
@@ -22,7 +23,12 @@ __all__ = ["device_kind", "device_view", "host_view", "simulate_cuda"]
 
 _SIMULATED = [False]
 
+#: dtypes of the multi-tensor CPU loop (and of CUDA tensors)
 FLOAT_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+#: half dtypes (CPU tensors only: float32 math, each updated tensor rounded once, per-tensor launches)
+HALF_DTYPES = {torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
+#: every parameter dtype optkernels.torch updates
+STORAGE_DTYPES = {**FLOAT_DTYPES, **HALF_DTYPES}
 
 
 @contextlib.contextmanager
@@ -56,14 +62,26 @@ def device_kind(t: torch.Tensor) -> str:
 
 
 def host_view(t: torch.Tensor) -> np.ndarray:
-    """The NumPy array sharing ``t``'s memory (a CPU tensor; writes go to the tensor)."""
+    """The NumPy array sharing ``t``'s memory (a CPU tensor; writes go to the tensor). A bfloat16 or float16
+    tensor is seen through its 16-bit integers (torch exports no bfloat16 to NumPy) as ``ml_dtypes.bfloat16``
+    or ``numpy.float16``: the same bytes."""
+    half = HALF_DTYPES.get(t.dtype)
+    if half is not None:
+        return t.detach().view(torch.int16).numpy().view(half)
     return t.detach().numpy()
 
 
 def device_view(t: torch.Tensor, flat: bool = True) -> Any:
     """A CUDA array sharing ``t``'s memory (flat, or of ``t``'s shape): a Numba device array over
     ``__cuda_array_interface__`` for a CUDA tensor; inside :func:`simulate_cuda`, the simulator's device array
-    over a CPU tensor's memory."""
+    over a CPU tensor's memory.
+
+    Raises:
+        TypeError: a float16/bfloat16 tensor (optkernels.torch updates those on the CPU only).
+    """
+    if t.dtype in HALF_DTYPES:
+        raise TypeError(f"optkernels.torch updates {t.dtype} tensors on the CPU only; on CUDA, keep float32 "
+                        "parameters (or float32 master weights) for the optimizer")
     flat = t.detach().reshape(-1) if flat else t.detach()
     if flat.device.type == "cpu":
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray

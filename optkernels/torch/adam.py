@@ -71,7 +71,7 @@ class Adam(KernelOptimizer):
 
     Raises:
         ValueError: torch's messages for out-of-range hyper-parameters; a non-leaf tensor.
-        TypeError: parameters that are not float32/float64 tensors.
+        TypeError: parameters that are not float32/float64 tensors (or float16/bfloat16 CPU tensors).
         RuntimeError (at ``step``): a sparse gradient ("Adam does not support sparse gradients").
     """
 
@@ -125,13 +125,13 @@ class Adam(KernelOptimizer):
 
 def decoupled_decay(plan: _Plan, factor: float) -> None:
     """``w ← factor·w`` over a plan's parameters (the ``scal`` kernel: one multi-tensor launch per dtype on
-    the CPU, one launch per CUDA tensor)."""
+    the CPU, one launch per CUDA or half tensor)."""
     for dtype, _, tensors, _ in plan.cpu:
         one_row = _OneRow.of(tensors)
         _scal.launch_many("cpu", one_row, dtype.type(factor))
-    for k, arrays, n, _ in plan.cuda:
-        dtype = _views.FLOAT_DTYPES[plan.params[k].dtype]
-        _scal.launch("cuda", n, arrays[0], dtype.type(factor))
+    for k, kind, arrays, n, _ in plan.single:
+        dtype = _views.FLOAT_DTYPES.get(plan.params[k].dtype, np.dtype(np.float32))
+        _scal.launch(kind, n, arrays[0], dtype.type(factor))
 
 
 class _OneRow:

@@ -40,9 +40,9 @@ def _named(params: Any) -> tuple[list, Any]:
                                 f"{torch.typename(t)}")
             if not t.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
-            if t.dtype not in _views.FLOAT_DTYPES:
-                raise TypeError(f"parameter {name!r} has dtype {t.dtype}; optkernels updates float32 and "
-                                "float64 tensors")
+            if t.dtype not in _views.STORAGE_DTYPES:
+                raise TypeError(f"parameter {name!r} has dtype {t.dtype}; optkernels updates float32, "
+                                "float64, float16 and bfloat16 tensors")
             tensors.append(t)
             out.append(_numpy.Parameter(_views.view(t, _views.device_kind(t)), name))
         return out

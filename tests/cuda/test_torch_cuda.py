@@ -56,7 +56,7 @@ def test_cuda_path_matches_torch(name, hypers, dtype):
             opt.step()
             ref.step()
         plan = opt._plans[0]
-        assert len(plan.cuda) == len(SHAPES) and not plan.cpu          # the CUDA path ran
+        assert [e[1] for e in plan.single] == ["cuda"] * len(SHAPES) and not plan.cpu   # the CUDA path ran
     assert [p.data_ptr() for p in ours] == pointers
     for x, y in zip(ours, theirs):
         err = (x.detach().cpu() - y.detach()).abs().max().item()
@@ -102,3 +102,16 @@ def test_cuda_mindspore_named_lazy_adam_equals_numpy_class():
             opt.step()
             ref([g])
     np.testing.assert_allclose(t.detach().cpu().numpy(), ref_array, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_half_cuda_parameters_are_refused(dtype):
+    """float16/bfloat16 tensors are updated on the CPU only (torch's __cuda_array_interface__ does not
+    export bfloat16): a CUDA one is a TypeError at construction, nothing written."""
+    p = torch.ones(4, dtype=dtype, device=DEVICE, requires_grad=True)
+    with CONTEXT():
+        with pytest.raises(TypeError, match="CPU only"):
+            okt.Adam([p])
+        with pytest.raises(TypeError, match="CPU only"):
+            okt.LazyAdam([("w", p)])
+    assert torch.equal(p.detach(), torch.ones(4, dtype=dtype))
