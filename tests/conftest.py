@@ -15,3 +15,15 @@ settings.register_profile("default", deadline=None, max_examples=25)
 settings.register_profile("soak", deadline=None, max_examples=400)
 settings.register_profile("ci", deadline=None, max_examples=25, derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# One threading layer for the whole run, whatever the collection order: settled now, before any test module
+# is imported (``import optkernels.torch`` would otherwise ask for OpenMP first, see
+# optkernels/kernels/_threading.py); NUMBA_THREADING_LAYER chooses another. tests/test_threading.py runs
+# every layer, and optkernels.torch's choice, in processes of their own.
+from optkernels.kernels import _threading  # noqa: E402
+
+_LAYER = _threading.layer()
+
+
+def pytest_report_header(config):
+    return f"optkernels: Numba threading layer {_LAYER}"
