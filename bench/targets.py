@@ -32,11 +32,11 @@ WHY = {
                               "1.25-1.7 ms; on 2026-11-21 six runs gave 6.78x, 8.42x, 9.20x, 9.20x, 10.30x, 10.38x)",
     "transformer of 1.84e+06 elements, >= 1.5x": (
         "at 1.84 million elements a step moves 52 MB, more than the caches keep between two backward "
-        "passes: every Adam is bound by memory (torch's fused Adam at about 23 GB/s). Not the arithmetic: "
-        "in the same loop one apply_adam over four flat arrays of the model's size took 1.2 ms against "
-        "1.55 ms for the multi-tensor step over the model's 101 tensors, also with the tensors laid out in "
-        "flat buffers (about 70 us of it the adapter's Python); runs of the group on 2026-11-25 gave "
-        "1.38x-1.50x"),
+        "passes: every Adam is bound by memory (torch's fused Adam at about 23 GB/s). Timed inside the "
+        "step, the kernel launch takes 1.18-1.2 ms (the same launch over flat NumPy arrays: 1.1 ms) and the "
+        "adapter's Python side about 0.3 ms: it reads 101 tensors' gradients, sizes and addresses through "
+        "torch with the caches cold after the backward pass (70 us warm); runs of the group on 2026-11-25 "
+        "gave 1.38x-1.50x"),
     "within 1.05x of the NumPy Adam class": (
         "the adapter's Python side reads each torch tensor's .grad, dtype, size and data_ptr: about 58 us "
         "per step for 101 tensors against the NumPy class's 40 us"),
