@@ -6,9 +6,11 @@ the first one (lazily, not at import), the threading layer is settled:
 * If the user chose nothing (neither ``NUMBA_THREADING_LAYER`` nor ``NUMBA_THREADING_LAYER_PRIORITY`` is
   set, and ``numba.config.THREADING_LAYER`` is still ``'default'``) and Numba has not started a layer yet,
   it is set to Numba's ``'forksafe'``: TBB where it can be loaded, otherwise OpenMP except GNU's (on macOS
-  and Windows), otherwise ``workqueue``. Numba's own default would pick GNU OpenMP before ``workqueue`` on
-  Linux without TBB. A caller may ask for OpenMP first instead (:func:`prefer_openmp`: optkernels.torch
-  does, so that its kernels share the cores the way torch's own OpenMP kernels do).
+  and Windows), otherwise ``workqueue``. The ``tbb`` wheel the package depends on installs its runtime in
+  the environment's own library folder (``<venv>/lib``), which the dynamic loader does not search: it is
+  loaded from there first (:func:`load_packaged_tbb`), so that Numba finds it already in the process. A
+  caller may ask for OpenMP first instead (:func:`prefer_openmp`: optkernels.torch does, so that its
+  kernels share the cores the way torch's own OpenMP kernels do).
 * ``workqueue`` is not thread-safe (two concurrent launches abort the process): the package's launches
   are then serialised with one lock (other Numba code launched at the same time is not covered).
 * GNU OpenMP (``omp`` on Linux) is thread-safe but its thread pool does not survive ``fork``: in a process
@@ -34,6 +36,49 @@ _preferred = "forksafe"            # what the first launch asks Numba for when t
 
 #: Numba's layer priority of :func:`prefer_openmp` (OpenMP, then the others where it cannot load).
 OPENMP_FIRST = ["omp", "tbb", "workqueue"]
+
+
+#: The file name of the TBB runtime Numba's TBB layer links against, per platform.
+TBB_LIBRARY = {"win32": "tbb12.dll", "darwin": "libtbb.12.dylib"}.get(sys.platform, "libtbb.so.12")
+
+
+def _packaged_tbb_candidates() -> list[str]:
+    """Where the ``tbb`` wheel may have put :data:`TBB_LIBRARY`: the environment's own library folders,
+    then the files the installed ``tbb`` distribution records (a ``--user`` or ``--prefix`` install)."""
+    folders = ("Library/bin", "bin") if sys.platform == "win32" else ("lib",)
+    found = [os.path.join(prefix, folder, TBB_LIBRARY) for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))
+             for folder in folders]
+    found = [path for path in found if os.path.isfile(path)]
+    if not found:
+        try:
+            from importlib import metadata
+
+            files = metadata.files("tbb") or []
+        except Exception:  # noqa: BLE001 -- no tbb distribution, or unreadable metadata: nothing to load
+            files = []
+        found = [str(f.locate()) for f in files if f.name == TBB_LIBRARY]
+    return found
+
+
+def load_packaged_tbb() -> str | None:
+    """Load the TBB runtime installed by the ``tbb`` wheel into this process, if the dynamic loader cannot
+    find it by name (it sits in ``<environment>/lib``, not on the loader's path); return the file loaded,
+    or None (already loadable, or no such file). Numba's TBB layer then finds the library already loaded
+    (the loader matches its name). Harmless when called again or when TBB is not installed."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(TBB_LIBRARY)
+        return None                  # found by name (system TBB, conda, LD_LIBRARY_PATH, or loaded before)
+    except OSError:
+        pass
+    for path in _packaged_tbb_candidates():
+        try:
+            ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_GLOBAL", 0))
+        except OSError:
+            continue
+        return path
+    return None
 
 
 def user_chose_layer() -> bool:
@@ -65,6 +110,8 @@ def _decide():
         import numba
         from numba.np.ufunc import parallel
 
+        if not parallel._is_initialized:  # noqa: SLF001
+            load_packaged_tbb()       # so that TBB loads wherever it is asked for (by us or by the user)
         if not parallel._is_initialized and not user_chose_layer():  # noqa: SLF001
             if _preferred == "omp":
                 numba.config.THREADING_LAYER_PRIORITY = list(OPENMP_FIRST)
