@@ -4,6 +4,7 @@ Commands:
     verify  every kernel against the float64 reference and MindSpore's published examples
     bench   the benchmark suite (bench/run.py of a clone of the repository)
     demo    train small models on generated data with the optimizers (see optkernels.demo)
+    info    the threading layer, threads, Numba cache folder, CUDA and the versions this install uses
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import argparse
 import runpy
 import sys
 from pathlib import Path
+
+from ._install import install_hint
 
 BENCH_RUNNER = Path(__file__).resolve().parents[1] / "bench" / "run.py"
 
@@ -34,7 +37,7 @@ def _verify(args: argparse.Namespace) -> int:
         from optkernels.kernels import _cuda
 
         if not _cuda.installed():
-            print("error: --target cuda needs numba-cuda: python -m pip install 'optkernels[cuda]'", file=sys.stderr)
+            print(f"error: --target cuda needs numba-cuda: {install_hint('cuda')}", file=sys.stderr)
             return 2
         if not (_cuda.simulator_enabled() or _cuda.module().is_available()):
             print("error: no CUDA GPU found (set NUMBA_ENABLE_CUDASIM=1 to use Numba's simulator)", file=sys.stderr)
@@ -60,6 +63,70 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+_DISTRIBUTIONS = ("numpy", "numba", "llvmlite", "scipy", "ml_dtypes", "tbb", "numba-cuda", "torch", "mpi4py")
+
+
+def _version(distribution: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def _cuda_line() -> str:
+    from optkernels.kernels import _cuda
+
+    if not _cuda.installed():
+        return f"no (numba-cuda is not installed: {install_hint('cuda')})"
+    if _cuda.simulator_enabled():
+        return "Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    cuda = _cuda.module()
+    try:
+        if not cuda.is_available():
+            return "no GPU found"
+        names = [gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name) for gpu in cuda.gpus]
+    except Exception as error:  # noqa: BLE001 -- a broken driver is reported, not raised
+        return f"no ({type(error).__name__}: {error})"
+    return f"yes: {', '.join(names)}"
+
+
+def info_lines() -> list[str]:
+    """What ``python -m optkernels info`` prints: versions, the threading layer the package's launches use
+    (settled now, as by a first kernel call), Numba's thread count, where compiled kernels are cached, and
+    whether a CUDA GPU can be used."""
+    import os
+    import platform
+
+    import numba
+
+    import optkernels
+    from optkernels.kernels import _threading
+
+    layer = _threading.layer()
+    if _threading.chosen_by_user:
+        chosen = ", ".join(f"{k}={os.environ[k]}" for k in _threading._USER_VARIABLES if k in os.environ)  # noqa: SLF001
+        how = f"chosen outside optkernels ({chosen or 'numba.config, or a layer started before'})"
+    else:
+        how = "the package's choice (see docs/guide/install_and_threads.rst)"
+    if _threading.tbb_loaded_from:
+        how += f"; TBB runtime loaded from {_threading.tbb_loaded_from}"
+    from optkernels.kernels.adam import _adam
+
+    cache = os.path.dirname(_adam.cpu._cache._cache_path)  # noqa: SLF001 -- a dispatcher, not compiled here
+    versions = ", ".join(f"{name} {_version(name)}" for name in _DISTRIBUTIONS)
+    return [
+        f"optkernels {optkernels.__version__} ({os.path.dirname(optkernels.__file__)})",
+        f"python {platform.python_version()} ({sys.executable}), {platform.system()} {platform.machine()}",
+        f"packages: {versions}",
+        f"threading layer: {layer}, {how}",
+        f"threads: {numba.get_num_threads()} (NUMBA_NUM_THREADS={numba.config.NUMBA_NUM_THREADS})",
+        f"kernel cache: {cache} (and beside it, one folder per source folder; NUMBA_CACHE_DIR moves it)",
+        f"CUDA: {_cuda_line()}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv[1:]) and run the command; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m optkernels",
@@ -75,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--ops", nargs="+", metavar="OP", help="only these ops (e.g. apply_adam apply_ftrl)")
     verify.add_argument("--export", type=Path, metavar="DIR",
                         help="also write golden test vectors (npz + index.json + FORMAT.md) to DIR")
+    commands.add_parser("info", help="print the threading layer, threads, kernel cache, CUDA and versions")
     commands.add_parser("bench", help="run the benchmark suite (pass --help for its options)", add_help=False)
     commands.add_parser("demo", help="train small models on generated data with the optimizers (pass --help "
                                      "for its options)", add_help=False)
@@ -83,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "verify":
         return _verify(args)
+    if args.command == "info":
+        print("\n".join(info_lines()))
+        return 0
     if args.command == "demo":
         from optkernels.demo.runner import main as demo_main
 

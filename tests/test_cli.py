@@ -45,3 +45,15 @@ def test_a_reader_that_goes_away_gets_no_traceback():
     process.stderr.close()
     assert process.wait(timeout=600) == 1
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_info_names_the_layer_threads_cache_and_cuda():
+    import numba
+
+    result = _run("info")
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    assert lines["threading layer"].split(",")[0] in ("tbb", "omp", "workqueue")
+    assert lines["threads"].startswith(f"{numba.config.NUMBA_NUM_THREADS} ")
+    assert "kernel cache" in lines and "CUDA" in lines
+    assert f"numba {numba.__version__}" in lines["packages"]

@@ -94,6 +94,27 @@ def test_a_chosen_layer_outranks_prefer_openmp():
     assert out == {"layer": "workqueue", "pool:fork": "ok"}
 
 
+def _tbb_installed_beside_python() -> bool:
+    """Whether the running environment holds the TBB runtime that Numba's TBB layer needs, found here
+    without optkernels' loader: by the dynamic loader, in ``sys.prefix``'s library folder (where the
+    ``tbb`` wheel puts it), or among the files the installed ``tbb`` distribution records."""
+    import ctypes
+    from importlib import metadata
+
+    name = {"win32": "tbb12.dll", "darwin": "libtbb.12.dylib"}.get(sys.platform, "libtbb.so.12")
+    try:
+        ctypes.CDLL(name)
+        return True
+    except OSError:
+        pass
+    if (Path(sys.prefix) / "lib" / name).is_file():
+        return True
+    try:
+        return any(f.name == name and Path(f.locate()).is_file() for f in metadata.files("tbb") or [])
+    except metadata.PackageNotFoundError:
+        return False
+
+
 def test_no_layer_chosen_gives_a_fork_safe_one():
     """Nothing set by the user: TBB where it loads, else (Linux) workqueue, never GNU OpenMP; threads and
     forked workers work."""
@@ -104,3 +125,15 @@ def test_no_layer_chosen_gives_a_fork_safe_one():
         assert out["layer"] in ("workqueue", "omp") and not (out["layer"] == "omp" and _gnu_openmp())
     assert out["threads"] == "ok"
     assert out["pool:fork"] == "ok"
+
+
+def test_a_plain_install_does_not_fall_to_workqueue():
+    """A venv made as README says (``pip install -e .``) has the ``tbb`` wheel's runtime in ``<venv>/lib``,
+    where the dynamic loader does not look: the package must load it, so that with nothing chosen its
+    launches run on TBB (thread-safe, fork-safe, parallel) instead of ``workqueue`` behind one lock; 4
+    threads at once and a forked child still give the serial bits. (Where no TBB runtime is installed,
+    GNU OpenMP is the only other parallel layer: then the package's choice is ``workqueue`` by design.)"""
+    if not _tbb_installed_beside_python():
+        pytest.skip("no TBB runtime in this environment (the tbb wheel exists for Linux x86-64 and Windows x64)")
+    out = run_scenarios(None, "threads", "fork")
+    assert out == {"layer": "tbb", "threads": "ok", "fork": "ok"}

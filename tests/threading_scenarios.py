@@ -1,7 +1,7 @@
 """Concurrency scenarios of tests/test_threading.py, run as a script in a fresh process (Numba's threading
 layer is chosen at the first parallel launch, so each layer needs its own process):
 
-    python tests/threading_scenarios.py [--prefer-openmp] threads pool:fork pool:forkserver pool:spawn
+    python tests/threading_scenarios.py [--prefer-openmp] threads fork pool:fork pool:forkserver pool:spawn
 
 ``--prefer-openmp`` asks for OpenMP first, as ``import optkernels.torch`` does
 (``_threading.prefer_openmp``). It prints the layer in use (or ``layer unavailable``), then one line per scenario: ``<scenario> ok``,
@@ -73,6 +73,25 @@ def pool(method: str, expected: dict) -> str:
     return "ok" if got == [expected[s] for s in SEEDS] else "MISMATCH"
 
 
+def fork(expected: dict) -> str:
+    """One child made by ``os.fork`` after this process ran every kernel, running every seed."""
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into the parent's code
+        try:
+            same = all(step(seed) == expected[seed] for seed in SEEDS)
+            os.write(write, b"ok" if same else b"MISMATCH")
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        got = answer.read().decode()
+    os.waitpid(pid, 0)
+    return got or "no answer"
+
+
 def main(scenarios: list[str]) -> None:
     if scenarios[:1] == ["--prefer-openmp"]:
         scenarios = scenarios[1:]
@@ -87,6 +106,8 @@ def main(scenarios: list[str]) -> None:
     for scenario in scenarios:
         if scenario == "threads":
             outcome = threads(expected)
+        elif scenario == "fork":
+            outcome = fork(expected)
         else:
             outcome = pool(scenario.split(":", 1)[1], expected)
         print(f"{scenario} {outcome}", flush=True)

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .._install import install_hint
 from .tasks import Task
 from .training import RunResult
 
@@ -54,7 +55,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise MissingMatplotlib("--plot needs matplotlib, which is not installed: python -m pip install "
-                                "matplotlib (or optkernels[demo])") from None
+                                f"matplotlib (or {install_hint('demo')})") from None
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:

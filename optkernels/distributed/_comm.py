@@ -12,6 +12,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .._install import install_hint
+
 __all__ = ["as_bytes", "check_comm", "check_same", "chunk_bounds", "concat_rows", "digest", "element_type",
            "mpi", "ordered_sum"]
 
@@ -27,7 +29,7 @@ def mpi() -> Any:
     try:
         from mpi4py import MPI
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError("optkernels.distributed needs mpi4py and an MPI: pip install 'optkernels[mpi]'") \
+        raise ImportError(f"optkernels.distributed needs mpi4py and an MPI: {install_hint('mpi')}") \
             from error
     return MPI
 

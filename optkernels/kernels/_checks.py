@@ -59,7 +59,17 @@ def _array_facts(name: str, x: Any) -> tuple[str, tuple, np.dtype, bool, bool, t
         ptr, readonly = face["data"]
         nbytes = math.prod(shape) * dtype.itemsize
         return "cuda", shape, dtype, contiguous, not readonly, (ptr, ptr + nbytes)
-    raise TypeError(f"{name} must be a NumPy array or a CUDA array, got {type(x).__name__}")
+    raise not_an_array_error(name, x)
+
+
+def not_an_array_error(name: str, x: Any) -> TypeError:
+    """The TypeError for an argument that is neither a NumPy nor a CUDA array; for a CPU torch tensor it
+    says how to pass one (``.numpy()`` shares the memory) and where the torch.optim drop-ins are."""
+    message = f"{name} must be a NumPy array or a CUDA array, got {type(x).__name__}"
+    if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "numpy"):
+        message += (f" on the CPU: pass {name}.numpy() (a NumPy view of the same memory, updated in place), "
+                    "or use the torch.optim drop-ins of optkernels.torch, which take tensors")
+    return TypeError(message)
 
 
 def _byte_span(x: np.ndarray) -> tuple[int, int]:

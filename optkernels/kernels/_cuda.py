@@ -17,7 +17,9 @@ import os
 import sys
 from typing import Any
 
-_INSTALL_HINT = "CUDA arrays need numba-cuda: python -m pip install 'optkernels[cuda]'"
+from .._install import install_hint
+
+_INSTALL_HINT = "CUDA arrays need numba-cuda: " + install_hint("cuda")
 
 
 @functools.lru_cache(maxsize=None)

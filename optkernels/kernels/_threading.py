@@ -33,6 +33,8 @@ _guard = None          # the context every launch enters once decided (None: dec
 _forked_from_gnu_omp = False       # launches run single-threaded twins (see for_this_process)
 _twins: dict = {}                  # id(parallel dispatcher) -> (dispatcher, its single-threaded twin)
 _preferred = "forksafe"            # what the first launch asks Numba for when the user chose nothing
+chosen_by_user = False             # whether the settled layer is the user's choice (see _decide)
+tbb_loaded_from: str | None = None  # the file load_packaged_tbb loaded (None: none needed, or none found)
 
 #: Numba's layer priority of :func:`prefer_openmp` (OpenMP, then the others where it cannot load).
 OPENMP_FIRST = ["omp", "tbb", "workqueue"]
@@ -67,6 +69,9 @@ def load_packaged_tbb() -> str | None:
     (the loader matches its name). Harmless when called again or when TBB is not installed."""
     import ctypes
 
+    global tbb_loaded_from
+    if tbb_loaded_from is not None:
+        return tbb_loaded_from
     try:
         ctypes.CDLL(TBB_LIBRARY)
         return None                  # found by name (system TBB, conda, LD_LIBRARY_PATH, or loaded before)
@@ -77,6 +82,7 @@ def load_packaged_tbb() -> str | None:
             ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_GLOBAL", 0))
         except OSError:
             continue
+        tbb_loaded_from = path
         return path
     return None
 
@@ -100,7 +106,7 @@ def _gnu_omp_started() -> bool:
 
 def _decide():
     """Settle the layer (see the module docstring) and return the guard of every later launch."""
-    global _guard
+    global _guard, chosen_by_user
     with _decide_lock:
         if _guard is not None:
             return _guard
@@ -112,7 +118,8 @@ def _decide():
 
         if not parallel._is_initialized:  # noqa: SLF001
             load_packaged_tbb()       # so that TBB loads wherever it is asked for (by us or by the user)
-        if not parallel._is_initialized and not user_chose_layer():  # noqa: SLF001
+        chosen_by_user = user_chose_layer()
+        if not parallel._is_initialized and not chosen_by_user:  # noqa: SLF001
             if _preferred == "omp":
                 numba.config.THREADING_LAYER_PRIORITY = list(OPENMP_FIRST)
             else:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .._install import install_hint
+
 __all__ = ["attach", "install", "installed"]
 
 _factory: Callable[[Any, Any], Any] | None = None
@@ -37,5 +39,5 @@ def attach(optimizer: Any, comm: Any) -> Any:
     if _factory is None:
         raise RuntimeError(f"For '{type(optimizer).__name__}', 'comm' needs the parallel optimizer of "
                            "optkernels.distributed: run `import optkernels.distributed` first "
-                           "(pip install 'optkernels[mpi]')")
+                           f"({install_hint('mpi')})")
     return _factory(optimizer, comm)

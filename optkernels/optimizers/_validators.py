@@ -66,3 +66,29 @@ def check_betas_eps(beta1: Any, beta2: Any, eps: Any, owner: str, eps_name: str 
     b2 = check_range("beta2", check_float("beta2", beta2, owner), owner, 0.0, 1.0, **open_)
     e = check_range(eps_name, check_float(eps_name, eps, owner), owner, 0.0, low_open=True)
     return b1, b2, e
+
+
+# torch.optim's keyword names that MindSpore's (and so this package's NumPy classes) spell otherwise.
+_TORCH_NAMES = {"lr": "the argument here is 'learning_rate'", "betas": "the arguments here are 'beta1' and 'beta2'",
+                "amsgrad": "the argument here is 'use_amsgrad'", "nesterov": "the argument here is 'use_nesterov'", "foreach": None, "fused": None, "capturable": None,
+                "differentiable": None, "maximize": None}
+
+
+def check_torch_keywords(cls: type, keywords: dict) -> None:
+    """A TypeError naming this package's argument for a torch.optim-style keyword (``lr``, ``betas``...)
+    that ``cls``'s constructor does not take, and pointing to the torch.optim drop-ins in optkernels.torch;
+    nothing for other keywords (the constructor itself rejects those)."""
+    import inspect
+
+    names = [k for k in keywords if k in _TORCH_NAMES]
+    if not names:
+        return
+    accepted = inspect.signature(cls.__init__).parameters
+    for name in names:
+        if name in accepted:
+            continue
+        ours = _TORCH_NAMES[name]
+        here = f"{ours} (MindSpore's names)" if ours else "it has no counterpart here"
+        raise TypeError(f"For '{cls.__name__}', unexpected keyword argument '{name}': {here}. "
+                        f"The classes with torch.optim's arguments live in optkernels.torch "
+                        f"(for example optkernels.torch.Adam(model.parameters(), lr=1e-3))")

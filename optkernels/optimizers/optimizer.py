@@ -37,6 +37,7 @@ from . import _parallel
 from ._groups import check_parameters, default_decay_filter
 from ._learning_rate import LearningRate
 from ._state import StateDictMixin
+from ._validators import check_torch_keywords
 from .parameter import Parameter
 
 __all__ = ["Optimizer", "default_decay_filter"]
@@ -194,6 +195,10 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
     _target_rules = None           # None: the target cannot be set; 'platform' or 'membership' (§1.7)
     _multi_tensor = True           # CPU parameters in multi-tensor launches (False: one launch per parameter)
     _distinct_gradients = False    # the kernel refuses a gradient sharing memory with its parameter or slots
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Optimizer":
+        check_torch_keywords(cls, kwargs)   # ``lr=``: say the name is ``learning_rate`` here
+        return super().__new__(cls)
 
     def __init__(self, learning_rate: Any, parameters: Any, weight_decay: Any = 0.0, loss_scale: Any = 1.0,
                  comm: Any = None):

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import plain_array
+from ..kernels._checks import not_an_array_error, plain_array
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 OUT_OF_RANGE_MODES = ("raise", "drop")
@@ -27,7 +27,7 @@ def array_device(name: str, x: Any) -> str:
         return "cpu"
     if _cuda.is_device_array(x):
         return "cuda"
-    raise TypeError(f"{name} must be a NumPy array or a CUDA array, got {type(x).__name__}")
+    raise not_an_array_error(name, x)
 
 
 def array_shape_dtype(x: Any) -> tuple[tuple[int, ...], np.dtype]:
@@ -63,10 +63,15 @@ def host_indices(indices: Any) -> np.ndarray:
     return np.ascontiguousarray(_cuda.to_host(indices))
 
 
-def out_of_range_error(name: str, indices: np.ndarray, position: int, num_rows: int | None) -> IndexError:
-    """The IndexError for the first out-of-range index (its value and its position)."""
+#: The advice of :func:`out_of_range_error` where the call accepts ``out_of_range`` (sparse kernels, merge).
+DROP_ADVICE = "Pass out_of_range='drop' to skip out-of-range indices as MindSpore's fused ops do"
+
+
+def out_of_range_error(name: str, indices: np.ndarray, position: int, num_rows: int | None,
+                       advice: str = DROP_ADVICE) -> IndexError:
+    """The IndexError for the first out-of-range index (its value and its position), with ``advice``: what
+    the caller can do instead (only name arguments that the call raising it accepts)."""
     value = int(indices[position])
     valid = "0 <= index" if num_rows is None else f"0 <= index < {num_rows}"
     return IndexError(f"{name}[{position}] = {value} is out of range ({valid}); negative indices do not wrap "
-                      f"around. Pass out_of_range='drop' to skip out-of-range indices as MindSpore's fused "
-                      f"ops do")
+                      f"around. {advice}")

@@ -15,6 +15,11 @@ from ._plan import first_out_of_range
 _SCIPY_FORMATS = ("csr", "coo")
 
 
+_KEEP_IN_RANGE = ("A RowSparse holds only rows of its dense shape: keep the others out, for example with "
+                  "keep = (indices >= 0) & (indices < dense_shape[0]); RowSparse(indices[keep], values[keep], "
+                  "dense_shape)")
+
+
 class RowSparse:
     r"""A tensor of shape ``dense_shape`` that is zero except in the rows listed in ``indices``::
 
@@ -61,7 +66,7 @@ class RowSparse:
         host = host_indices(indices)
         bad = first_out_of_range(host, dense_shape[0])
         if bad >= 0:
-            raise out_of_range_error("indices", host, bad, dense_shape[0])
+            raise out_of_range_error("indices", host, bad, dense_shape[0], _KEEP_IN_RANGE)
         self.indices = plain_array("indices", indices)  # an np.matrix is kept as a plain view
         self.values = plain_array("values", values)
         self.dense_shape = dense_shape

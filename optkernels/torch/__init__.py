@@ -11,7 +11,9 @@ from __future__ import annotations
 try:
     import torch as _torch  # noqa: F401
 except ImportError as error:  # pragma: no cover - exercised only without torch
-    raise ImportError("optkernels.torch needs PyTorch: python -m pip install 'optkernels[torch]'") from error
+    from .._install import install_hint
+
+    raise ImportError(f"optkernels.torch needs PyTorch: {install_hint('torch')}") from error
 
 from ..kernels import _threading
 from .adagrad import Adagrad, RMSprop
