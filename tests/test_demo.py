@@ -344,7 +344,7 @@ def test_click_logs_follow_their_probabilities():
 
 # ------------------------------------------------------------------------------------------ progress bar
 
-def test_progress_is_quiet_off_a_terminal():
+def test_progress_off_a_terminal_is_a_line_per_run():
     stream = io.StringIO()
     progress = Progress(stream)
     assert not progress.interactive
@@ -352,8 +352,9 @@ def test_progress_is_quiet_off_a_terminal():
     progress.begin_run(1, "Adam", 10)
     for step in range(1, 11):
         progress.update(step, 0.5)
+        assert stream.getvalue() == "model [1/1] Adam: 10 steps\n"   # no bar drawn into a pipe
     progress.end_task("model: done")
-    assert stream.getvalue() == "model: done\n"
+    assert stream.getvalue() == "model [1/1] Adam: 10 steps\nmodel: done\n"
 
 
 def test_progress_bar_on_a_terminal():

@@ -1,5 +1,5 @@
-"""A one-line progress bar on stderr (no dependency): redrawn in place with ``\\r`` on a terminal, silent
-otherwise except for one summary line per model."""
+"""A one-line progress bar on stderr (no dependency): redrawn in place with ``\\r`` on a terminal; off a
+terminal, one line as each optimizer starts and one summary line per model."""
 from __future__ import annotations
 
 import sys
@@ -16,8 +16,9 @@ class Progress:
 
         spirals MLP [3/9] Adam             [##########----------]  1000/2000  loss 0.1234
 
-    When the stream is not a terminal (a pipe, a file, a CI log) nothing is drawn; in both cases
-    :meth:`end_task` writes one line per model.
+    When the stream is not a terminal (a pipe, a file, a CI log) nothing is drawn: :meth:`begin_run` writes
+    one line per optimizer instead (``spirals MLP [3/9] Adam: 2000 steps``); in both cases :meth:`end_task`
+    writes one line per model.
 
     Args:
         stream: where to write (default: ``sys.stderr`` at the time of the call).
@@ -51,6 +52,9 @@ class Progress:
         self._prefix = f"{self._task} [{index}/{self._runs}] {label:<16}"
         self._steps = max(steps, 1)
         self._last_draw = 0.0
+        if not self.interactive:
+            self._write(f"{self._task} [{index}/{self._runs}] {label}: {steps} steps\n")
+            return
         self.update(0, float("nan"), force=True)
 
     def update(self, step: int, loss: float, force: bool = False) -> None:
