@@ -56,11 +56,14 @@ def test_small_run_through_the_command_line():
             assert all(math.isfinite(x) for x in numbers), result.stdout
             loss, score, opt_ms, step_ms = numbers
             assert loss > 0 and 0 <= score <= 1 and 0 < opt_ms <= step_ms
-    # stderr is not a terminal: no bar, one line per model.
+    # stderr is not a terminal: no bar, a line as each optimizer starts and one per model.
     lines = result.stderr.splitlines()
-    assert len(lines) == 2 and "\r" not in result.stderr, result.stderr
-    assert lines[0].startswith("spirals MLP: 2 optimizer(s) x 40 steps in ")
-    assert lines[1].startswith("click-through: 3 optimizer(s) x 40 steps")
+    assert "\r" not in result.stderr, result.stderr
+    assert lines[:2] == ["spirals MLP [1/2] SGD: 40 steps", "spirals MLP [2/2] Adam: 40 steps"]
+    assert lines[2].startswith("spirals MLP: 2 optimizer(s) x 40 steps in ")
+    assert lines[3:6] == [f"click-through [{k}/3] {name}: 40 steps" for k, name in
+                          enumerate(("Adam", "LazyAdam", "FTRL"), 1)]
+    assert lines[6].startswith("click-through: 3 optimizer(s) x 40 steps") and len(lines) == 7
 
 
 def test_a_model_that_no_chosen_optimizer_trains_is_skipped():
