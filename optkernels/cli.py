@@ -5,6 +5,7 @@ Commands:
     bench   the benchmark suite (bench/run.py of a clone of the repository)
     demo    train small models on generated data with the optimizers (see optkernels.demo)
     info    the threading layer, threads, Numba cache folder, CUDA and the versions this install uses
+    warmup  compile every kernel into Numba's cache, in parallel processes (for images)
 """
 from __future__ import annotations
 
@@ -25,6 +26,25 @@ def _bench(rest: list[str]) -> int:
         return 2
     runner = runpy.run_path(str(BENCH_RUNNER), run_name="optkernels_bench")
     return runner["main"](rest)
+
+
+def _warmup(args: argparse.Namespace) -> int:
+    import time
+
+    from optkernels.conformance.cases import CASES_BY_NAME
+    from optkernels.warmup import warm_up
+
+    if args.jobs is not None and args.jobs < 1:
+        print("error: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    unknown = sorted(set(args.ops or ()) - set(CASES_BY_NAME))
+    if unknown:
+        print(f"error: unknown op(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    warm_up(args.jobs, args.ops, progress=lambda ops, s: print(f"{s:6.1f} s  {', '.join(ops)}", flush=True))
+    print(f"compiled into the cache in {time.perf_counter() - start:.1f} s")
+    return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -143,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--export", type=Path, metavar="DIR",
                         help="also write golden test vectors (npz + index.json + FORMAT.md) to DIR")
     commands.add_parser("info", help="print the threading layer, threads, kernel cache, CUDA and versions")
+    warmup = commands.add_parser("warmup", help="compile every kernel into Numba's on-disk cache",
+                                 description="Compile every kernel (float32, float64, float16, bfloat16) into "
+                                             "Numba's on-disk cache in worker processes, so that later "
+                                             "processes load them instead of compiling.")
+    warmup.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPUs)")
+    warmup.add_argument("--ops", nargs="+", metavar="OP", help="only these ops (as verify --ops)")
     commands.add_parser("bench", help="run the benchmark suite (pass --help for its options)", add_help=False)
     commands.add_parser("demo", help="train small models on generated data with the optimizers (pass --help "
                                      "for its options)", add_help=False)
@@ -151,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "verify":
         return _verify(args)
+    if args.command == "warmup":
+        return _warmup(args)
     if args.command == "info":
         print("\n".join(info_lines()))
         return 0

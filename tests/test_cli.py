@@ -57,3 +57,23 @@ def test_info_names_the_layer_threads_cache_and_cuda():
     assert lines["threads"].startswith(f"{numba.config.NUMBA_NUM_THREADS} ")
     assert "kernel cache" in lines and "CUDA" in lines
     assert f"numba {numba.__version__}" in lines["packages"]
+
+
+def test_warmup_compiles_into_the_cache(tmp_path):
+    """``warmup`` fills Numba's cache (here a fresh NUMBA_CACHE_DIR): apply_adam's float32 and float64 loops
+    and its float16/bfloat16 drivers are there afterwards."""
+    import os
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "optkernels", "warmup", "--ops", "apply_adam", "--jobs", "1"],
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "apply_adam" in result.stdout and "compiled into the cache" in result.stdout
+    data = [p.name for p in tmp_path.rglob("*.nbc")]
+    assert sum(name.startswith("adam._cpu__adam-") for name in data) == 2, data   # float32, float64
+    assert any("f16" in name for name in data) and any("bf16" in name for name in data), data
+
+
+def test_warmup_refuses_an_unknown_op():
+    result = _run("warmup", "--ops", "apply_nadam")
+    assert result.returncode == 2 and "unknown op(s) apply_nadam" in result.stderr
