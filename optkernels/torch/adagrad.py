@@ -13,8 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from ..kernels.adagrad import _adagrad
-from ..kernels.torch_rules import rms_prop_kernel
+from ..kernels.torch_rules import _torch_adagrad, adagrad_scalars, rms_prop_kernel, rms_prop_scalars
 from ..sparse import sparse_apply_adagrad_v2
 from . import _views
 from ._base import KernelOptimizer
@@ -79,13 +78,17 @@ class Adagrad(KernelOptimizer):
         return torch.full_like(p, init, memory_format=torch.preserve_format)
 
     def _kernel(self, group: dict) -> tuple:
-        return _adagrad, ("sum",)
+        return _torch_adagrad, ("sum",)
+
+    def _prestep(self, group: dict) -> Any:
+        return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _clr(self, group: dict, step: int) -> float:
         return float(group["lr"]) / (1 + (step - 1) * group["lr_decay"])
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return dtype.type(self._clr(group, step)), dtype.type(group["eps"]), True
+        return adagrad_scalars(dtype, step, float(group["lr"]), group["lr_decay"], group["eps"],
+                               group["weight_decay"], group["maximize"])
 
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
         state["step"] += 1
@@ -135,10 +138,9 @@ class RMSprop(KernelOptimizer):
             names += ("momentum_buffer",)
         return rms_prop_kernel(bool(group["centered"]), group["momentum"] > 0), names
 
+    def _prestep(self, group: dict) -> Any:
+        return None        # maximize and weight decay are in the element function (torch's rounding)
+
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        alpha = group["alpha"]
-        scalars = (dtype.type(float(group["lr"])), dtype.type(alpha), dtype.type(1.0 - alpha),
-                   dtype.type(group["eps"]))
-        if group["momentum"] > 0:
-            scalars += (dtype.type(group["momentum"]),)
-        return scalars
+        return rms_prop_scalars(dtype, float(group["lr"]), group["alpha"], group["eps"], group["weight_decay"],
+                                group["momentum"], group["maximize"])

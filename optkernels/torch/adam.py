@@ -16,9 +16,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from ..kernels.adam import _adam, _adam_amsgrad
 from ..kernels.axpy import _scal
-from ..kernels.torch_rules import _adamax
+from ..kernels.torch_rules import _torch_adam, _torch_adam_amsgrad, _torch_adamax, adam_scalars, adamax_scalars
 from ._base import KernelOptimizer, _Plan
 from . import _views
 
@@ -99,28 +98,17 @@ class Adam(KernelOptimizer):
 
     def _kernel(self, group: dict) -> tuple:
         if group["amsgrad"]:
-            return _adam_amsgrad, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
-        return _adam, ("exp_avg", "exp_avg_sq")
+            return _torch_adam_amsgrad, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+        return _torch_adam, ("exp_avg", "exp_avg_sq")
 
     def _prestep(self, group: dict) -> Any:
-        if group.get("decoupled_weight_decay"):
-            return (0.0, -1.0) if group["maximize"] else None
-        return super()._prestep(group)
-
-    def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
-        if group.get("decoupled_weight_decay") and group["weight_decay"] != 0:
-            decoupled_decay(plan, 1.0 - float(group["lr"]) * group["weight_decay"])
+        return None        # maximize and both decays are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        root = math.sqrt(1.0 - beta2 ** step)
-        lr_t = dtype.type(float(group["lr"]) * root / (1.0 - beta1 ** step))
-        eps = dtype.type(group["eps"] * root)
-        one_minus_beta1 = dtype.type(1.0 - beta1)
-        one_minus_beta2 = dtype.type(1.0 - beta2)
-        if group["amsgrad"]:
-            return lr_t, one_minus_beta1, one_minus_beta2, eps
-        return lr_t, dtype.type(beta1), one_minus_beta1, one_minus_beta2, eps, False
+        return adam_scalars(dtype, step, float(group["lr"]), float(beta1), float(beta2), group["eps"],
+                            group["weight_decay"], bool(group.get("decoupled_weight_decay")),
+                            group["maximize"])
 
 
 def decoupled_decay(plan: _Plan, factor: float) -> None:
@@ -195,9 +183,12 @@ class Adamax(KernelOptimizer):
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
 
     def _kernel(self, group: dict) -> tuple:
-        return _adamax, ("exp_avg", "exp_inf")
+        return _torch_adamax, ("exp_avg", "exp_inf")
+
+    def _prestep(self, group: dict) -> Any:
+        return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        clr = dtype.type(float(group["lr"]) / (1.0 - beta1 ** step))
-        return clr, dtype.type(1.0 - beta1), dtype.type(beta2), dtype.type(group["eps"])
+        return adamax_scalars(dtype, step, float(group["lr"]), float(beta1), float(beta2), group["eps"],
+                              group["weight_decay"], group["maximize"])
