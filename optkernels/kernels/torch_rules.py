@@ -199,6 +199,8 @@ def _torch_sgd_momentum(i, var, momentum_buffer, grad, negate, coupled, weight_d
 
 
 # ------------------------------------------------------------------------------ host-side scalars (float64)
+# ``lr`` is a Python float, or a NumPy scalar where torch's lr is a Tensor: torch's host arithmetic on it
+# then runs in the tensor's dtype, and so does NumPy's on the scalar (a Python float operand is rounded to it).
 
 def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
     """``(w, w − 1, |w| < 0.5)`` of torch's ``lerp_`` with the Python float ``weight``: ``w`` converted to
@@ -212,7 +214,7 @@ def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:
     return bool(maximize), weight_decay != 0, dtype.type(weight_decay)
 
 
-def adam_scalars(dtype: np.dtype, step: int, lr: float, beta1: float, beta2: float, eps: float,
+def adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
                  weight_decay: float, decoupled: bool, maximize: bool) -> tuple:
     """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
     ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
@@ -225,28 +227,28 @@ def adam_scalars(dtype: np.dtype, step: int, lr: float, beta1: float, beta2: flo
             dtype.type(-(lr / (1 - beta1 ** t))))
 
 
-def adamax_scalars(dtype: np.dtype, step: int, lr: float, beta1: float, beta2: float, eps: float,
+def adamax_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
                    weight_decay: float, maximize: bool) -> tuple:
     """The scalars of ``_torch_adamax`` for step ``step``: ``−lr/(1 − β1^t)`` and the rest converted."""
     return (*grad_prestep(dtype, maximize, weight_decay), *lerp_weight(dtype, 1 - beta1), dtype.type(beta2),
             dtype.type(eps), dtype.type(-(lr / (1 - beta1 ** float(step)))))
 
 
-def adagrad_scalars(dtype: np.dtype, step: int, lr: float, lr_decay: float, eps: float, weight_decay: float,
+def adagrad_scalars(dtype: np.dtype, step: int, lr: Any, lr_decay: float, eps: float, weight_decay: float,
                     maximize: bool) -> tuple:
     """The scalars of ``_torch_adagrad``: ``clr = lr/(1 + (t − 1)·lr_decay)``, passed as ``−clr``."""
     clr = lr / (1 + (float(step) - 1) * lr_decay)
     return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(eps), dtype.type(-clr))
 
 
-def rms_prop_scalars(dtype: np.dtype, lr: float, alpha: float, eps: float, weight_decay: float,
+def rms_prop_scalars(dtype: np.dtype, lr: Any, alpha: float, eps: float, weight_decay: float,
                      momentum: float, maximize: bool) -> tuple:
     """The scalars shared by the four RMSprop element functions."""
     return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(alpha), *lerp_weight(dtype, 1 - alpha),
             dtype.type(eps), dtype.type(momentum), dtype.type(-lr))
 
 
-def sgd_scalars(dtype: np.dtype, first: bool, lr: float, momentum: float, dampening: float,
+def sgd_scalars(dtype: np.dtype, first: bool, lr: Any, momentum: float, dampening: float,
                 weight_decay: float, nesterov: bool, maximize: bool) -> tuple:
     """The scalars of ``_torch_sgd`` (``momentum == 0``) or ``_torch_sgd_momentum`` (``first``: the
     buffer's first step, where torch clones the gradient into it)."""

@@ -17,6 +17,7 @@ from ..kernels.torch_rules import _torch_adagrad, adagrad_scalars, rms_prop_kern
 from ..sparse import sparse_apply_adagrad_v2
 from . import _views
 from ._base import KernelOptimizer
+from .adam import host_lr
 from ._sparse import row_sparse
 
 __all__ = ["Adagrad", "RMSprop"]
@@ -87,7 +88,7 @@ class Adagrad(KernelOptimizer):
         return float(group["lr"]) / (1 + (step - 1) * group["lr_decay"])
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return adagrad_scalars(dtype, step, float(group["lr"]), group["lr_decay"], group["eps"],
+        return adagrad_scalars(dtype, step, host_lr(group["lr"]), group["lr_decay"], group["eps"],
                                group["weight_decay"], group["maximize"])
 
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
@@ -142,5 +143,5 @@ class RMSprop(KernelOptimizer):
         return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return rms_prop_scalars(dtype, float(group["lr"]), group["alpha"], group["eps"], group["weight_decay"],
+        return rms_prop_scalars(dtype, host_lr(group["lr"]), group["alpha"], group["eps"], group["weight_decay"],
                                 group["momentum"], group["maximize"])

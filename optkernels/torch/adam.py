@@ -39,6 +39,15 @@ def _check_adam_hyper(lr: Any, eps: float, betas: tuple, weight_decay: float) ->
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
 
 
+def host_lr(lr: Any) -> Any:
+    """The learning rate as torch's single-tensor step computes with it: a Python float, or for a Tensor lr
+    a NumPy scalar of its dtype (torch's host arithmetic on it, ``lr / bias_correction``, ``1 − lr·wd``,
+    then runs in that dtype, a Python float operand rounded to it first, as NumPy does)."""
+    if isinstance(lr, torch.Tensor):
+        return lr.detach().cpu().numpy()[()]
+    return float(lr)
+
+
 def _unsupported(**flags: Any) -> None:
     for name, value in flags.items():
         if value:
@@ -106,7 +115,7 @@ class Adam(KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        return adam_scalars(dtype, step, float(group["lr"]), float(beta1), float(beta2), group["eps"],
+        return adam_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
                             group["weight_decay"], bool(group.get("decoupled_weight_decay")),
                             group["maximize"])
 
@@ -190,5 +199,5 @@ class Adamax(KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        return adamax_scalars(dtype, step, float(group["lr"]), float(beta1), float(beta2), group["eps"],
+        return adamax_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
                               group["weight_decay"], group["maximize"])

@@ -10,6 +10,7 @@ import torch
 
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
 from ._base import KernelOptimizer, _Plan
+from .adam import host_lr
 
 __all__ = ["SGD"]
 
@@ -74,5 +75,5 @@ class SGD(KernelOptimizer):
         return plan.private_steps
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return sgd_scalars(dtype, step == 1, float(group["lr"]), group["momentum"], group["dampening"],
+        return sgd_scalars(dtype, step == 1, host_lr(group["lr"]), group["momentum"], group["dampening"],
                            group["weight_decay"], group["nesterov"], group["maximize"])
