@@ -114,3 +114,41 @@ def test_every_step_is_torch_bits(case, dtype):
             for key, value in state_a.items():
                 assert torch.equal(value, state_b[key]), f"step {step + 1}, size {SIZES[k]}: {key} differs"
 
+
+
+SPARSE_CASES = [
+    ("SparseAdam", {}),
+    ("SparseAdam", dict(maximize=True, betas=(0.3, 0.9), lr=0.01)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1)),
+    ("Adagrad", dict(maximize=True, eps=1e-3)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("case", SPARSE_CASES, ids=[_ids(c) for c in SPARSE_CASES])
+def test_sparse_gradients_are_torch_bits(case, dtype):
+    """Uncoalesced row-sparse gradients with repeated rows (``nn.Embedding(sparse=True)``), an empty one, a
+    1-D parameter and rows of 1, 7 and 1000 elements."""
+    name, flags = case
+    gen = torch.Generator().manual_seed(7)
+    init = [torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+            for shape in [(40, 7), (30,), (5, 1000), (9, 1)]]
+    theirs = [t.clone().requires_grad_() for t in init]
+    ours = [t.clone().requires_grad_() for t in init]
+    reference, optimizer = getattr(torch.optim, name)(theirs, **flags), getattr(okt, name)(ours, **flags)
+    patch = contextlib.nullcontext if TORCH_SQRT_IS_IEEE else _ieee_sqrt
+    for step in range(STEPS):
+        for a, b in zip(theirs, ours):
+            nnz = 0 if step == 3 else 2 * a.shape[0]
+            rows = torch.randint(0, a.shape[0], (nnz,), generator=gen)
+            values = torch.randn((nnz,) + a.shape[1:], generator=gen, dtype=torch.float64).to(dtype)
+            g = torch.sparse_coo_tensor(rows[None], values, a.shape)
+            a.grad, b.grad = g, g.clone()
+        with patch():
+            reference.step()
+        optimizer.step()
+        for a, b in zip(theirs, ours):
+            assert torch.equal(a, b), f"step {step + 1}, shape {tuple(a.shape)}: parameter differs"
+            for key, value in reference.state[a].items():
+                if isinstance(value, torch.Tensor) and value.dim():
+                    assert torch.equal(value, optimizer.state[b][key]), f"step {step + 1}: {key} differs"

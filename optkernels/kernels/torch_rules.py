@@ -198,6 +198,33 @@ def _torch_sgd_momentum(i, var, momentum_buffer, grad, negate, coupled, weight_d
     var[i] = fma(g, neg_lr, p)
 
 
+# -------------------------------------------------------------------------------------------- SparseAdam
+
+@elementwise
+def _torch_sparse_adam(i, var, exp_avg, exp_avg_sq, values, rows, width, one_minus_beta1, one_minus_beta2,
+                       eps, neg_step_size):
+    # element i of a coalesced row-sparse gradient (unique rows): row rows[i // width], column i % width
+    j = rows[i // width] * width + i % width
+    g = values[i]
+    m = exp_avg[j]
+    v = exp_avg_sq[j]
+    m = m + (g - m) * one_minus_beta1          # exp_avg.add_(sparse((g − m)·(1 − β1)))
+    v = v + (g * g - v) * one_minus_beta2      # exp_avg_sq.add_(sparse((g² − v)·(1 − β2)))
+    exp_avg[j] = m
+    exp_avg_sq[j] = v
+    var[j] = var[j] + neg_step_size * (m / (math.sqrt(v) + eps))
+
+
+@elementwise
+def _torch_sparse_adagrad(i, var, state_sum, values, rows, width, eps, neg_clr):
+    # element i of a coalesced row-sparse gradient (unique rows), as _torch_sparse_adam
+    j = rows[i // width] * width + i % width
+    g = values[i]
+    s = state_sum[j] + g * g                   # state_sum.add_(sparse(g.pow(2)))
+    state_sum[j] = s
+    var[j] = fma(g / (math.sqrt(s) + eps), neg_clr, var[j])     # param.add_(sparse(g/std), alpha=−clr)
+
+
 # ------------------------------------------------------------------------------ host-side scalars (float64)
 # ``lr`` is a Python float, or a NumPy scalar where torch's lr is a Tensor: torch's host arithmetic on it
 # then runs in the tensor's dtype, and so does NumPy's on the scalar (a Python float operand is rounded to it).
@@ -259,6 +286,14 @@ def sgd_scalars(dtype: np.dtype, first: bool, lr: Any, momentum: float, dampenin
             dtype.type(-lr))
 
 
+def sparse_adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float) -> tuple:
+    """The scalars of ``_torch_sparse_adam`` (after ``rows`` and ``width``): ``step_size = lr·√(1 − β2^t)/(1 −
+    β1^t)`` as torch's ``sparse_adam`` computes it (``math.sqrt``, integer ``step``), passed as
+    ``−step_size``."""
+    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+    return dtype.type(1 - beta1), dtype.type(1 - beta2), dtype.type(eps), dtype.type(-step_size)
+
+
 def rms_prop_kernel(centered: bool, momentum: bool) -> Any:
     """The element function of torch's RMSprop for the given flags (arrays: var, square_avg[, grad_avg]
     [, momentum_buffer], grad; scalars: :func:`rms_prop_scalars`)."""
@@ -307,7 +342,7 @@ def torch_rms_prop(var: Any, square_avg: Any, grad: Any, lr: Scalar, alpha: Scal
         states["momentum_buffer"] = momentum_buffer
     batch = check_arrays(states, {"grad": grad})
     lr_, a, eps = batch.scalar("lr", lr), batch.scalar("alpha", alpha), batch.scalar("epsilon", epsilon)
-    mu = batch.scalar("momentum", momentum)
+    batch.scalar("momentum", momentum)      # checked as the other scalars are
     check_range("lr", lr_, 0.0)
     check_range("alpha", a, 0.0, 1.0)
     check_range("epsilon", eps, 0.0)

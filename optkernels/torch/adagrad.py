@@ -1,9 +1,9 @@
 """torch's Adagrad and RMSprop over optkernels' kernels.
 
-* ``Adagrad``: MindSpore's ``apply_adagrad_v2`` element function with ``lr = lr/(1 + (t − 1)·lr_decay)``
-  (torch's ``clr``); sparse gradients go to ``sparse_apply_adagrad_v2`` (duplicate rows merged, only the
-  indexed rows updated), as torch's coalescing sparse Adagrad computes.
-* ``RMSprop``: torch's rule (epsilon outside the root, lr after the momentum buffer) is
+* ``Adagrad``: :mod:`optkernels.kernels.torch_rules`' Adagrad element function (torch's op order and CPU
+  rounding, ``clr = lr/(1 + (t − 1)·lr_decay)``); sparse gradients are coalesced by torch
+  and only the indexed rows updated, in torch's sparse order of operations.
+* ``RMSprop``: torch's rule (epsilon outside the root, lr after the momentum buffer, torch's rounding) is
   :mod:`optkernels.kernels.torch_rules`' kernel: MindSpore's ``apply_rms_prop`` computes another formula.
 """
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from ..kernels.torch_rules import _torch_adagrad, adagrad_scalars, rms_prop_kernel, rms_prop_scalars
-from ..sparse import sparse_apply_adagrad_v2
+from ..kernels.torch_rules import (_torch_adagrad, _torch_sparse_adagrad, adagrad_scalars, rms_prop_kernel,
+                                   rms_prop_scalars)
 from . import _views
 from ._base import KernelOptimizer
 from .adam import host_lr
-from ._sparse import row_sparse
+from ._sparse import coalesced_rows
 
 __all__ = ["Adagrad", "RMSprop"]
 
@@ -84,9 +84,6 @@ class Adagrad(KernelOptimizer):
     def _prestep(self, group: dict) -> Any:
         return None        # maximize and weight decay are in the element function (torch's rounding)
 
-    def _clr(self, group: dict, step: int) -> float:
-        return float(group["lr"]) / (1 + (step - 1) * group["lr_decay"])
-
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         return adagrad_scalars(dtype, step, host_lr(group["lr"]), group["lr_decay"], group["eps"],
                                group["weight_decay"], group["maximize"])
@@ -94,9 +91,14 @@ class Adagrad(KernelOptimizer):
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
         state["step"] += 1
         kind = _views.device_kind(p)
-        indices, values = row_sparse(grad, kind, group["maximize"])
-        sparse_apply_adagrad_v2(_views.view(p, kind), _views.view(state["sum"], kind), values, indices,
-                                lr=self._clr(group, int(state["step"])), epsilon=float(group["eps"]))
+        rows = coalesced_rows(grad, kind, group["maximize"])
+        if rows is None:
+            return
+        dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+        *_, eps, neg_clr = adagrad_scalars(dtype, int(state["step"]), host_lr(group["lr"]), group["lr_decay"],
+                                           group["eps"], 0.0, False)
+        _torch_sparse_adagrad.launch(kind, rows[0].size, _views.view(p, kind, flat=True),
+                                     _views.view(state["sum"], kind, flat=True), *rows, eps, neg_clr)
 
 
 class RMSprop(KernelOptimizer):

@@ -1,25 +1,16 @@
-"""torch's Adam, AdamW and Adamax over optkernels' kernels.
-
-* ``Adam``: MindSpore's Adam kernel (``apply_adam``'s element function) with ``lr_t = lr·√(1−β2^t)/(1−β1^t)``
-  and epsilon ``ε·√(1−β2^t)``: ``lr_t·m/(√v + ε√(1−β2^t)) = lr/(1−β1^t)·m/(√v/√(1−β2^t) + ε)``, torch's
-  formula; ``amsgrad`` is ``apply_adam_with_amsgrad``'s element function with the same two scalars (torch
-  keeps ``max_exp_avg_sq = max(max_exp_avg_sq, v)`` and divides by its root). ``maximize`` and the coupled
-  ``weight_decay`` are the gradient pre-step ``(±wd·w + g)·±1``.
-* ``AdamW``: ``w ← w·(1 − lr·wd)`` (the ``scal`` kernel, one multi-tensor launch) before Adam.
-* ``Adamax``: torch's rule (epsilon inside the max) is :mod:`optkernels.kernels.torch_rules`' kernel.
-"""
+"""torch's Adam, AdamW and Adamax over :mod:`optkernels.kernels.torch_rules`' element functions, which compute
+torch's single-tensor steps (``foreach=False``) with torch's CPU rounding: ``maximize``, the coupled
+``weight_decay`` and AdamW's decoupled decay ``w ← w·(1 − lr·wd)`` are part of the one pass over each
+tensor, the host scalars (bias corrections, step size) are computed as torch computes them."""
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable
 
 import numpy as np
 import torch
 
-from ..kernels.axpy import _scal
 from ..kernels.torch_rules import _torch_adam, _torch_adam_amsgrad, _torch_adamax, adam_scalars, adamax_scalars
-from ._base import KernelOptimizer, _Plan
-from . import _views
+from ._base import KernelOptimizer
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -118,36 +109,6 @@ class Adam(KernelOptimizer):
         return adam_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
                             group["weight_decay"], bool(group.get("decoupled_weight_decay")),
                             group["maximize"])
-
-
-def decoupled_decay(plan: _Plan, factor: float) -> None:
-    """``w ← factor·w`` over a plan's parameters (the ``scal`` kernel: one multi-tensor launch per dtype on
-    the CPU, one launch per CUDA or half tensor)."""
-    for dtype, _, tensors, _ in plan.cpu:
-        one_row = _OneRow.of(tensors)
-        _scal.launch_many("cpu", one_row, dtype.type(factor))
-    for k, kind, arrays, n, _ in plan.single:
-        dtype = _views.FLOAT_DTYPES.get(plan.params[k].dtype, np.dtype(np.float32))
-        _scal.launch(kind, n, arrays[0], dtype.type(factor))
-
-
-class _OneRow:
-    """A view of a TensorList's chunk table with only its first address row (the parameters)."""
-
-    __slots__ = ("chunks", "addresses", "like")
-
-    def __init__(self, tensors: Any):
-        self.chunks = tensors.chunks
-        self.addresses = tensors.addresses[:1]
-        self.like = tensors.like
-
-    @staticmethod
-    def of(tensors: Any) -> "_OneRow":
-        row = tensors.__dict__.get("_param_row") if hasattr(tensors, "__dict__") else None
-        if row is None:
-            row = _OneRow(tensors)
-            tensors._param_row = row
-        return row
 
 
 class AdamW(Adam):

@@ -1,6 +1,5 @@
-"""torch's SGD over optkernels' kernels: MindSpore's Momentum kernel (``apply_momentum``'s element function)
-with ``gradient_scale = 1 − dampening`` (1 on a buffer's first step, whose buffer starts at zero, so it
-becomes exactly the gradient as torch's clone does); without momentum, ``axpy`` (``w ← −lr·g + w``)."""
+"""torch's SGD over :mod:`optkernels.kernels.torch_rules`' element functions (torch's single-tensor op order
+and CPU rounding; the buffer's first step copies the gradient, as torch's clone does)."""
 from __future__ import annotations
 
 from typing import Any, Iterable
