@@ -88,16 +88,17 @@ def test_each_step_is_the_float32_step_rounded_once(name, kwargs, dtype):
     assert any(not torch.equal(p.float(), torch.zeros_like(p.float())) for p in params)
 
 
-def test_adamw_decays_then_steps_each_rounded_once():
-    """AdamW is two updates of the parameter (torch's ``p.mul_(1 − lr·wd)``, then Adam): each rounded once."""
+def test_adamw_decay_and_step_rounded_once():
+    """AdamW's decay (torch's ``p.mul_(1 − lr·wd)``) and its Adam step are one update of the parameter:
+    float32 math, rounded once, like every other half update."""
     gen = torch.Generator().manual_seed(3)
     p = torch.randn(40, generator=gen).to(torch.bfloat16).requires_grad_()
     opt = okt.AdamW([p], lr=1e-2, weight_decay=0.5)
     for _ in range(3):
         g = torch.randn(40, generator=gen).to(torch.bfloat16)
         states = _snapshot(opt, [p])
-        decayed = (p.detach().float() * np.float32(1 - 1e-2 * 0.5)).to(torch.bfloat16)
-        want, want_state = _reference_step("Adam", dict(lr=1e-2), [decayed], states, [g])
+        want, want_state = _reference_step("AdamW", dict(lr=1e-2, weight_decay=0.5), [p.detach().clone()],
+                                           states, [g])
         p.grad = g.clone()
         opt.step()
         assert torch.equal(_bits(p), _bits(want[0]))

@@ -1,105 +1,319 @@
-"""Update rules of ``torch.optim`` that no MindSpore op computes: RMSprop (epsilon outside the square root,
-the learning rate applied after the momentum buffer) and Adamax (epsilon inside the infinity norm's max).
+"""Element functions of ``torch.optim``'s update rules that round as torch's CPU single-tensor path does.
 
-``optkernels.torch`` maps every other torch optimizer onto MindSpore's kernels (torch's Adam is ``apply_adam``
-with a scaled epsilon, its SGD is ``apply_momentum``, ...); these two have no honest mapping, so their
-per-element math is written here once, in torch's order of operations, for the CPU and CUDA. Arithmetic is in
-the arrays' dtype; the scalars are given already converted to it.
+Each function computes, per element, the sequence of tensor operations of torch's ``_single_tensor_<name>``
+(``foreach=False``), with each operation rounded as torch's CPU kernels round it
+(``../shared/spec/MODERN.md`` §0.2, confirmed bit for bit on data):
+
+* ``x.add(y, alpha=a)`` is ``fma(y, a, x)``; ``x.addcmul_(y, z, value=v)`` is ``fma(v·y, z, x)``;
+* ``x.lerp_(y, w)`` is ``fma(w, y − x, x)`` when ``|w| < 0.5``, else ``fma(w − 1, y − x, y)``;
+* ``x.addcdiv_(y, z, value=v)`` is ``x + (v·y)/z`` and ``x.mul_(c)`` is ``x·c``: each operation rounded;
+* ``sqrt`` is IEEE ``sqrt`` here. torch's CPU ``sqrt`` is MKL's vector sqrt, which is not correctly rounded
+  on every CPU (see ``docs/guide/torch_bits.rst``): where it is not, that is the only difference.
+
+The fused steps call :func:`optkernels.kernels._intrinsics.fma` explicitly (no ``fastmath``, so LLVM fuses
+nothing else). Scalars arrive already converted to the arrays' dtype, as torch converts a Python scalar
+before an element-wise op; host-side values (bias corrections, step sizes) are computed by the caller in
+Python float64, in torch's order. The gradient pre-step (``maximize``, L2 weight decay) and AdamW's
+decoupled decay are part of each element function: one pass over memory, torch's rounding.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
+
 from ._checks import check_arrays, check_range
+
 from ._elementwise import elementwise, scalar_math
+from ._ieee import nan_max
+from ._intrinsics import fma
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
 
 
 @scalar_math
-def rms_prop_denominator(square_avg, g, alpha, one_minus_alpha, epsilon):
-    """torch's ``square_avg ← α·square_avg + (1 − α)·g·g`` and its ``√square_avg + ε``."""
-    sa = square_avg * alpha + one_minus_alpha * g * g
-    return sa, math.sqrt(sa) + epsilon
-
-
-@elementwise
-def _rms_prop(i, var, square_avg, grad, lr, alpha, one_minus_alpha, epsilon):
-    g = grad[i]
-    sa, denominator = rms_prop_denominator(square_avg[i], g, alpha, one_minus_alpha, epsilon)
-    square_avg[i] = sa
-    var[i] = var[i] - lr * g / denominator
-
-
-@elementwise
-def _rms_prop_momentum(i, var, square_avg, momentum_buffer, grad, lr, alpha, one_minus_alpha, epsilon,
-                       momentum):
-    g = grad[i]
-    sa, denominator = rms_prop_denominator(square_avg[i], g, alpha, one_minus_alpha, epsilon)
-    square_avg[i] = sa
-    buf = momentum_buffer[i] * momentum + g / denominator
-    momentum_buffer[i] = buf
-    var[i] = var[i] - lr * buf
+def torch_grad(g, p, negate, coupled, weight_decay):
+    """torch's gradient pre-step: ``g ← −g`` (maximize), then ``g ← fma(p, wd, g)`` (``grad.add(param,
+    alpha=wd)``, only where torch applies it: ``weight_decay != 0``)."""
+    if negate:
+        g = -g
+    if coupled:
+        g = fma(p, weight_decay, g)
+    return g
 
 
 @scalar_math
-def centered_denominator(square_avg, grad_avg, g, alpha, one_minus_alpha, epsilon):
-    """torch's centered RMSprop: the new averages and ``√(square_avg − grad_avg²) + ε``."""
-    sa = square_avg * alpha + one_minus_alpha * g * g
-    ga = grad_avg + (g - grad_avg) * one_minus_alpha
-    return sa, ga, math.sqrt(sa - ga * ga) + epsilon
+def torch_lerp(x, y, w, w_minus_one, small):
+    """torch's CPU ``x.lerp_(y, w)``: ``fma(w, y − x, x)`` if ``small`` (``|w| < 0.5``, decided on the
+    host), else ``fma(w − 1, y − x, y)``; ``w_minus_one`` is ``w − 1`` in the arrays' dtype."""
+    d = y - x
+    if small:
+        return fma(w, d, x)
+    return fma(w_minus_one, d, y)
+
+
+# ------------------------------------------------------------------------------------------- Adam, AdamW
+
+@scalar_math
+def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2):
+    """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)``."""
+    return torch_lerp(m, g, w1, w1_minus_one, small1), fma(one_minus_beta2 * g, g, v * beta2)
 
 
 @elementwise
-def _centered_rms_prop(i, var, square_avg, grad_avg, grad, lr, alpha, one_minus_alpha, epsilon):
-    g = grad[i]
-    sa, ga, denominator = centered_denominator(square_avg[i], grad_avg[i], g, alpha, one_minus_alpha, epsilon)
-    square_avg[i] = sa
-    grad_avg[i] = ga
-    var[i] = var[i] - lr * g / denominator
+def _torch_adam(i, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
+                w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size):
+    p = var[i]
+    if decoupled:
+        p = p * decay
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    m, v = torch_adam_moments(exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2)
+    exp_avg[i] = m
+    exp_avg_sq[i] = v
+    var[i] = p + neg_step_size * m / (math.sqrt(v) / bc2_sqrt + eps)
 
 
 @elementwise
-def _centered_rms_prop_momentum(i, var, square_avg, grad_avg, momentum_buffer, grad, lr, alpha,
-                                one_minus_alpha, epsilon, momentum):
-    g = grad[i]
-    sa, ga, denominator = centered_denominator(square_avg[i], grad_avg[i], g, alpha, one_minus_alpha, epsilon)
-    square_avg[i] = sa
-    grad_avg[i] = ga
-    buf = momentum_buffer[i] * momentum + g / denominator
-    momentum_buffer[i] = buf
-    var[i] = var[i] - lr * buf
+def _torch_adam_amsgrad(i, var, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, negate, coupled, weight_decay,
+                        decoupled, decay, w1, w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, eps,
+                        neg_step_size):
+    p = var[i]
+    if decoupled:
+        p = p * decay
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    m, v = torch_adam_moments(exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2)
+    v_max = nan_max(max_exp_avg_sq[i], v)
+    exp_avg[i] = m
+    exp_avg_sq[i] = v
+    max_exp_avg_sq[i] = v_max
+    var[i] = p + neg_step_size * m / (math.sqrt(v_max) / bc2_sqrt + eps)
 
+
+# ------------------------------------------------------------------------------------------------ Adamax
 
 @elementwise
-def _adamax(i, var, exp_avg, exp_inf, grad, clr, one_minus_beta1, beta2, epsilon):
-    g = grad[i]
-    m = exp_avg[i] + (g - exp_avg[i]) * one_minus_beta1
-    u = max(exp_inf[i] * beta2, abs(g) + epsilon)
+def _torch_adamax(i, var, exp_avg, exp_inf, grad, negate, coupled, weight_decay, w1, w1_minus_one, small1,
+                  beta2, eps, neg_clr):
+    p = var[i]
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    m = torch_lerp(exp_avg[i], g, w1, w1_minus_one, small1)
+    u = nan_max(exp_inf[i] * beta2, abs(g) + eps)
     exp_avg[i] = m
     exp_inf[i] = u
-    var[i] = var[i] - clr * m / u
+    var[i] = p + neg_clr * m / u
+
+
+# ----------------------------------------------------------------------------------------------- Adagrad
+
+@elementwise
+def _torch_adagrad(i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr):
+    p = var[i]
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    s = fma(g, g, state_sum[i])
+    state_sum[i] = s
+    var[i] = p + neg_clr * g / (math.sqrt(s) + eps)
+
+
+# ----------------------------------------------------------------------------------------------- RMSprop
+
+@scalar_math
+def torch_square_avg(square_avg, g, alpha, one_minus_alpha):
+    """``square_avg.mul_(α).addcmul_(g, g, value=1 − α)``."""
+    return fma(one_minus_alpha * g, g, square_avg * alpha)
+
+
+@elementwise
+def _torch_rms_prop(i, var, square_avg, grad, negate, coupled, weight_decay, alpha, one_minus_alpha,
+                    oma_minus_one, small, eps, momentum, neg_lr):
+    p = var[i]
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
+    square_avg[i] = sa
+    var[i] = p + neg_lr * g / (math.sqrt(sa) + eps)
+
+
+@elementwise
+def _torch_rms_prop_momentum(i, var, square_avg, momentum_buffer, grad, negate, coupled, weight_decay, alpha,
+                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr):
+    p = var[i]
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
+    square_avg[i] = sa
+    buf = momentum_buffer[i] * momentum + g / (math.sqrt(sa) + eps)
+    momentum_buffer[i] = buf
+    var[i] = fma(buf, neg_lr, p)
+
+
+@elementwise
+def _torch_centered_rms_prop(i, var, square_avg, grad_avg, grad, negate, coupled, weight_decay, alpha,
+                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr):
+    p = var[i]
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
+    ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small)
+    square_avg[i] = sa
+    grad_avg[i] = ga
+    var[i] = p + neg_lr * g / (math.sqrt(fma(-ga, ga, sa)) + eps)
+
+
+@elementwise
+def _torch_centered_rms_prop_momentum(i, var, square_avg, grad_avg, momentum_buffer, grad, negate, coupled,
+                                      weight_decay, alpha, one_minus_alpha, oma_minus_one, small, eps,
+                                      momentum, neg_lr):
+    p = var[i]
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
+    ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small)
+    square_avg[i] = sa
+    grad_avg[i] = ga
+    buf = momentum_buffer[i] * momentum + g / (math.sqrt(fma(-ga, ga, sa)) + eps)
+    momentum_buffer[i] = buf
+    var[i] = fma(buf, neg_lr, p)
+
+
+# --------------------------------------------------------------------------------------------------- SGD
+
+@elementwise
+def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr):
+    p = var[i]
+    var[i] = fma(torch_grad(grad[i], p, negate, coupled, weight_decay), neg_lr, p)
+
+
+@elementwise
+def _torch_sgd_momentum(i, var, momentum_buffer, grad, negate, coupled, weight_decay, first, momentum,
+                        one_minus_dampening, nesterov, neg_lr):
+    p = var[i]
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    if first:
+        buf = g
+    else:
+        buf = fma(g, one_minus_dampening, momentum_buffer[i] * momentum)
+    momentum_buffer[i] = buf
+    if nesterov:
+        g = fma(buf, momentum, g)
+    else:
+        g = buf
+    var[i] = fma(g, neg_lr, p)
+
+
+# -------------------------------------------------------------------------------------------- SparseAdam
+
+@elementwise
+def _torch_sparse_adam(i, var, exp_avg, exp_avg_sq, values, rows, width, one_minus_beta1, one_minus_beta2,
+                       eps, neg_step_size):
+    # element i of a coalesced row-sparse gradient (unique rows): row rows[i // width], column i % width
+    j = rows[i // width] * width + i % width
+    g = values[i]
+    m = exp_avg[j]
+    v = exp_avg_sq[j]
+    m = m + (g - m) * one_minus_beta1          # exp_avg.add_(sparse((g − m)·(1 − β1)))
+    v = v + (g * g - v) * one_minus_beta2      # exp_avg_sq.add_(sparse((g² − v)·(1 − β2)))
+    exp_avg[j] = m
+    exp_avg_sq[j] = v
+    var[j] = var[j] + neg_step_size * (m / (math.sqrt(v) + eps))
+
+
+@elementwise
+def _torch_sparse_adagrad(i, var, state_sum, values, rows, width, eps, neg_clr):
+    # element i of a coalesced row-sparse gradient (unique rows), as _torch_sparse_adam
+    j = rows[i // width] * width + i % width
+    g = values[i]
+    s = state_sum[j] + g * g                   # state_sum.add_(sparse(g.pow(2)))
+    state_sum[j] = s
+    var[j] = fma(g / (math.sqrt(s) + eps), neg_clr, var[j])     # param.add_(sparse(g/std), alpha=−clr)
+
+
+# ------------------------------------------------------------------------------ host-side scalars (float64)
+# ``lr`` is a Python float, or a NumPy scalar where torch's lr is a Tensor: torch's host arithmetic on it
+# then runs in the tensor's dtype, and so does NumPy's on the scalar (a Python float operand is rounded to it).
+
+def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
+    """``(w, w − 1, |w| < 0.5)`` of torch's ``lerp_`` with the Python float ``weight``: ``w`` converted to
+    ``dtype``, ``w − 1`` computed in ``dtype`` (the scalars of :func:`torch_lerp`)."""
+    w = dtype.type(weight)
+    return w, w - dtype.type(1), bool(abs(float(w)) < 0.5)
+
+
+def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:
+    """``(negate, coupled, weight_decay)``: the scalars of :func:`torch_grad` for a group."""
+    return bool(maximize), weight_decay != 0, dtype.type(weight_decay)
+
+
+def adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
+                 weight_decay: float, decoupled: bool, maximize: bool) -> tuple:
+    """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
+    ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
+    ``−lr/bias_correction1``."""
+    t = float(step)
+    coupled = weight_decay != 0 and not decoupled
+    return (bool(maximize), coupled, dtype.type(weight_decay), weight_decay != 0 and decoupled,
+            dtype.type(1 - lr * weight_decay), *lerp_weight(dtype, 1 - beta1), dtype.type(beta2),
+            dtype.type(1 - beta2), dtype.type((1 - beta2 ** t) ** 0.5), dtype.type(eps),
+            dtype.type(-(lr / (1 - beta1 ** t))))
+
+
+def adamax_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
+                   weight_decay: float, maximize: bool) -> tuple:
+    """The scalars of ``_torch_adamax`` for step ``step``: ``−lr/(1 − β1^t)`` and the rest converted."""
+    return (*grad_prestep(dtype, maximize, weight_decay), *lerp_weight(dtype, 1 - beta1), dtype.type(beta2),
+            dtype.type(eps), dtype.type(-(lr / (1 - beta1 ** float(step)))))
+
+
+def adagrad_scalars(dtype: np.dtype, step: int, lr: Any, lr_decay: float, eps: float, weight_decay: float,
+                    maximize: bool) -> tuple:
+    """The scalars of ``_torch_adagrad``: ``clr = lr/(1 + (t − 1)·lr_decay)``, passed as ``−clr``."""
+    clr = lr / (1 + (float(step) - 1) * lr_decay)
+    return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(eps), dtype.type(-clr))
+
+
+def rms_prop_scalars(dtype: np.dtype, lr: Any, alpha: float, eps: float, weight_decay: float,
+                     momentum: float, maximize: bool) -> tuple:
+    """The scalars shared by the four RMSprop element functions."""
+    return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(alpha), *lerp_weight(dtype, 1 - alpha),
+            dtype.type(eps), dtype.type(momentum), dtype.type(-lr))
+
+
+def sgd_scalars(dtype: np.dtype, first: bool, lr: Any, momentum: float, dampening: float,
+                weight_decay: float, nesterov: bool, maximize: bool) -> tuple:
+    """The scalars of ``_torch_sgd`` (``momentum == 0``) or ``_torch_sgd_momentum`` (``first``: the
+    buffer's first step, where torch clones the gradient into it)."""
+    pre = grad_prestep(dtype, maximize, weight_decay)
+    if momentum == 0:
+        return (*pre, dtype.type(-lr))
+    return (*pre, bool(first), dtype.type(momentum), dtype.type(1 - dampening), bool(nesterov),
+            dtype.type(-lr))
+
+
+def sparse_adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float) -> tuple:
+    """The scalars of ``_torch_sparse_adam`` (after ``rows`` and ``width``): ``step_size = lr·√(1 − β2^t)/(1 −
+    β1^t)`` as torch's ``sparse_adam`` computes it (``math.sqrt``, integer ``step``), passed as
+    ``−step_size``."""
+    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+    return dtype.type(1 - beta1), dtype.type(1 - beta2), dtype.type(eps), dtype.type(-step_size)
 
 
 def rms_prop_kernel(centered: bool, momentum: bool) -> Any:
     """The element function of torch's RMSprop for the given flags (arrays: var, square_avg[, grad_avg]
-    [, momentum_buffer], grad; scalars: lr, alpha, 1 − alpha, epsilon[, momentum])."""
-    return ((_rms_prop, _rms_prop_momentum), (_centered_rms_prop, _centered_rms_prop_momentum))[centered][
-        momentum]
+    [, momentum_buffer], grad; scalars: :func:`rms_prop_scalars`)."""
+    return ((_torch_rms_prop, _torch_rms_prop_momentum),
+            (_torch_centered_rms_prop, _torch_centered_rms_prop_momentum))[centered][momentum]
 
+
+# ------------------------------------------------------------------------------------ public entry points
 
 def torch_rms_prop(var: Any, square_avg: Any, grad: Any, lr: Scalar, alpha: Scalar, epsilon: Scalar, *,
                    momentum: Scalar = 0.0, momentum_buffer: Any = None, grad_avg: Any = None
                    ) -> tuple[Any, ...]:
-    r"""torch.optim.RMSprop's update in place (one tensor, after torch's maximize/weight-decay pre-step)::
+    r"""torch.optim.RMSprop's update in place (one tensor, no maximize or weight decay), rounded as torch's
+    CPU single-tensor path::
 
-        square_avg ← α·square_avg + (1 − α)·g·g
-        grad_avg   ← grad_avg + (g − grad_avg)·(1 − α)                     (centered: grad_avg given)
-        avg        = √(square_avg − grad_avg²) + ε   (centered)   or   √square_avg + ε
-        buf        ← μ·buf + g/avg;   var ← var − lr·buf                    (momentum_buffer given)
-        var        ← var − lr·g/avg                                          (otherwise)
+        square_avg ← fma((1 − α)·g, g, α·square_avg)
+        grad_avg   ← lerp(grad_avg, g, 1 − α)                               (centered: grad_avg given)
+        avg        = √fma(−grad_avg, grad_avg, square_avg) + ε  (centered)   or   √square_avg + ε
+        buf        ← μ·buf + g/avg;   var ← fma(buf, −lr, var)               (momentum_buffer given)
+        var        ← var + (−lr·g)/avg                                        (otherwise)
 
     MindSpore's ``apply_rms_prop`` differs: its epsilon is inside the square root and its learning rate
     multiplies the gradient before the momentum buffer.
@@ -128,12 +342,11 @@ def torch_rms_prop(var: Any, square_avg: Any, grad: Any, lr: Scalar, alpha: Scal
         states["momentum_buffer"] = momentum_buffer
     batch = check_arrays(states, {"grad": grad})
     lr_, a, eps = batch.scalar("lr", lr), batch.scalar("alpha", alpha), batch.scalar("epsilon", epsilon)
+    batch.scalar("momentum", momentum)      # checked as the other scalars are
     check_range("lr", lr_, 0.0)
     check_range("alpha", a, 0.0, 1.0)
     check_range("epsilon", eps, 0.0)
-    scalars = (lr_, a, batch.dtype.type(1) - a, eps)
-    if momentum_buffer is not None:
-        scalars += (batch.scalar("momentum", momentum),)
+    scalars = rms_prop_scalars(batch.dtype, float(lr), float(alpha), float(epsilon), 0.0, float(momentum), False)
     kernel = rms_prop_kernel(grad_avg is not None, momentum_buffer is not None)
     kernel.launch(batch.device, batch.size, *batch.flat, *scalars)
     return tuple(states.values())
@@ -141,11 +354,12 @@ def torch_rms_prop(var: Any, square_avg: Any, grad: Any, lr: Scalar, alpha: Scal
 
 def torch_adamax(var: Any, exp_avg: Any, exp_inf: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
                  epsilon: Scalar, step: int) -> tuple[Any, Any, Any]:
-    r"""torch.optim.Adamax's update in place (one tensor, after torch's maximize/weight-decay pre-step)::
+    r"""torch.optim.Adamax's update in place (one tensor, no maximize or weight decay), rounded as torch's
+    CPU single-tensor path::
 
-        exp_avg ← exp_avg + (g − exp_avg)·(1 − β1)
+        exp_avg ← lerp(exp_avg, g, 1 − β1)
         exp_inf ← max(β2·exp_inf, |g| + ε)
-        var     ← var − lr/(1 − β1^step)·exp_avg/exp_inf
+        var     ← var + (−lr/(1 − β1^step)·exp_avg)/exp_inf
 
     MindSpore's ``apply_ada_max`` differs: its epsilon is added to ``v`` after the max, not inside it.
 
@@ -172,6 +386,7 @@ def torch_adamax(var: Any, exp_avg: Any, exp_inf: Any, grad: Any, lr: Scalar, be
     check_range("beta1", b1, 0.0, 1.0, high_open=True)
     check_range("beta2", b2, 0.0, 1.0, high_open=True)
     check_range("epsilon", eps, 0.0)
-    clr = batch.dtype.type(float(lr_) / (1.0 - float(b1) ** step))
-    _adamax.launch(batch.device, batch.size, *batch.flat, clr, batch.dtype.type(1) - b1, b2, eps)
+    scalars = adamax_scalars(batch.dtype, step, float(lr), float(beta1), float(beta2), float(epsilon), 0.0,
+                             False)
+    _torch_adamax.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, exp_avg, exp_inf

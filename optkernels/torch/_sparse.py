@@ -12,7 +12,7 @@ import torch
 
 from . import _views
 
-__all__ = ["row_sparse"]
+__all__ = ["coalesced_rows", "row_sparse"]
 
 
 def row_sparse(grad: torch.Tensor, kind: str, negate: bool = False) -> tuple[Any, Any]:
@@ -28,3 +28,18 @@ def row_sparse(grad: torch.Tensor, kind: str, negate: bool = False) -> tuple[Any
     if not indices.is_contiguous():
         indices = indices.contiguous()
     return _views.view(indices, kind), _views.view(values, kind)
+
+
+def coalesced_rows(grad: torch.Tensor, kind: str, negate: bool = False) -> Any:
+    """``(values, rows, width)`` of a row-sparse COO gradient (sparse_dim 1) coalesced by torch, as torch's
+    sparse Adagrad and SparseAdam coalesce it (``negate``: ``-grad`` first, their ``maximize``): the
+    values flat, the unique row indices, the elements per row, as arrays for ``kind``; None if it has no
+    values."""
+    if negate:
+        grad = -grad
+    grad = grad.coalesce()
+    values = grad._values().contiguous()
+    if values.numel() == 0:
+        return None
+    rows = grad._indices()[0].contiguous()
+    return _views.view(values, kind, flat=True), _views.view(rows, kind), values.numel() // max(len(rows), 1)

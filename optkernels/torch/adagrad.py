@@ -1,9 +1,9 @@
 """torch's Adagrad and RMSprop over optkernels' kernels.
 
-* ``Adagrad``: MindSpore's ``apply_adagrad_v2`` element function with ``lr = lr/(1 + (t − 1)·lr_decay)``
-  (torch's ``clr``); sparse gradients go to ``sparse_apply_adagrad_v2`` (duplicate rows merged, only the
-  indexed rows updated), as torch's coalescing sparse Adagrad computes.
-* ``RMSprop``: torch's rule (epsilon outside the root, lr after the momentum buffer) is
+* ``Adagrad``: :mod:`optkernels.kernels.torch_rules`' Adagrad element function (torch's op order and CPU
+  rounding, ``clr = lr/(1 + (t − 1)·lr_decay)``); sparse gradients are coalesced by torch
+  and only the indexed rows updated, in torch's sparse order of operations.
+* ``RMSprop``: torch's rule (epsilon outside the root, lr after the momentum buffer, torch's rounding) is
   :mod:`optkernels.kernels.torch_rules`' kernel: MindSpore's ``apply_rms_prop`` computes another formula.
 """
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from ..kernels.adagrad import _adagrad
-from ..kernels.torch_rules import rms_prop_kernel
-from ..sparse import sparse_apply_adagrad_v2
+from ..kernels.torch_rules import (_torch_adagrad, _torch_sparse_adagrad, adagrad_scalars, rms_prop_kernel,
+                                   rms_prop_scalars)
 from . import _views
 from ._base import KernelOptimizer
-from ._sparse import row_sparse
+from .adam import host_lr
+from ._sparse import coalesced_rows
 
 __all__ = ["Adagrad", "RMSprop"]
 
@@ -79,20 +79,26 @@ class Adagrad(KernelOptimizer):
         return torch.full_like(p, init, memory_format=torch.preserve_format)
 
     def _kernel(self, group: dict) -> tuple:
-        return _adagrad, ("sum",)
+        return _torch_adagrad, ("sum",)
 
-    def _clr(self, group: dict, step: int) -> float:
-        return float(group["lr"]) / (1 + (step - 1) * group["lr_decay"])
+    def _prestep(self, group: dict) -> Any:
+        return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return dtype.type(self._clr(group, step)), dtype.type(group["eps"]), True
+        return adagrad_scalars(dtype, step, host_lr(group["lr"]), group["lr_decay"], group["eps"],
+                               group["weight_decay"], group["maximize"])
 
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
         state["step"] += 1
         kind = _views.device_kind(p)
-        indices, values = row_sparse(grad, kind, group["maximize"])
-        sparse_apply_adagrad_v2(_views.view(p, kind), _views.view(state["sum"], kind), values, indices,
-                                lr=self._clr(group, int(state["step"])), epsilon=float(group["eps"]))
+        rows = coalesced_rows(grad, kind, group["maximize"])
+        if rows is None:
+            return
+        dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+        *_, eps, neg_clr = adagrad_scalars(dtype, int(state["step"]), host_lr(group["lr"]), group["lr_decay"],
+                                           group["eps"], 0.0, False)
+        _torch_sparse_adagrad.launch(kind, rows[0].size, _views.view(p, kind, flat=True),
+                                     _views.view(state["sum"], kind, flat=True), *rows, eps, neg_clr)
 
 
 class RMSprop(KernelOptimizer):
@@ -135,10 +141,9 @@ class RMSprop(KernelOptimizer):
             names += ("momentum_buffer",)
         return rms_prop_kernel(bool(group["centered"]), group["momentum"] > 0), names
 
+    def _prestep(self, group: dict) -> Any:
+        return None        # maximize and weight decay are in the element function (torch's rounding)
+
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        alpha = group["alpha"]
-        scalars = (dtype.type(float(group["lr"])), dtype.type(alpha), dtype.type(1.0 - alpha),
-                   dtype.type(group["eps"]))
-        if group["momentum"] > 0:
-            scalars += (dtype.type(group["momentum"]),)
-        return scalars
+        return rms_prop_scalars(dtype, host_lr(group["lr"]), group["alpha"], group["eps"], group["weight_decay"],
+                                group["momentum"], group["maximize"])

@@ -1,26 +1,16 @@
-"""torch's Adam, AdamW and Adamax over optkernels' kernels.
-
-* ``Adam``: MindSpore's Adam kernel (``apply_adam``'s element function) with ``lr_t = lr·√(1−β2^t)/(1−β1^t)``
-  and epsilon ``ε·√(1−β2^t)``: ``lr_t·m/(√v + ε√(1−β2^t)) = lr/(1−β1^t)·m/(√v/√(1−β2^t) + ε)``, torch's
-  formula; ``amsgrad`` is ``apply_adam_with_amsgrad``'s element function with the same two scalars (torch
-  keeps ``max_exp_avg_sq = max(max_exp_avg_sq, v)`` and divides by its root). ``maximize`` and the coupled
-  ``weight_decay`` are the gradient pre-step ``(±wd·w + g)·±1``.
-* ``AdamW``: ``w ← w·(1 − lr·wd)`` (the ``scal`` kernel, one multi-tensor launch) before Adam.
-* ``Adamax``: torch's rule (epsilon inside the max) is :mod:`optkernels.kernels.torch_rules`' kernel.
-"""
+"""torch's Adam, AdamW and Adamax over :mod:`optkernels.kernels.torch_rules`' element functions, which compute
+torch's single-tensor steps (``foreach=False``) with torch's CPU rounding: ``maximize``, the coupled
+``weight_decay`` and AdamW's decoupled decay ``w ← w·(1 − lr·wd)`` are part of the one pass over each
+tensor, the host scalars (bias corrections, step size) are computed as torch computes them."""
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable
 
 import numpy as np
 import torch
 
-from ..kernels.adam import _adam, _adam_amsgrad
-from ..kernels.axpy import _scal
-from ..kernels.torch_rules import _adamax
-from ._base import KernelOptimizer, _Plan
-from . import _views
+from ..kernels.torch_rules import _torch_adam, _torch_adam_amsgrad, _torch_adamax, adam_scalars, adamax_scalars
+from ._base import KernelOptimizer
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -38,6 +28,15 @@ def _check_adam_hyper(lr: Any, eps: float, betas: tuple, weight_decay: float) ->
         raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
     if not 0.0 <= weight_decay:
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
+def host_lr(lr: Any) -> Any:
+    """The learning rate as torch's single-tensor step computes with it: a Python float, or for a Tensor lr
+    a NumPy scalar of its dtype (torch's host arithmetic on it, ``lr / bias_correction``, ``1 − lr·wd``,
+    then runs in that dtype, a Python float operand rounded to it first, as NumPy does)."""
+    if isinstance(lr, torch.Tensor):
+        return lr.detach().cpu().numpy()[()]
+    return float(lr)
 
 
 def _unsupported(**flags: Any) -> None:
@@ -99,58 +98,17 @@ class Adam(KernelOptimizer):
 
     def _kernel(self, group: dict) -> tuple:
         if group["amsgrad"]:
-            return _adam_amsgrad, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
-        return _adam, ("exp_avg", "exp_avg_sq")
+            return _torch_adam_amsgrad, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+        return _torch_adam, ("exp_avg", "exp_avg_sq")
 
     def _prestep(self, group: dict) -> Any:
-        if group.get("decoupled_weight_decay"):
-            return (0.0, -1.0) if group["maximize"] else None
-        return super()._prestep(group)
-
-    def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
-        if group.get("decoupled_weight_decay") and group["weight_decay"] != 0:
-            decoupled_decay(plan, 1.0 - float(group["lr"]) * group["weight_decay"])
+        return None        # maximize and both decays are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        root = math.sqrt(1.0 - beta2 ** step)
-        lr_t = dtype.type(float(group["lr"]) * root / (1.0 - beta1 ** step))
-        eps = dtype.type(group["eps"] * root)
-        one_minus_beta1 = dtype.type(1.0 - beta1)
-        one_minus_beta2 = dtype.type(1.0 - beta2)
-        if group["amsgrad"]:
-            return lr_t, one_minus_beta1, one_minus_beta2, eps
-        return lr_t, dtype.type(beta1), one_minus_beta1, one_minus_beta2, eps, False
-
-
-def decoupled_decay(plan: _Plan, factor: float) -> None:
-    """``w ← factor·w`` over a plan's parameters (the ``scal`` kernel: one multi-tensor launch per dtype on
-    the CPU, one launch per CUDA or half tensor)."""
-    for dtype, _, tensors, _ in plan.cpu:
-        one_row = _OneRow.of(tensors)
-        _scal.launch_many("cpu", one_row, dtype.type(factor))
-    for k, kind, arrays, n, _ in plan.single:
-        dtype = _views.FLOAT_DTYPES.get(plan.params[k].dtype, np.dtype(np.float32))
-        _scal.launch(kind, n, arrays[0], dtype.type(factor))
-
-
-class _OneRow:
-    """A view of a TensorList's chunk table with only its first address row (the parameters)."""
-
-    __slots__ = ("chunks", "addresses", "like")
-
-    def __init__(self, tensors: Any):
-        self.chunks = tensors.chunks
-        self.addresses = tensors.addresses[:1]
-        self.like = tensors.like
-
-    @staticmethod
-    def of(tensors: Any) -> "_OneRow":
-        row = tensors.__dict__.get("_param_row") if hasattr(tensors, "__dict__") else None
-        if row is None:
-            row = _OneRow(tensors)
-            tensors._param_row = row
-        return row
+        return adam_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
+                            group["weight_decay"], bool(group.get("decoupled_weight_decay")),
+                            group["maximize"])
 
 
 class AdamW(Adam):
@@ -195,9 +153,12 @@ class Adamax(KernelOptimizer):
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
 
     def _kernel(self, group: dict) -> tuple:
-        return _adamax, ("exp_avg", "exp_inf")
+        return _torch_adamax, ("exp_avg", "exp_inf")
+
+    def _prestep(self, group: dict) -> Any:
+        return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        clr = dtype.type(float(group["lr"]) / (1.0 - beta1 ** step))
-        return clr, dtype.type(1.0 - beta1), dtype.type(beta2), dtype.type(group["eps"])
+        return adamax_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
+                              group["weight_decay"], group["maximize"])

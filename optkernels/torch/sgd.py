@@ -1,6 +1,5 @@
-"""torch's SGD over optkernels' kernels: MindSpore's Momentum kernel (``apply_momentum``'s element function)
-with ``gradient_scale = 1 − dampening`` (1 on a buffer's first step, whose buffer starts at zero, so it
-becomes exactly the gradient as torch's clone does); without momentum, ``axpy`` (``w ← −lr·g + w``)."""
+"""torch's SGD over :mod:`optkernels.kernels.torch_rules`' element functions (torch's single-tensor op order
+and CPU rounding; the buffer's first step copies the gradient, as torch's clone does)."""
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -8,9 +7,9 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from ..kernels.axpy import _axpy
-from ..kernels.momentum import _momentum
+from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
 from ._base import KernelOptimizer, _Plan
+from .adam import host_lr
 
 __all__ = ["SGD"]
 
@@ -58,8 +57,11 @@ class SGD(KernelOptimizer):
 
     def _kernel(self, group: dict) -> tuple:
         if group["momentum"] == 0:
-            return _axpy, ()
-        return _momentum, ("momentum_buffer",)
+            return _torch_sgd, ()
+        return _torch_sgd_momentum, ("momentum_buffer",)
+
+    def _prestep(self, group: dict) -> Any:
+        return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _build(self, group: dict, params: list, key: tuple) -> _Plan:
         fresh = [self.state[p].get("momentum_buffer") is None for p in params]
@@ -72,8 +74,5 @@ class SGD(KernelOptimizer):
         return plan.private_steps
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        lr = float(group["lr"])
-        if group["momentum"] == 0:
-            return (dtype.type(-lr),)
-        scale = 1.0 if step == 1 else 1.0 - group["dampening"]
-        return dtype.type(lr), dtype.type(group["momentum"]), dtype.type(scale), bool(group["nesterov"])
+        return sgd_scalars(dtype, step == 1, host_lr(group["lr"]), group["momentum"], group["dampening"],
+                           group["weight_decay"], group["nesterov"], group["maximize"])

@@ -1,25 +1,25 @@
-"""torch's SparseAdam over optkernels' lazy sparse Adam kernel (MindSpore's ``FusedSparseLazyAdam``): torch
-coalesces the gradient and updates only the indexed rows with ``lr·√(1−β2^t)/(1−β1^t)·m/(√v + ε)``, which
-is that kernel's formula with torch's per-parameter step count; the uncoalesced COO gradient of
-``nn.Embedding(sparse=True)`` goes to it as it is (duplicates merged by the kernel, deterministically)."""
+"""torch's SparseAdam over :mod:`optkernels.kernels.torch_rules`' row-sparse kernel: the gradient is coalesced
+by torch (so duplicate rows are summed as torch sums them) and only the indexed rows are updated, with
+torch's ``sparse_adam`` operations in its order and rounding, in one pass over the rows."""
 from __future__ import annotations
 
 from typing import Any, Iterable
 
 import torch
 
-from ..sparse import fused_sparse_lazy_adam
+from ..kernels.torch_rules import _torch_sparse_adam, sparse_adam_scalars
 from . import _views
 from ._base import KernelOptimizer
-from ._sparse import row_sparse
+from ._sparse import coalesced_rows
+from .adam import host_lr
 
 __all__ = ["SparseAdam"]
 
 
 class SparseAdam(KernelOptimizer):
-    r"""torch.optim.SparseAdam, computed by ``fused_sparse_lazy_adam``: for each row r in the gradient
-    (duplicates summed), ``m ← β1·m + (1 − β1)·g``, ``v ← β2·v + (1 − β2)·g²``,
-    ``w ← w − lr·√(1−β2^t)/(1−β1^t)·m/(√v + ε)``; other rows are untouched.
+    r"""torch.optim.SparseAdam: for each row r in the coalesced gradient, ``m ← m + (g − m)(1 − β1)``,
+    ``v ← v + (g² − v)(1 − β2)``, ``w ← w + (−lr·√(1−β2^t)/(1−β1^t))·(m/(√v + ε))``; other rows are
+    untouched.
 
     Args: as torch (lr=1e-3, betas=(0.9, 0.999), eps=1e-8, maximize=False). State: ``step`` (an int, as
     torch keeps it), ``exp_avg``, ``exp_avg_sq``. ``β1`` must be > 0 (the kernel's range).
@@ -64,7 +64,11 @@ class SparseAdam(KernelOptimizer):
         step = int(state["step"])
         beta1, beta2 = group["betas"]
         kind = _views.device_kind(p)
-        indices, values = row_sparse(grad, kind, group["maximize"])
-        fused_sparse_lazy_adam(_views.view(p, kind), _views.view(state["exp_avg"], kind),
-                               _views.view(state["exp_avg_sq"], kind), beta1 ** step, beta2 ** step,
-                               float(group["lr"]), beta1, beta2, group["eps"], values, indices)
+        rows = coalesced_rows(grad, kind, group["maximize"])
+        if rows is None:
+            return
+        dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+        _torch_sparse_adam.launch(kind, rows[0].size, *(_views.view(t, kind, flat=True) for t in
+                                                        (p, state["exp_avg"], state["exp_avg_sq"])),
+                                  *rows, *sparse_adam_scalars(dtype, step, host_lr(group["lr"]), beta1, beta2,
+                                                              group["eps"]))

@@ -1,0 +1,154 @@
+"""optkernels.torch's torch.optim classes return torch.optim's bits: after every step, each parameter and
+each state tensor is ``torch.equal`` to ``torch.optim.<Name>(foreach=False)``'s on the CPU, for every flag
+of the class, float32 and float64, over sizes that cover vector bodies and tails.
+
+The one torch CPU primitive our kernels do not reproduce is ``sqrt``: this wheel's is MKL's vector sqrt,
+which is correctly rounded only on some CPUs (docs/guide/torch_bits.rst). Where torch's sqrt is not IEEE
+on the machine running the tests, the rules that take a square root are compared with torch.optim running
+with an IEEE ``Tensor.sqrt``/``sqrt_`` (NumPy's): every remaining difference then comes from sqrt alone.
+The rules without a square root (SGD, Adamax) are always compared with torch as it is.
+"""
+import contextlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
+okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
+
+SIZES = (1, 7, 16, 1000, 65539)
+STEPS = 9
+
+
+def _torch_sqrt_is_ieee() -> bool:
+    """True if torch's CPU sqrt is correctly rounded here (checked on a slice of a float32 binade, where
+    MKL's non-IEEE paths differ in 0.5-10 % of inputs, and on random float64 values)."""
+    x32 = (np.arange(0, 1 << 23, 61, dtype=np.uint32) + np.uint32(0x3F800000)).view(np.float32)
+    x64 = np.abs(np.random.default_rng(0).standard_normal(100_003))
+    return all(np.array_equal(torch.from_numpy(x).sqrt().numpy(), np.sqrt(x)) for x in (x32, x64))
+
+
+TORCH_SQRT_IS_IEEE = _torch_sqrt_is_ieee()
+
+
+@contextlib.contextmanager
+def _ieee_sqrt():
+    """``Tensor.sqrt`` and ``Tensor.sqrt_`` correctly rounded (NumPy's sqrt) for CPU tensors."""
+    sqrt, sqrt_ = torch.Tensor.sqrt, torch.Tensor.sqrt_
+
+    def ieee(self):
+        return torch.from_numpy(np.sqrt(self.detach().numpy()))
+
+    def ieee_(self):
+        self.copy_(ieee(self))
+        return self
+
+    torch.Tensor.sqrt, torch.Tensor.sqrt_ = ieee, ieee_
+    try:
+        yield
+    finally:
+        torch.Tensor.sqrt, torch.Tensor.sqrt_ = sqrt, sqrt_
+
+
+TAKES_SQRT = {"Adam", "AdamW", "Adagrad", "RMSprop"}
+
+# (class, flags): every flag of each class, alone and combined; betas/alpha chosen so that torch's lerp takes
+# both of its branches (weight below and above 0.5)
+CASES = [
+    ("Adam", {}),
+    ("Adam", dict(amsgrad=True)),
+    ("Adam", dict(weight_decay=0.1, maximize=True)),
+    ("Adam", dict(weight_decay=0.1, decoupled_weight_decay=True, amsgrad=True)),
+    ("Adam", dict(betas=(0.3, 0.8), eps=1e-3, lr=torch.tensor(0.01))),
+    ("AdamW", {}),
+    ("AdamW", dict(amsgrad=True, maximize=True, weight_decay=0.3)),
+    ("AdamW", dict(weight_decay=0.0, betas=(0.4, 0.99))),
+    ("AdamW", dict(lr=torch.tensor(0.01), amsgrad=True)),
+    ("Adamax", {}),
+    ("Adamax", dict(weight_decay=0.1, maximize=True, betas=(0.2, 0.9), eps=1e-2)),
+    ("Adamax", dict(lr=torch.tensor(0.01, dtype=torch.float64))),
+    ("Adagrad", {}),
+    ("Adagrad", dict(lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.1, maximize=True)),
+    ("Adagrad", dict(lr=torch.tensor(0.1), lr_decay=0.1)),
+    ("RMSprop", {}),
+    ("RMSprop", dict(centered=True)),
+    ("RMSprop", dict(momentum=0.9, weight_decay=0.1)),
+    ("RMSprop", dict(centered=True, momentum=0.5, maximize=True, alpha=0.3)),
+    ("RMSprop", dict(lr=torch.tensor(0.01), momentum=0.5)),
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.1, weight_decay=0.1, maximize=True)),
+    ("SGD", dict(lr=0.1, momentum=0.9)),
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("SGD", dict(lr=0.1, momentum=0.6, dampening=0.3, maximize=True)),
+    ("SGD", dict(lr=torch.tensor(0.1), momentum=0.9, weight_decay=0.1)),
+]
+
+
+def _ids(case):
+    name, flags = case
+    return name + "".join(f"-{k}" for k in flags)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_every_step_is_torch_bits(case, dtype):
+    name, flags = case
+    gen = torch.Generator().manual_seed(len(name) * 31 + len(flags))
+    init = [torch.randn(n, generator=gen, dtype=torch.float64).to(dtype) for n in SIZES]
+    theirs = [t.clone().requires_grad_() for t in init]
+    ours = [t.clone().requires_grad_() for t in init]
+    reference = getattr(torch.optim, name)(theirs, foreach=False, **flags)
+    optimizer = getattr(okt, name)(ours, **flags)
+    patch = _ieee_sqrt if name in TAKES_SQRT and not TORCH_SQRT_IS_IEEE else contextlib.nullcontext
+    for step in range(STEPS):
+        for a, b in zip(theirs, ours):
+            g = torch.randn(a.shape, generator=gen, dtype=torch.float64).to(dtype)
+            a.grad, b.grad = g, g.clone()
+        with patch():
+            reference.step()
+        optimizer.step()
+        for k, (a, b) in enumerate(zip(theirs, ours)):
+            assert torch.equal(a, b), f"step {step + 1}, size {SIZES[k]}: parameter differs"
+            state_a, state_b = reference.state[a], optimizer.state[b]
+            assert set(state_a) == set(state_b)
+            for key, value in state_a.items():
+                assert torch.equal(value, state_b[key]), f"step {step + 1}, size {SIZES[k]}: {key} differs"
+
+
+
+SPARSE_CASES = [
+    ("SparseAdam", {}),
+    ("SparseAdam", dict(maximize=True, betas=(0.3, 0.9), lr=0.01)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1)),
+    ("Adagrad", dict(maximize=True, eps=1e-3)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("case", SPARSE_CASES, ids=[_ids(c) for c in SPARSE_CASES])
+def test_sparse_gradients_are_torch_bits(case, dtype):
+    """Uncoalesced row-sparse gradients with repeated rows (``nn.Embedding(sparse=True)``), an empty one, a
+    1-D parameter and rows of 1, 7 and 1000 elements."""
+    name, flags = case
+    gen = torch.Generator().manual_seed(7)
+    init = [torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+            for shape in [(40, 7), (30,), (5, 1000), (9, 1)]]
+    theirs = [t.clone().requires_grad_() for t in init]
+    ours = [t.clone().requires_grad_() for t in init]
+    reference, optimizer = getattr(torch.optim, name)(theirs, **flags), getattr(okt, name)(ours, **flags)
+    patch = contextlib.nullcontext if TORCH_SQRT_IS_IEEE else _ieee_sqrt
+    for step in range(STEPS):
+        for a, b in zip(theirs, ours):
+            nnz = 0 if step == 3 else 2 * a.shape[0]
+            rows = torch.randint(0, a.shape[0], (nnz,), generator=gen)
+            values = torch.randn((nnz,) + a.shape[1:], generator=gen, dtype=torch.float64).to(dtype)
+            g = torch.sparse_coo_tensor(rows[None], values, a.shape)
+            a.grad, b.grad = g, g.clone()
+        with patch():
+            reference.step()
+        optimizer.step()
+        for a, b in zip(theirs, ours):
+            assert torch.equal(a, b), f"step {step + 1}, shape {tuple(a.shape)}: parameter differs"
+            for key, value in reference.state[a].items():
+                if isinstance(value, torch.Tensor) and value.dim():
+                    assert torch.equal(value, optimizer.state[b][key]), f"step {step + 1}: {key} differs"
