@@ -1,4 +1,4 @@
-"""Two CPU instructions that Numba does not expose, as Numba intrinsics (usable inside ``njit`` code only):
+"""CPU instructions that Numba does not expose, as Numba intrinsics:
 
 * :func:`prefetch_read` / :func:`prefetch_write`: a software prefetch (LLVM's ``llvm.prefetch``; on x86
   ``prefetcht0`` / ``prefetchw``) of the cache line holding ``a[i, j]`` of a 2-D array. It never faults and
@@ -10,9 +10,15 @@
   changes what the task computes, so results stay the same bits. Numba's analysis does not see this write:
   read such a counter with ``fetch_add(a, i, 0)`` too (a plain read after a parallel loop may see the value
   from before it).
+* :func:`fma`: ``a*b + c`` rounded once (LLVM's ``llvm.fma``), for element functions that reproduce
+  torch's CPU rounding, whose vector loops fuse multiply-adds. It is an ``njit`` function around the
+  intrinsic, so it also runs from Python (the CUDA simulator's element functions). On x86-64 with FMA3
+  (Haswell and later) and on ARM64 it is one instruction; where the target has none, LLVM calls libm's
+  ``fma``, which is correctly rounded too: the same bits, slower.
 """
 from __future__ import annotations
 
+import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -80,3 +86,25 @@ def fetch_add(typingctx, array, i, value):
         return builder.atomic_rmw("add", pointer, addend, "seq_cst")
 
     return types.int64(array, i, value), codegen
+
+
+@intrinsic
+def _llvm_fma(typingctx, a, b, c):
+    """``llvm.fma`` of three floats of one type (float32 or float64)."""
+    if not (isinstance(a, types.Float) and a == b == c):
+        raise TypingError(f"fma takes three floats of one type, got ({a}, {b}, {c})")
+
+    def codegen(context, builder, signature, args):
+        llvm_type = context.get_value_type(signature.return_type)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(llvm_type, [llvm_type] * 3), f"llvm.fma.{llvm_type.intrinsic_name}")
+        return builder.call(function, list(args))
+
+    return a(a, b, c), codegen
+
+
+@numba.njit(inline="always", error_model="numpy", fastmath=False)
+def fma(a, b, c):
+    """``a*b + c`` rounded once (a fused multiply-add); ``a``, ``b``, ``c`` floats of one type (float32 or
+    float64), the result of that type. IEEE 754 ``fusedMultiplyAdd``: NaN and inf as ``a*b + c``."""
+    return _llvm_fma(a, b, c)
