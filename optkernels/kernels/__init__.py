@@ -23,6 +23,8 @@ from .rms_prop import apply_centered_rms_prop, apply_rms_prop
 from .sgd import sgd
 from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from ._lowp import stochastic_rounding
+from .torch_family import (torch_adadelta, torch_asgd, torch_muon_momentum, torch_nadam, torch_radam,
+                           torch_rprop)
 
 __all__ = [
     "adam_no_update_param",
@@ -44,4 +46,10 @@ __all__ = [
     "fused_ada_factor",
     "fused_ada_factor_with_global_norm",
     "stochastic_rounding",
+    "torch_nadam",
+    "torch_radam",
+    "torch_adadelta",
+    "torch_asgd",
+    "torch_rprop",
+    "torch_muon_momentum",
 ]
