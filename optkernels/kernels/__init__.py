@@ -25,6 +25,7 @@ from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from ._lowp import stochastic_rounding
 from .torch_family import (torch_adadelta, torch_asgd, torch_muon_momentum, torch_nadam, torch_radam,
                            torch_rprop)
+from .torch_adafactor import torch_adafactor
 
 __all__ = [
     "adam_no_update_param",
@@ -52,4 +53,5 @@ __all__ = [
     "torch_asgd",
     "torch_rprop",
     "torch_muon_momentum",
+    "torch_adafactor",
 ]

@@ -534,6 +534,12 @@ def torch_rprop(var: Any, prev: Any, step_size: Any, grad: Any, *, etas: tuple =
 # ---------------------------------------------------------------------------------------------- Muon
 
 @elementwise
+def _decayed_step(i, param, update, decay, neg_step):
+    """torch's ``param.mul_(decay)`` then ``param.add_(update, alpha=neg_step)`` (Muon, Adafactor)."""
+    param[i] = fma(update[i], neg_step, param[i] * decay)
+
+
+@elementwise
 def _muon_momentum(i, momentum_buffer, update, grad, mw, mc, ms, nw, nc, ns, nesterov):
     g = grad[i]
     buf = torch_lerp(momentum_buffer[i], g, mw, mc, ms)

@@ -21,6 +21,8 @@ from .sgd import SGD
 from .schedules import ScheduleLR
 from .sparse_adam import SparseAdam
 from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
+from .adafactor import Adafactor
+from .muon import Muon, MuonWithAdamW
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -30,7 +32,9 @@ __all__ = [
     # optkernels' schedules as a torch LR scheduler
     "ScheduleLR",
     # the rest of torch.optim's element-wise family, torch's math
-    "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop",
+    "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adafactor", "Muon",
+    # Muon on the hidden matrices, AdamW on the rest
+    "MuonWithAdamW",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
