@@ -23,6 +23,9 @@ from .rms_prop import apply_centered_rms_prop, apply_rms_prop
 from .sgd import sgd
 from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from ._lowp import stochastic_rounding
+from .torch_family import (torch_adadelta, torch_asgd, torch_muon_momentum, torch_nadam, torch_radam,
+                           torch_rprop)
+from .torch_adafactor import torch_adafactor
 
 __all__ = [
     "adam_no_update_param",
@@ -44,4 +47,11 @@ __all__ = [
     "fused_ada_factor",
     "fused_ada_factor_with_global_norm",
     "stochastic_rounding",
+    "torch_nadam",
+    "torch_radam",
+    "torch_adadelta",
+    "torch_asgd",
+    "torch_rprop",
+    "torch_muon_momentum",
+    "torch_adafactor",
 ]

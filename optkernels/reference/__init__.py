@@ -46,6 +46,8 @@ from .sparse import (
     sparse_apply_ftrl_v2,
     sparse_apply_proximal_adagrad,
 )
+from .torch_family import (newton_schulz, torch_adadelta, torch_adafactor, torch_asgd, torch_muon, torch_nadam,
+                           torch_radam, torch_rprop)
 
 __all__ = [
     # dense
@@ -78,4 +80,13 @@ __all__ = [
     "sparse_apply_adagrad_v2",
     # AdaFactor (row/column reductions)
     "fused_ada_factor",
+    # torch.optim's NAdam, RAdam, Adadelta, ASGD, Rprop, Adafactor, Muon
+    "torch_nadam",
+    "torch_radam",
+    "torch_adadelta",
+    "torch_asgd",
+    "torch_rprop",
+    "torch_adafactor",
+    "torch_muon",
+    "newton_schulz",
 ]

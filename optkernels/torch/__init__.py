@@ -22,6 +22,9 @@ from .mindspore import FTRL, LARS, AdaFactor, AdamWeightDecay, Lamb, LazyAdam, M
 from .sgd import SGD
 from .schedules import ScheduleLR
 from .sparse_adam import SparseAdam
+from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
+from .adafactor import Adafactor
+from .muon import Muon, MuonWithAdamW
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -30,6 +33,10 @@ __all__ = [
     "AdaFactor", "AdamWeightDecay", "FTRL", "LARS", "Lamb", "LazyAdam", "Momentum", "ProximalAdagrad",
     # optkernels' schedules as a torch LR scheduler
     "ScheduleLR",
+    # the rest of torch.optim's element-wise family, torch's math
+    "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adafactor", "Muon",
+    # Muon on the hidden matrices, AdamW on the rest
+    "MuonWithAdamW",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():

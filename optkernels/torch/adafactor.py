@@ -1,0 +1,127 @@
+"""torch.optim.Adafactor (torch's own variant) over :mod:`optkernels.kernels.torch_adafactor`'s element
+functions.
+
+Each parameter's step has reductions (the parameter's and the update's norms, a matrix's row and column mean
+squares, the mean of its row moments): they are taken by torch, exactly as torch's single-tensor loop takes
+them, so the results are torch's bits; the element-wise work (the moments' update, the update ``U`` and the
+parameter's step) runs in the kernels. One launch per parameter (the norms are per parameter).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from ..kernels import torch_adafactor as K
+from ..kernels.torch_family import lerp_scalars
+from . import _views
+from ._base import KernelOptimizer
+from .torch_family import check_lr, scalar_dtype
+
+__all__ = ["Adafactor"]
+
+
+class Adafactor(KernelOptimizer):
+    r"""torch.optim.Adafactor over optkernels' kernels (MODERN.md §7)::
+
+        g ← −g (maximize);  t ← t + 1;  w_t = t^τ;  ρ = min(lr, 1/√t);  α = max(ε2, ‖w‖/√N)·ρ
+        w ← w·(1 − lr·wd)
+        vector:  V = variance ← lerp(variance, g², w_t)
+        matrix:  R ← lerp(R, ‖g‖²_rows/m, w_t);  C ← lerp(C, ‖g‖²_cols/n, w_t);  V = R·C/max(mean(R), ε1)
+        U = g/√max(V, ε1²);  w ← w − α/max(1, ‖U‖/(√N·d))·U
+
+    Parameters
+    ----------
+    params : iterable
+        Tensors or parameter-group dicts.
+    lr : float
+        Caps the relative step and scales weight decay (1e-2).
+    beta2_decay : float
+        τ <= 0 (-0.8).
+    eps : tuple
+        ``(ε1, ε2)``; ``ε1=None`` is the parameter dtype's machine epsilon (of the first parameter with a
+        gradient in the group, as torch's) ((None, 1e-3)).
+    d : float
+        Clipping threshold >= 1 (1.0).
+    weight_decay : float
+        Decoupled decay scaled by lr (0.0).
+    foreach : bool, optional
+        Accepted, ignored.
+    maximize : bool
+        Maximize the objective (False).
+
+    State: ``step``; ``variance`` (a parameter of at most 1 dimension) or ``row_var`` (shape ``(…, n, 1)``) and
+    ``col_var`` (``(…, 1, m)``). A ``grad_scale``/``found_inf`` attribute raises torch's AssertionError.
+    """
+
+    def __init__(self, params: Iterable, lr: Any = 1e-2, beta2_decay: float = -0.8, eps: tuple = (None, 1e-3),
+                 d: float = 1.0, weight_decay: float = 0.0, *, foreach: Any = None, maximize: bool = False):
+        defaults = dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
+                        foreach=foreach, maximize=maximize)
+        self._check_hyper(defaults)
+        super().__init__(params, defaults)
+
+    def _check_hyper(self, group: dict) -> None:
+        check_lr(group["lr"], "Learning rate should be >= 0 but is: {}")
+        if not 0.0 >= group["beta2_decay"]:
+            raise ValueError(f"beta2_decay should be <= 0 but is: {group['beta2_decay']}")
+        eps1, eps2 = group["eps"]
+        if eps1 is not None and not 0.0 <= eps1:
+            raise ValueError(f"epsilon1 should be >= 0 but is: {eps1}")
+        if not 0.0 <= eps2:
+            raise ValueError(f"epsilon2 should be >= 0 but is: {eps2}")
+        if not 1.0 <= group["d"]:
+            raise ValueError(f"Clipping threshold d should be >= 1 but is: {group['d']}")
+        if not 0.0 <= group["weight_decay"]:
+            raise ValueError(f"weight_decay should be >= 0 but is: {group['weight_decay']}")
+
+    def _kernel(self, group: dict) -> tuple:
+        return K._adafactor_vector, ()
+
+    def _prestep(self, group: dict) -> None:
+        return None
+
+    def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
+        if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
+            raise AssertionError("Grad scaling should occur outside of optimizer.step()")
+        eps1, eps2 = group["eps"]
+        lr = float(group["lr"])
+        tau, d, wd, maximize = group["beta2_decay"], group["d"], group["weight_decay"], bool(group["maximize"])
+        for p, grad in zip(params, grads):
+            grad = grad if grad.is_contiguous() else grad.contiguous()
+            state = self._adafactor_state(p, grad)
+            if eps1 is None:
+                eps1 = torch.finfo(p.dtype).eps
+            state["step"] += 1
+            w_t, alpha = K.adafactor_host(state["step"].item(), lr, tau, eps2, p.norm(2).item(), p.numel())
+            kind = _views.device_kind(p)
+            dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+            update = self._pre_buffer(p)
+            flat = [_views.view(t, kind, flat=True) for t in (p, update, grad)]
+            eps1_sq, one = dtype.type(eps1 * eps1), dtype.type(1)
+            if grad.dim() > 1:
+                rows, cols = state["row_var"], state["col_var"]
+                rows.lerp_(torch.norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1)), w_t)
+                cols.lerp_(torch.norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2)), w_t)
+                means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
+                K._adafactor_factored.launch(kind, p.numel(), flat[1], flat[2],
+                                             *(_views.view(t, kind, flat=True) for t in (rows, cols, means)),
+                                             grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
+            else:
+                K._adafactor_vector.launch(kind, p.numel(), _views.view(state["variance"], kind, flat=True),
+                                           flat[1], flat[2], maximize, *lerp_scalars(w_t, dtype), eps1_sq, one)
+            den = K.adafactor_denominator(update.norm(2).item(), update.numel(), d)
+            K._decayed_step.launch(kind, p.numel(), flat[0], flat[1], dtype.type(1 - lr * wd if wd != 0 else 1),
+                                      dtype.type(-alpha / den))
+
+    def _adafactor_state(self, p: torch.Tensor, grad: torch.Tensor) -> dict:
+        """``self.state[p]``, created as torch creates it on the first step."""
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = torch.tensor(0.0, dtype=scalar_dtype())
+            if grad.dim() > 1:
+                state["row_var"] = grad.new_zeros(list(grad.shape[:-1]) + [1])
+                state["col_var"] = grad.new_zeros(list(grad.shape[:-2]) + [1, grad.shape[-1]])
+            else:
+                state["variance"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+        return state

@@ -1,0 +1,300 @@
+"""torch.optim.Muon over optkernels' kernels, and :class:`MuonWithAdamW`, Muon's usual recipe as one optimizer.
+
+Muon's element-wise parts (the momentum EMA and Nesterov blend; the decoupled decay and the step) run in
+:mod:`optkernels.kernels.torch_family`; Newton–Schulz runs as torch runs it, the same bfloat16 matmul calls in
+the same order (:func:`newton_schulz`), so the results are torch's bits.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+
+from ..kernels import torch_family as K
+from . import _views
+from ._base import KernelOptimizer
+from .adam import AdamW
+from .torch_family import check_lr
+
+__all__ = ["Muon", "MuonWithAdamW", "default_muon_split", "newton_schulz"]
+
+
+def newton_schulz(update: torch.Tensor, ns_coefficients: tuple = (3.4445, -4.7750, 2.0315), ns_steps: int = 5,
+                  eps: float = 1e-7) -> torch.Tensor:
+    r"""torch Muon's Newton–Schulz orthogonalisation in bfloat16 (MODERN.md §1.2), torch's calls in torch's
+    order::
+
+        X = bf16(u) (transposed when rows > cols);  X ← X/max(‖X‖_F, eps)
+        ns_steps times:  G = X·Xᵀ;  X ← a·X + (b·G + c·G·G)·X       (two ``torch.addmm``)
+
+    Parameters
+    ----------
+    update : Tensor
+        The 2-D matrix ``u``.
+    ns_coefficients : tuple
+        ``(a, b, c)``.
+    ns_steps : int
+        Iterations, < 100.
+    eps : float
+        The norm's floor.
+
+    Returns
+    -------
+    Tensor
+        The bfloat16 result, of ``update``'s shape.
+
+    Raises
+    ------
+    ValueError
+        torch's: ``ns_steps >= 100``, a matrix that is not 2-D, coefficients that are not 3.
+    """
+    if ns_steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    if len(update.shape) != 2:
+        raise ValueError("Input tensor gradient must be a 2D matrix")
+    if len(ns_coefficients) != 3:
+        raise ValueError("Coefficients must be a tuple of exactly 3 values")
+    a, b, c = ns_coefficients
+    tall = update.size(0) > update.size(1)
+    x = update.bfloat16()
+    if tall:
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+def adjusted_lr(lr: float, adjust_lr_fn: Optional[str], shape: tuple) -> float:
+    """Muon's learning rate for a (rows, cols) matrix: ``lr·√max(1, rows/cols)`` (None, "original") or
+    ``lr·0.2·√max(rows, cols)`` ("match_rms_adamw")."""
+    rows, cols = shape[:2]
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
+        return lr * math.sqrt(max(1, rows / cols))
+    if adjust_lr_fn == "match_rms_adamw":
+        return lr * (0.2 * math.sqrt(max(rows, cols)))
+    return lr
+
+
+class Muon(KernelOptimizer):
+    r"""torch.optim.Muon over optkernels' kernels (MODERN.md §1.1), 2-D parameters::
+
+        buf ← lerp(buf, g, 1 − μ);  u = lerp(g, buf, μ) (nesterov) or buf
+        O = NS(u) (bfloat16, :func:`newton_schulz`)
+        w ← w·(1 − lr·wd);  w ← w − lr·r·O      (r = √max(1, rows/cols), or 0.2·√max(rows, cols))
+
+    Parameters
+    ----------
+    params : iterable
+        2-D tensors or parameter-group dicts.
+    lr : float
+        Learning rate (1e-3).
+    weight_decay : float
+        Decoupled decay (0.1).
+    momentum : float
+        μ (0.95).
+    nesterov : bool
+        Nesterov blend (True).
+    ns_coefficients : tuple
+        Newton–Schulz ``(a, b, c)`` ((3.4445, -4.7750, 2.0315)).
+    eps : float
+        Norm floor (1e-7).
+    ns_steps : int
+        Newton–Schulz iterations (5).
+    adjust_lr_fn : str, optional
+        None / "original" (Keller) or "match_rms_adamw" (Moonshot).
+
+    State: ``momentum_buffer``. Errors as torch's (a parameter that is not 2-D: ValueError at construction).
+    """
+
+    def __init__(self, params: Iterable, lr: Any = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
+                 nesterov: bool = True, ns_coefficients: tuple = (3.4445, -4.7750, 2.0315), eps: float = 1e-7,
+                 ns_steps: int = 5, adjust_lr_fn: Optional[str] = None):
+        defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
+                        ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+        self._check_hyper(defaults)
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.ndim != 2:
+                    raise ValueError("Muon only supports 2D parameters whereas we found a parameter with size: "
+                                     f"{p.size()}")
+
+    def _check_hyper(self, group: dict) -> None:
+        check_lr(group["lr"], "Learning rate should be >= 0 but is: {}")
+        if not 0.0 <= group["momentum"]:
+            raise ValueError(f"momentum should be >= 0 but is: {group['momentum']}")
+        if not 0.0 <= group["weight_decay"]:
+            raise ValueError(f"weight decay should be >= 0 but is: {group['weight_decay']}")
+        fn = group["adjust_lr_fn"]
+        if fn is not None and fn not in ("original", "match_rms_adamw"):
+            raise ValueError(f"Adjust learning rate function {fn} is not supported")
+
+    def _kernel(self, group: dict) -> tuple:
+        return K._muon_momentum, ("momentum_buffer",)
+
+    def _prestep(self, group: dict) -> None:
+        return None
+
+    def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
+        lr = float(group["lr"])
+        momentum, decay = group["momentum"], 1 - lr * group["weight_decay"]
+        for p, grad in zip(params, grads):
+            if grad.ndim != 2:
+                raise ValueError("Param gradient must be a 2D matrix")
+            grad = grad if grad.is_contiguous() else grad.contiguous()
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+            kind = _views.device_kind(p)
+            dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+            update = self._pre_buffer(p)
+            buf, u, g = (_views.view(t, kind, flat=True) for t in (state["momentum_buffer"], update, grad))
+            K._muon_momentum.launch(kind, p.numel(), buf, u, g,
+                                    *K.muon_momentum_scalars(dtype, momentum, group["nesterov"]))
+            ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+            update.copy_(ortho)                   # bfloat16 -> the parameter's dtype: exact
+            step = -adjusted_lr(lr, group["adjust_lr_fn"], p.shape)
+            K._decayed_step.launch(kind, p.numel(), _views.view(p, kind, flat=True), u, dtype.type(decay),
+                                   dtype.type(step))
+
+
+#: Names of parameters that the default split gives to AdamW although they are 2-D (embeddings, output heads).
+ADAMW_NAMES = re.compile(r"(^|[._])(embed\w*|emb|wte|wpe|tok_embeddings|lm_head|head|classifier|output|fc_out)"
+                         r"([._]|$)")
+
+
+def default_muon_split(name: str, p: torch.Tensor, module: Optional[torch.nn.Module] = None) -> bool:
+    """The usual split (Keller Jordan's Muon README, torch's Muon docstring): Muon for the 2-D hidden
+    matrices; AdamW for everything else — parameters that are not 2-D (biases, norms' gains, 4-D
+    convolutions), embeddings (a parameter of an ``nn.Embedding``/``nn.EmbeddingBag``, or named like one)
+    and output heads (named ``head``, ``lm_head``, ``classifier``, ``output``...: :data:`ADAMW_NAMES`).
+
+    Parameters
+    ----------
+    name : str
+        The parameter's qualified name (``model.named_parameters()``).
+    p : Tensor
+        The parameter.
+    module : Module, optional
+        The module that owns it.
+
+    Returns
+    -------
+    bool
+        True for Muon.
+    """
+    if p.ndim != 2:
+        return False
+    if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+        return False
+    return ADAMW_NAMES.search(name) is None
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    r"""Muon on the hidden 2-D matrices and AdamW on the rest, as one optimizer (MODERN.md §1.4).
+
+    The split is :func:`default_muon_split` unless ``split`` is given (``split(name, p, module) -> bool``,
+    True for Muon). Two parameter groups result: ``use_muon=True`` with Muon's hyper-parameters and
+    ``use_muon=False`` with AdamW's (either may be empty and is then left out); both are stepped every
+    ``step()``, by :class:`Muon` and :class:`optkernels.torch.AdamW`. ``param_groups``, ``state``,
+    ``state_dict()`` and LR schedulers work over both.
+
+    Parameters
+    ----------
+    model : Module or iterable
+        A module (its ``named_parameters()``, and embeddings recognised by type) or ``(name, tensor)`` pairs.
+    lr, weight_decay, momentum, nesterov, ns_steps, adjust_lr_fn
+        Muon's (defaults 0.02, 0.01, 0.95, True, 5, None: Keller Jordan's recipe).
+    adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay
+        AdamW's (3e-4, (0.9, 0.95), 1e-8, 0.01).
+    split : callable, optional
+        The rule; ``split(name, p, module)``.
+
+    Raises
+    ------
+    ValueError
+        A parameter that the rule sends to Muon but is not 2-D; no parameters; out-of-range values (torch's
+        messages, from Muon and AdamW).
+    """
+
+    def __init__(self, model: Any, lr: float = 0.02, weight_decay: float = 0.01, momentum: float = 0.95,
+                 nesterov: bool = True, ns_steps: int = 5, adjust_lr_fn: Optional[str] = None,
+                 adamw_lr: float = 3e-4, adamw_betas: tuple = (0.9, 0.95), adamw_eps: float = 1e-8,
+                 adamw_weight_decay: float = 0.01, split: Optional[Callable[..., bool]] = None):
+        rule = split or default_muon_split
+        muon, other = [], []
+        for name, p, module in _named(model):
+            if p.requires_grad:
+                (muon if rule(name, p, module) else other).append(p)
+        self._muon_kw = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
+                             ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+        self._adamw_kw = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps, weight_decay=adamw_weight_decay)
+        groups = []
+        if muon:
+            groups.append(dict(params=muon, use_muon=True))
+        if other:
+            groups.append(dict(params=other, use_muon=False))
+        self._inner: tuple = ()
+        super().__init__(groups, {})
+        self._link()
+
+    def add_param_group(self, param_group: dict) -> None:
+        """A group with ``use_muon`` (True: Muon's defaults, False: AdamW's) and any of their keys."""
+        if "use_muon" not in param_group:
+            raise ValueError("MuonWithAdamW: a parameter group needs 'use_muon' (True or False)")
+        checker = (Muon(param_group["params"], **self._muon_kw) if param_group["use_muon"]
+                   else AdamW(param_group["params"], **self._adamw_kw))
+        for key, value in checker.defaults.items():
+            param_group.setdefault(key, value)
+        super().add_param_group(param_group)
+        if self._inner:
+            self._link()
+
+    def _link(self) -> None:
+        """Inner Muon and AdamW over this optimizer's own group dicts and state (rebuilt after a load)."""
+        inner = []
+        for use_muon, cls, kw in ((True, Muon, self._muon_kw), (False, AdamW, self._adamw_kw)):
+            groups = [g for g in self.param_groups if bool(g["use_muon"]) is use_muon]
+            if groups:
+                opt = cls([p for g in groups for p in g["params"]], **kw)
+                opt.param_groups = groups
+                opt.state = self.state
+                inner.append(opt)
+        self._inner = tuple(inner)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's ``load_state_dict``, then the inner optimizers are rebuilt over the loaded state."""
+        super().load_state_dict(state_dict)
+        self._link()
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """One step of Muon's and AdamW's groups; returns ``closure()``'s loss (or None)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for opt in self._inner:
+            opt.step()
+        return loss
+
+
+def _named(model: Any) -> list:
+    """``(name, parameter, owning module or None)`` of a module or of ``(name, tensor)`` pairs."""
+    if isinstance(model, torch.nn.Module):
+        items = [(f"{prefix}.{name}" if prefix else name, p, module)
+                 for prefix, module in model.named_modules()
+                 for name, p in module.named_parameters(recurse=False)]
+    else:
+        items = []
+        for item in model:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.Tensor)):
+                raise TypeError("MuonWithAdamW takes a Module or (name, tensor) pairs "
+                                "(model.named_parameters())")
+            items.append((item[0], item[1], None))
+    seen: set = set()
+    return [item for item in items if not (id(item[1]) in seen or seen.add(id(item[1])))]   # tied weights once
