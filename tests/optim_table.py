@@ -31,6 +31,7 @@ from optkernels.optimizers import (
     ProximalAdagrad,
     RMSProp,
 )
+from optkernels.optimizers import Lion
 
 
 def call(backend, name: str, *args, **kwargs) -> tuple:
@@ -239,6 +240,11 @@ def _ftrl_v2(B, w, s, g, c):
     return w
 
 
+def _lion(B, w, s, g, c):
+    w, s["exp_avg"] = call(B, "lion", w, s["exp_avg"], g, c.lr, 0.8, 0.95, c.decoupled_wd)
+    return w
+
+
 def _lamb(B, w, s, g, c):
     w, s["lamb_m"], s["lamb_v"] = call(
         B, "lamb", w, s["lamb_m"], s["lamb_v"], c.lr, 0.8, 0.99, 1e-6, c.decoupled_wd, c.t, g
@@ -389,6 +395,8 @@ OPTIMIZERS = [
         loss_scale=False,
         counts_always=True,
     ),
+    OptimInfo("Lion", Lion, dict(beta1=0.8, beta2=0.95), {"exp_avg": 0.0}, _lion, decay="decoupled",
+              centralizes=False, loss_scale=False),
 ]
 
 OPTIMIZERS_BY_ID = {info.id: info for info in OPTIMIZERS}

@@ -246,6 +246,12 @@ def lars_terms(inputs, attrs):
     return {"new_gradient": np.abs(coeff) * (np.abs(f["gradient"]) + wd * np.abs(f["weight"]))}
 
 
+def make_lion(rng, shape, dtype):
+    return dict(var=normal(rng, shape, dtype), exp_avg=normal(rng, shape, dtype, 0.1),
+                grad=normal(rng, shape, dtype), lr=rng.uniform(1e-4, 0.1), beta1=rng.uniform(0.5, 0.99),
+                beta2=rng.uniform(0.9, 0.999), weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 1.0)])))
+
+
 def nesterov_attr(rng):
     return dict(use_nesterov=bool(rng.integers(2)))
 
@@ -277,6 +283,7 @@ CASES = [
     OpCase("lamb", ("var", "m", "v"), make_lamb),
     OpCase("fused_ada_factor", ("param", "exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq"),
            make_ada_factor, ada_factor_attrs),
+    OpCase("lion", ("var", "exp_avg"), make_lion),
 ]
 
 CASES_BY_NAME = {case.name: case for case in CASES}

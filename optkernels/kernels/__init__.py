@@ -23,6 +23,7 @@ from .rms_prop import apply_centered_rms_prop, apply_rms_prop
 from .sgd import sgd
 from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from ._lowp import stochastic_rounding
+from .lion import lion
 
 __all__ = [
     "adam_no_update_param",
@@ -44,4 +45,5 @@ __all__ = [
     "fused_ada_factor",
     "fused_ada_factor_with_global_norm",
     "stochastic_rounding",
+    "lion",
 ]

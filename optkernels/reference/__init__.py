@@ -34,6 +34,7 @@ from .momentum import apply_momentum, sgd
 from .proximal_adagrad import apply_proximal_adagrad
 from .rmsprop import apply_centered_rms_prop, apply_rms_prop
 from .ada_factor import fused_ada_factor
+from .lion import lion
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,
@@ -78,4 +79,6 @@ __all__ = [
     "sparse_apply_adagrad_v2",
     # AdaFactor (row/column reductions)
     "fused_ada_factor",
+    # the modern rules (MODERN.md §8-11)
+    "lion",
 ]

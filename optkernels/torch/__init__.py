@@ -20,6 +20,7 @@ from .mindspore import FTRL, LARS, AdaFactor, AdamWeightDecay, Lamb, LazyAdam, M
 from .sgd import SGD
 from .schedules import ScheduleLR
 from .sparse_adam import SparseAdam
+from .lion import Lion
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -28,6 +29,8 @@ __all__ = [
     "AdaFactor", "AdamWeightDecay", "FTRL", "LARS", "Lamb", "LazyAdam", "Momentum", "ProximalAdagrad",
     # optkernels' schedules as a torch LR scheduler
     "ScheduleLR",
+    # the modern rules (docs/guide/modern_rules.rst)
+    "Lion",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():

@@ -1,0 +1,196 @@
+"""The modern rules' torch drop-ins against their canonical packages on the same gradients (float64 within
+1e-12 relative, float32 within a few ulps, parameters and state), against the worked examples of MODERN.md
+§8-11, and the NumPy classes of optkernels.optimizers equal to the drop-ins bit for bit."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
+okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
+
+from optkernels import optimizers as nko  # noqa: E402
+from optkernels.optimizers import Parameter  # noqa: E402
+
+SHAPES = [(7, 5), (13,), (2, 3, 4)]
+STEPS = 6
+# relative to the largest magnitude of the compared tensor
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 16 * float(np.finfo(np.float32).eps)}
+
+P0 = [0.5, -1.0, 2.0]                                            # MODERN §0.4
+G = [[0.1, -0.3, 0.0], [-0.2, -0.1, 0.4], [0.05, 0.2, 0.4]]
+
+
+@dataclass
+class Rule:
+    """One drop-in and its canonical class, with the configurations to compare.
+
+    Attributes:
+        name: the class name in optkernels.torch and optkernels.optimizers.
+        canonical: ``canonical() -> the canonical torch class`` (importorskip inside).
+        configs: constructor keyword arguments (torch names), each compared on its own.
+        numpy: ``numpy(params, torch_kwargs) -> the NumPy optimizer`` for the same configuration.
+        state_map: canonical state name -> ``f(state) -> tensor`` of ours to compare with, by our name.
+        modes: the rule has train()/eval() (schedule-free).
+    """
+
+    name: str
+    canonical: Callable[[], Any]
+    configs: list
+    numpy: Callable
+    state_map: dict = field(default_factory=dict)
+    modes: bool = False
+
+
+def _lion_pytorch():
+    return pytest.importorskip("lion_pytorch", reason="lion-pytorch is a test dependency").Lion
+
+
+def _lion_numpy(params, kw):
+    beta1, beta2 = kw.get("betas", (0.9, 0.99))
+    return nko.Lion(params, learning_rate=kw["lr"], beta1=beta1, beta2=beta2,
+                    weight_decay=kw.get("weight_decay", 0.0),
+                    decoupled_weight_decay=kw.get("decoupled_weight_decay", False))
+
+
+RULES = [
+    Rule("Lion", _lion_pytorch,
+         [dict(lr=0.01, weight_decay=0.1), dict(lr=3e-3, betas=(0.8, 0.95), weight_decay=0.5),
+          dict(lr=0.02, betas=(0.9, 0.99), weight_decay=0.3, decoupled_weight_decay=True)],
+         _lion_numpy),
+]
+
+RULES_BY_NAME = {rule.name: rule for rule in RULES}
+
+
+def _data(dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    init = [torch.tensor(rng.standard_normal(s), dtype=dtype) for s in SHAPES]
+    grads = [[torch.tensor(rng.standard_normal(s), dtype=dtype) for s in SHAPES] for _ in range(STEPS)]
+    return init, grads
+
+
+def _run(cls, kwargs, init, grads, modes, lr_change=True):
+    """Run ``cls`` over copies of ``init``; the learning rate is halved before the 4th step (a schedule)."""
+    params = [torch.nn.Parameter(t.clone()) for t in init]
+    opt = cls(params, **kwargs)
+    if modes:
+        opt.train()
+    for k, step in enumerate(grads):
+        if lr_change and k == 3:
+            for group in opt.param_groups:
+                group["lr"] = group["lr"] / 2
+        for p, g in zip(params, step):
+            p.grad = g.clone()        # schedulefree writes into p.grad
+        opt.step()
+    if modes:
+        opt.eval()
+    return opt, params
+
+
+def _close(ours, theirs, dtype, what):
+    a, b = ours.detach().double().numpy(), theirs.detach().double().numpy()
+    scale = max(float(np.abs(b).max(initial=0.0)), 1e-300)
+    err = float(np.abs(a - b).max(initial=0.0)) / scale
+    assert err <= TOLERANCE[dtype], f"{what}: relative error {err:.3g} > {TOLERANCE[dtype]:.3g}"
+
+
+CONFIGS = [(rule, k) for rule in RULES for k in range(len(rule.configs))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("rule, k", CONFIGS, ids=[f"{r.name}-{k}" for r, k in CONFIGS])
+def test_drop_in_matches_canonical_package(rule, k, dtype):
+    canonical = rule.canonical()
+    kwargs = rule.configs[k]
+    init, grads = _data(dtype, seed=k)
+    ours, p_ours = _run(getattr(okt, rule.name), kwargs, init, grads, rule.modes)
+    theirs, p_theirs = _run(canonical, kwargs, init, grads, rule.modes)
+    for j, (a, b) in enumerate(zip(p_ours, p_theirs)):
+        _close(a, b, dtype, f"param {j}")
+        state_a, state_b = ours.state[a], theirs.state[b]
+        for name, value in state_b.items():
+            if not torch.is_tensor(value) or value.dim() == 0:
+                continue
+            mine = rule.state_map[name](state_a) if name in rule.state_map else state_a[name]
+            _close(mine, value, dtype, f"param {j} state {name}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=["f64", "f32", "bf16"])
+@pytest.mark.parametrize("rule, k", CONFIGS, ids=[f"{r.name}-{k}" for r, k in CONFIGS])
+def test_numpy_class_equals_drop_in_bit_for_bit(rule, k, dtype):
+    kwargs = rule.configs[k]
+    init, grads = _data(torch.float32 if dtype == torch.bfloat16 else dtype, seed=10 + k)
+    init = [t.to(dtype) for t in init]
+    grads = [[g.to(dtype) for g in step] for step in grads]
+    ours, p_ours = _run(getattr(okt, rule.name), kwargs, init, grads, rule.modes, lr_change=False)
+    params = [Parameter(t.clone().view(torch.int16).numpy().view(_np_dtype(dtype)), f"w{j}")
+              for j, t in enumerate(init)]
+    opt = rule.numpy(params, kwargs)
+    if rule.modes:
+        opt.train()
+    for step in grads:
+        opt([g.clone().view(torch.int16).numpy().view(_np_dtype(dtype)) if dtype == torch.bfloat16
+             else g.numpy().copy() for g in step])
+    if rule.modes:
+        opt.eval()
+    for j, (p, q) in enumerate(zip(p_ours, params)):
+        mine = p.detach().view(torch.int16).numpy() if dtype == torch.bfloat16 else p.detach().numpy()
+        theirs = q.data.view(np.int16) if dtype == torch.bfloat16 else q.data
+        assert np.array_equal(mine.view(np.uint8), np.ascontiguousarray(theirs).view(np.uint8)), f"param {j}"
+
+
+def _np_dtype(dtype):
+    import ml_dtypes
+
+    return {torch.float64: np.float64, torch.float32: np.float32, torch.bfloat16: ml_dtypes.bfloat16}[dtype]
+
+
+def _worked(cls, kwargs, steps, modes=False):
+    p = torch.nn.Parameter(torch.tensor(P0, dtype=torch.float64))
+    opt = cls([p], **kwargs)
+    if modes:
+        opt.train()
+    out = []
+    for g in G[:steps]:
+        p.grad = torch.tensor(g, dtype=torch.float64)
+        opt.step()
+        out.append((p.detach().clone(), {k: v.clone() for k, v in opt.state[p].items() if torch.is_tensor(v)}))
+    return opt, p, out
+
+
+def _assert_spec(actual, expected, what):
+    np.testing.assert_allclose(actual.numpy() if torch.is_tensor(actual) else actual, expected, rtol=4e-16,
+                               atol=1e-18, err_msg=what)
+
+
+def test_lion_worked_example():
+    """MODERN §8.2: automl Lion(lr=0.01, weight_decay=0.1), two steps."""
+    _, _, out = _worked(okt.Lion, dict(lr=0.01, weight_decay=0.1), 2)
+    _assert_spec(out[0][0], [0.48949999999999999, -0.98899999999999999, 1.998], "step 1 p")
+    _assert_spec(out[0][1]["exp_avg"], [0.0010000000000000009, -0.0030000000000000027, 0], "step 1 m")
+    _assert_spec(out[1][0], [0.49901050000000002, -0.97801099999999996, 1.986002], "step 2 p")
+    _assert_spec(out[1][1]["exp_avg"], [-0.0010100000000000009, -0.003970000000000003, 0.0040000000000000036],
+                 "step 2 m")
+
+
+def test_lion_decoupled_decay_follows_the_schedule_shape():
+    """lucidrains' decoupled_weight_decay: the decay is lr_t·wd/lr₀ (a halved lr halves the decay)."""
+    p = torch.nn.Parameter(torch.tensor([2.0], dtype=torch.float64))
+    opt = okt.Lion([p], lr=0.1, weight_decay=0.5, decoupled_weight_decay=True)
+    opt.param_groups[0]["lr"] = 0.05
+    p.grad = torch.zeros(1, dtype=torch.float64)
+    opt.step()
+    assert p.item() == 2.0 * (1.0 - 0.05 * (0.5 / 0.1))
+
+
+def test_lion_constructor_checks_are_lucidrains():
+    p = torch.nn.Parameter(torch.zeros(2))
+    with pytest.raises(AssertionError):
+        okt.Lion([p], lr=0.0)
+    with pytest.raises(AssertionError):
+        okt.Lion([p], betas=(0.9, 1.5))
+    okt.Lion([p], betas=(1.0, 1.0))            # 1 is allowed, as lucidrains allows it
