@@ -71,6 +71,9 @@ ERRORS = {
                                    ("use_clip", 1, TypeError)]),
     "lamb": dict(bad_values=[("global_step", 0), ("beta1", 1.0), ("decay", -0.1), ("epsilon", -1e-6)]),
     "lion": dict(bad_values=[("lr", -0.1), ("beta1", 1.5), ("beta2", -0.1), ("weight_decay", -0.1)]),
+    "adopt": dict(bad_values=[("lr", -0.1), ("beta1", 1.0), ("beta2", -0.1), ("epsilon", -1e-6),
+                              ("weight_decay", -0.1), ("step", -1), ("clip", -1.0)],
+                  bad_attrs=[("decouple", 1, TypeError)]),
 }
 
 OPS = [OpInfo(CASES_BY_NAME[name], **errors) for name, errors in ERRORS.items()]

@@ -31,7 +31,7 @@ from optkernels.optimizers import (
     ProximalAdagrad,
     RMSProp,
 )
-from optkernels.optimizers import Lion
+from optkernels.optimizers import ADOPT, Lion
 
 
 def call(backend, name: str, *args, **kwargs) -> tuple:
@@ -245,6 +245,17 @@ def _lion(B, w, s, g, c):
     return w
 
 
+def _adopt(decouple):
+    def step(B, w, s, g, c):
+        k = c.t - 1
+        w, s["exp_avg"], s["exp_avg_sq"] = call(
+            B, "adopt", w, s["exp_avg"], s["exp_avg_sq"], g, c.lr, 0.8, 0.99, 1e-6,
+            c.decoupled_wd if decouple else 0.0, k, k ** 0.25 if k else np.inf, decouple=decouple)
+        return w
+
+    return step
+
+
 def _lamb(B, w, s, g, c):
     w, s["lamb_m"], s["lamb_v"] = call(
         B, "lamb", w, s["lamb_m"], s["lamb_v"], c.lr, 0.8, 0.99, 1e-6, c.decoupled_wd, c.t, g
@@ -397,6 +408,11 @@ OPTIMIZERS = [
     ),
     OptimInfo("Lion", Lion, dict(beta1=0.8, beta2=0.95), {"exp_avg": 0.0}, _lion, decay="decoupled",
               centralizes=False, loss_scale=False),
+    OptimInfo("ADOPT", ADOPT, dict(beta1=0.8, beta2=0.99), {"exp_avg": 0.0, "exp_avg_sq": 0.0}, _adopt(False),
+              centralizes=False, loss_scale=False, counts_always=True),
+    OptimInfo("ADOPT-decouple", ADOPT, dict(beta1=0.8, beta2=0.99, decouple=True),
+              {"exp_avg": 0.0, "exp_avg_sq": 0.0}, _adopt(True), decay="decoupled", centralizes=False,
+              loss_scale=False, counts_always=True),
 ]
 
 OPTIMIZERS_BY_ID = {info.id: info for info in OPTIMIZERS}

@@ -56,11 +56,28 @@ def _lion_numpy(params, kw):
                     decoupled_weight_decay=kw.get("decoupled_weight_decay", False))
 
 
+def _adopt():
+    return pytest.importorskip("adopt", reason="torch-adopt is a test dependency").ADOPT
+
+
+def _adopt_numpy(params, kw):
+    if kw.get("maximize"):
+        pytest.skip("the NumPy classes have no maximize")
+    beta1, beta2 = kw.get("betas", (0.9, 0.9999))
+    extra = {"clip_lambda": kw["clip_lambda"]} if "clip_lambda" in kw else {}
+    return nko.ADOPT(params, learning_rate=kw["lr"], beta1=beta1, beta2=beta2, eps=kw.get("eps", 1e-6),
+                     weight_decay=kw.get("weight_decay", 0.0), decouple=kw.get("decouple", False), **extra)
+
+
 RULES = [
     Rule("Lion", _lion_pytorch,
          [dict(lr=0.01, weight_decay=0.1), dict(lr=3e-3, betas=(0.8, 0.95), weight_decay=0.5),
           dict(lr=0.02, betas=(0.9, 0.99), weight_decay=0.3, decoupled_weight_decay=True)],
          _lion_numpy),
+    Rule("ADOPT", _adopt,
+         [dict(lr=0.01, weight_decay=0.1, decouple=True), dict(lr=0.01, betas=(0.8, 0.99), weight_decay=0.05),
+          dict(lr=0.01, eps=1e-3, clip_lambda=None, maximize=True, weight_decay=0.02)],
+         _adopt_numpy),
 ]
 
 RULES_BY_NAME = {rule.name: rule for rule in RULES}
@@ -194,3 +211,44 @@ def test_lion_constructor_checks_are_lucidrains():
     with pytest.raises(AssertionError):
         okt.Lion([p], betas=(0.9, 1.5))
     okt.Lion([p], betas=(1.0, 1.0))            # 1 is allowed, as lucidrains allows it
+
+
+ADOPT_STEPS = {   # MODERN §9.2, ADOPT(lr=0.01, weight_decay=0.1, decouple=True)
+    "p": [[0.5, -1, 2], [0.50049999999999994, -0.9986666666666667, 1.9970000000000001],
+          [0.50039957498312915, -0.9980346962982718, 1.9929137928849974]],
+    "exp_avg": [None, [-0.099999999999999978, -0.033333333333333333, 0.099999999999999978],
+                [-0.040007498312921753, 0.036669629827175108, 0.20892071150027208]],
+    "exp_avg_sq": [[0.010000000000000002, 0.089999999999999997, 0],
+                   [0.010003000000000001, 0.089992000000000003, 1.5999999999998241e-05], None],
+}
+
+
+def test_adopt_worked_examples():
+    """MODERN §9.2: decoupled decay (element 2 divides by eps on its first update and is clipped at 1), no
+    decay, and clip_lambda=None (the unclipped run that moves element 2 to -398)."""
+    _, _, out = _worked(okt.ADOPT, dict(lr=0.01, weight_decay=0.1, decouple=True), 3)
+    for k, (p, state) in enumerate(out):
+        _assert_spec(p, ADOPT_STEPS["p"][k], f"step {k + 1} p")
+        for name in ("exp_avg", "exp_avg_sq"):
+            if ADOPT_STEPS[name][k] is not None:
+                _assert_spec(state[name], ADOPT_STEPS[name][k], f"step {k + 1} {name}")
+    _, _, out = _worked(okt.ADOPT, dict(lr=0.01), 3)
+    _assert_spec(out[1][0], [0.501, -0.9996666666666667, 1.9990000000000001], "no decay, step 2")
+    _assert_spec(out[2][0], [0.50140007498312922, -1.0000333629649385, 1.9969107928849974], "no decay, step 3")
+    _, _, out = _worked(okt.ADOPT, dict(lr=0.01, clip_lambda=None), 3)
+    _assert_spec(out[1][0], [0.502, -0.9996666666666667, -398], "unclipped, step 2")
+    _assert_spec(out[2][0], [0.50330007498312923, -1.0000333629649385, -758.10000000000002], "unclipped, step 3")
+
+
+def test_adopt_errors_are_torch_adopts():
+    p = torch.nn.Parameter(torch.zeros(2))
+    for kwargs, message in ((dict(lr=-1.0), "Invalid learning rate"), (dict(eps=-1.0), "Invalid epsilon value"),
+                            (dict(betas=(1.0, 0.9)), "Invalid beta parameter at index 0"),
+                            (dict(weight_decay=-1.0), "Invalid weight_decay value")):
+        with pytest.raises(ValueError, match=message):
+            okt.ADOPT([p], **kwargs)
+    with pytest.raises(RuntimeError, match="`fused` is not currently supported"):
+        okt.ADOPT([p], fused=True)
+    p.grad = torch.sparse_coo_tensor([[0]], [1.0], (2,))
+    with pytest.raises(RuntimeError, match="ADOPT does not support sparse gradients"):
+        okt.ADOPT([p]).step()

@@ -252,6 +252,15 @@ def make_lion(rng, shape, dtype):
                 beta2=rng.uniform(0.9, 0.999), weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 1.0)])))
 
 
+def make_adopt(rng, shape, dtype):
+    step = int(rng.choice([0, rng.integers(1, 50)]))
+    return dict(var=normal(rng, shape, dtype), exp_avg=normal(rng, shape, dtype, 0.1),
+                exp_avg_sq=uniform(rng, shape, dtype, 0.0, 0.5), grad=normal(rng, shape, dtype),
+                lr=rng.uniform(1e-4, 0.1), beta1=rng.uniform(0.5, 0.99), beta2=rng.uniform(0.9, 0.9999),
+                epsilon=float(10.0 ** rng.uniform(-8, -3)), weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])),
+                step=step, clip=float(rng.choice([max(step, 1) ** 0.25, np.inf])))
+
+
 def nesterov_attr(rng):
     return dict(use_nesterov=bool(rng.integers(2)))
 
@@ -284,6 +293,7 @@ CASES = [
     OpCase("fused_ada_factor", ("param", "exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq"),
            make_ada_factor, ada_factor_attrs),
     OpCase("lion", ("var", "exp_avg"), make_lion),
+    OpCase("adopt", ("var", "exp_avg", "exp_avg_sq"), make_adopt, lambda rng: dict(decouple=bool(rng.integers(2)))),
 ]
 
 CASES_BY_NAME = {case.name: case for case in CASES}

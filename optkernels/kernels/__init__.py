@@ -24,6 +24,7 @@ from .sgd import sgd
 from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from ._lowp import stochastic_rounding
 from .lion import lion
+from .adopt import adopt
 
 __all__ = [
     "adam_no_update_param",
@@ -46,4 +47,5 @@ __all__ = [
     "fused_ada_factor_with_global_norm",
     "stochastic_rounding",
     "lion",
+    "adopt",
 ]

@@ -38,6 +38,7 @@ from .schedules import __all__ as _schedules
 from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
 from .lion import Lion
+from .adopt import ADOPT
 
 __all__ = [
     "AdaFactor",
@@ -65,4 +66,5 @@ __all__ = [
     *_dynamic_lr,
     *_loss_scale,
     "Lion",
+    "ADOPT",
 ]

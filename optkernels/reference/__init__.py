@@ -35,6 +35,7 @@ from .proximal_adagrad import apply_proximal_adagrad
 from .rmsprop import apply_centered_rms_prop, apply_rms_prop
 from .ada_factor import fused_ada_factor
 from .lion import lion
+from .adopt import adopt
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,
@@ -81,4 +82,5 @@ __all__ = [
     "fused_ada_factor",
     # the modern rules (MODERN.md §8-11)
     "lion",
+    "adopt",
 ]

@@ -21,6 +21,7 @@ from .sgd import SGD
 from .schedules import ScheduleLR
 from .sparse_adam import SparseAdam
 from .lion import Lion
+from .adopt import ADOPT
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -31,6 +32,7 @@ __all__ = [
     "ScheduleLR",
     # the modern rules (docs/guide/modern_rules.rst)
     "Lion",
+    "ADOPT",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
