@@ -30,7 +30,8 @@ class Rule:
 
     Attributes:
         name: the class name in optkernels.torch and optkernels.optimizers.
-        canonical: ``canonical() -> the canonical torch class`` (importorskip inside).
+        canonical: ``canonical(dtype) -> cls(params, **kwargs)``, the canonical optimizer for that dtype
+            (importorskip inside).
         configs: constructor keyword arguments (torch names), each compared on its own.
         numpy: ``numpy(params, torch_kwargs) -> the NumPy optimizer`` for the same configuration.
         state_map: canonical state name -> ``f(state) -> tensor`` of ours to compare with, by our name.
@@ -45,7 +46,7 @@ class Rule:
     modes: bool = False
 
 
-def _lion_pytorch():
+def _lion_pytorch(dtype):
     return pytest.importorskip("lion_pytorch", reason="lion-pytorch is a test dependency").Lion
 
 
@@ -56,7 +57,7 @@ def _lion_numpy(params, kw):
                     decoupled_weight_decay=kw.get("decoupled_weight_decay", False))
 
 
-def _adopt():
+def _adopt(dtype):
     return pytest.importorskip("adopt", reason="torch-adopt is a test dependency").ADOPT
 
 
@@ -69,6 +70,29 @@ def _adopt_numpy(params, kw):
                      weight_decay=kw.get("weight_decay", 0.0), decouple=kw.get("decouple", False), **extra)
 
 
+def _ademamix(dtype):
+    """float32: bitsandbytes' AdEMAMix (its CPU backend, float32 state); float64: its reference class (the
+    real one computes in float32 whatever the dtype), one group per parameter (the reference class
+    compounds the warmups across the parameters of a group, MODERN §10.1)."""
+    bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes is a test dependency")
+    if dtype == torch.float32:
+        return bnb.optim.AdEMAMix
+    from bitsandbytes.optim.ademamix import _ReferenceAdEMAMix
+
+    return lambda params, **kw: _ReferenceAdEMAMix([{"params": [p]} for p in params], **kw)
+
+
+def _ademamix_numpy(params, kw):
+    beta1, beta2, beta3 = kw.get("betas", (0.9, 0.999, 0.9999))
+    return nko.AdEMAMix(params, learning_rate=kw["lr"], beta1=beta1, beta2=beta2, beta3=beta3,
+                        alpha=kw.get("alpha", 5.0), t_alpha=kw.get("t_alpha"), t_beta3=kw.get("t_beta3"),
+                        eps=kw.get("eps", 1e-8), weight_decay=kw.get("weight_decay", 1e-2))
+
+
+def _m1_m2(state):
+    return torch.stack([state["m1"], state["m2"]])
+
+
 RULES = [
     Rule("Lion", _lion_pytorch,
          [dict(lr=0.01, weight_decay=0.1), dict(lr=3e-3, betas=(0.8, 0.95), weight_decay=0.5),
@@ -78,6 +102,12 @@ RULES = [
          [dict(lr=0.01, weight_decay=0.1, decouple=True), dict(lr=0.01, betas=(0.8, 0.99), weight_decay=0.05),
           dict(lr=0.01, eps=1e-3, clip_lambda=None, maximize=True, weight_decay=0.02)],
          _adopt_numpy),
+    Rule("AdEMAMix", _ademamix,
+         [dict(lr=0.01, alpha=5.0, weight_decay=0.1, t_alpha=4, t_beta3=4),
+          dict(lr=3e-3, betas=(0.8, 0.99, 0.999), alpha=2.0, weight_decay=0.0),
+          dict(lr=0.01, eps=1e-6, t_beta3=10)],
+         _ademamix_numpy,
+         state_map={"state1": _m1_m2, "m1_m2": _m1_m2, "state2": lambda s: s["nu"], "nu": lambda s: s["nu"]}),
 ]
 
 RULES_BY_NAME = {rule.name: rule for rule in RULES}
@@ -121,7 +151,7 @@ CONFIGS = [(rule, k) for rule in RULES for k in range(len(rule.configs))]
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("rule, k", CONFIGS, ids=[f"{r.name}-{k}" for r, k in CONFIGS])
 def test_drop_in_matches_canonical_package(rule, k, dtype):
-    canonical = rule.canonical()
+    canonical = rule.canonical(dtype)
     kwargs = rule.configs[k]
     init, grads = _data(dtype, seed=k)
     ours, p_ours = _run(getattr(okt, rule.name), kwargs, init, grads, rule.modes)
@@ -252,3 +282,43 @@ def test_adopt_errors_are_torch_adopts():
     p.grad = torch.sparse_coo_tensor([[0]], [1.0], (2,))
     with pytest.raises(RuntimeError, match="ADOPT does not support sparse gradients"):
         okt.ADOPT([p]).step()
+
+
+def test_ademamix_worked_examples():
+    """MODERN §10.2: bitsandbytes' reference, lr=0.01, alpha=5, weight_decay=0.1, t_alpha=t_beta3=4; the CUDA
+    kernel's decay order and the run without warmups, step 2."""
+    kw = dict(lr=0.01, alpha=5.0, weight_decay=0.1, t_alpha=4, t_beta3=4)
+    _, _, out = _worked(okt.AdEMAMix, kw, 2)
+    (p1, s1), (p2, s2) = out
+    _assert_spec(p1, [0.48949501594260592, -0.98899501527560707, 1.998], "step 1 p")
+    _assert_spec(s1["m1"], [0.0099999999999999985, -0.029999999999999992, 0], "step 1 m1")
+    _assert_spec(s1["m2"], [3.988046313977423e-05, -0.00011964138941932266, 0], "step 1 m2")
+    _assert_spec(s1["nu"], [1.0000000000000011e-05, 9.0000000000000073e-05, 0], "step 1 nu")
+    _assert_spec(p2, [0.49266656981103107, -0.97927977054193383, 1.9885535697838441], "step 2 p")
+    _assert_spec(s2["m1"], [-0.010999999999999998, -0.036999999999999991, 0.039999999999999994], "step 2 m1")
+    _assert_spec(s2["m2"], [-8.7579895641272799e-08, -0.0001395975224768807, 7.992014980788831e-05], "step 2 m2")
+    _assert_spec(s2["nu"], [4.9990000000000055e-05, 9.9910000000000092e-05, 0.00016000000000000018], "step 2 nu")
+    _, _, out = _worked(okt.AdEMAMix, dict(kw, decay_after_update=True), 2)
+    _assert_spec(out[1][0], [0.49267290374122003, -0.97929849177139183, 1.9885610182140603], "CUDA order")
+    _, _, out = _worked(okt.AdEMAMix, dict(lr=0.01, alpha=5.0, weight_decay=0.1), 2)
+    _assert_spec(out[1][0], [0.49266970315751679, -0.97928642082471085, 1.9885535627277824], "no warmup")
+
+
+def test_ademamix_schedule_values():
+    """MODERN §10.2: α_1 = 1.25, β3_1 = 0.99960119536860226, α_2 = 2.5, β3_2 = 0.99980019962548028."""
+    from optkernels.kernels.ademamix import ademamix_schedule
+
+    assert ademamix_schedule(1, 5.0, 0.9, 0.9999, 4, 4) == pytest.approx((1.25, 0.99960119536860226), rel=1e-15)
+    assert ademamix_schedule(2, 5.0, 0.9, 0.9999, 4, 4) == pytest.approx((2.5, 0.99980019962548028), rel=1e-15)
+    assert ademamix_schedule(9, 5.0, 0.9, 0.9999, 4, 4) == (5.0, 0.9999)      # capped after the warmup
+    assert ademamix_schedule(3, 5.0, 0.9, 0.9999, None, 0) == (5.0, 0.9999)   # None or 0: no warmup
+
+
+def test_ademamix_errors_are_bitsandbytes():
+    p = torch.nn.Parameter(torch.zeros(2))
+    for kwargs, message in ((dict(lr=-1.0), "Invalid learning rate"), (dict(eps=-1.0), "Invalid epsilon value"),
+                            (dict(betas=(0.9, 0.999, 1.0)), "Invalid beta parameter at index 2"),
+                            (dict(weight_decay=-1.0), "Invalid weight_decay value"),
+                            (dict(optim_bits=8), "32-bit state only")):
+        with pytest.raises(ValueError, match=message):
+            okt.AdEMAMix([p], **kwargs)

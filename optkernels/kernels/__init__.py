@@ -25,6 +25,7 @@ from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from ._lowp import stochastic_rounding
 from .lion import lion
 from .adopt import adopt
+from .ademamix import ademamix
 
 __all__ = [
     "adam_no_update_param",
@@ -48,4 +49,5 @@ __all__ = [
     "stochastic_rounding",
     "lion",
     "adopt",
+    "ademamix",
 ]

@@ -39,6 +39,7 @@ from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
 from .lion import Lion
 from .adopt import ADOPT
+from .ademamix import AdEMAMix
 
 __all__ = [
     "AdaFactor",
@@ -67,4 +68,5 @@ __all__ = [
     *_loss_scale,
     "Lion",
     "ADOPT",
+    "AdEMAMix",
 ]

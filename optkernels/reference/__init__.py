@@ -36,6 +36,7 @@ from .rmsprop import apply_centered_rms_prop, apply_rms_prop
 from .ada_factor import fused_ada_factor
 from .lion import lion
 from .adopt import adopt
+from .ademamix import ademamix
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,
@@ -83,4 +84,5 @@ __all__ = [
     # the modern rules (MODERN.md §8-11)
     "lion",
     "adopt",
+    "ademamix",
 ]

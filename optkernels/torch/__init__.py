@@ -22,6 +22,7 @@ from .schedules import ScheduleLR
 from .sparse_adam import SparseAdam
 from .lion import Lion
 from .adopt import ADOPT
+from .ademamix import AdEMAMix
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -33,6 +34,7 @@ __all__ = [
     # the modern rules (docs/guide/modern_rules.rst)
     "Lion",
     "ADOPT",
+    "AdEMAMix",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
