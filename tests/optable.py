@@ -70,6 +70,13 @@ ERRORS = {
                         bad_attrs=[("epsilon", 0, TypeError), ("hyperpara", None, TypeError),
                                    ("use_clip", 1, TypeError)]),
     "lamb": dict(bad_values=[("global_step", 0), ("beta1", 1.0), ("decay", -0.1), ("epsilon", -1e-6)]),
+    "lion": dict(bad_values=[("lr", -0.1), ("beta1", 1.5), ("beta2", -0.1), ("weight_decay", -0.1)]),
+    "adopt": dict(bad_values=[("lr", -0.1), ("beta1", 1.0), ("beta2", -0.1), ("epsilon", -1e-6),
+                              ("weight_decay", -0.1), ("step", -1), ("clip", -1.0)],
+                  bad_attrs=[("decouple", 1, TypeError)]),
+    "ademamix": dict(bad_values=[("lr", -0.1), ("beta1", 1.0), ("beta2", -0.1), ("beta3", 1.0), ("alpha", -1.0),
+                                 ("epsilon", -1e-8), ("weight_decay", -0.1), ("step", 0)],
+                     bad_attrs=[("decay_after_update", "no", TypeError)]),
 }
 
 OPS = [OpInfo(CASES_BY_NAME[name], **errors) for name, errors in ERRORS.items()]

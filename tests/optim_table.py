@@ -31,6 +31,7 @@ from optkernels.optimizers import (
     ProximalAdagrad,
     RMSProp,
 )
+from optkernels.optimizers import ADOPT, AdEMAMix, Lion
 
 
 def call(backend, name: str, *args, **kwargs) -> tuple:
@@ -239,6 +240,34 @@ def _ftrl_v2(B, w, s, g, c):
     return w
 
 
+def _lion(B, w, s, g, c):
+    w, s["exp_avg"] = call(B, "lion", w, s["exp_avg"], g, c.lr, 0.8, 0.95, c.decoupled_wd)
+    return w
+
+
+def _adopt(decouple):
+    def step(B, w, s, g, c):
+        k = c.t - 1
+        w, s["exp_avg"], s["exp_avg_sq"] = call(
+            B, "adopt", w, s["exp_avg"], s["exp_avg_sq"], g, c.lr, 0.8, 0.99, 1e-6,
+            c.decoupled_wd if decouple else 0.0, k, k ** 0.25 if k else np.inf, decouple=decouple)
+        return w
+
+    return step
+
+
+AdEMAMix_KW = dict(beta1=0.8, beta2=0.99, beta3=0.999, alpha=4.0, t_alpha=3, t_beta3=3)
+
+
+def _ademamix(B, w, s, g, c):
+    from optkernels.kernels.ademamix import ademamix_schedule
+
+    alpha, beta3 = ademamix_schedule(c.t, 4.0, 0.8, 0.999, 3, 3)
+    w, s["m1"], s["m2"], s["nu"] = call(B, "ademamix", w, s["m1"], s["m2"], s["nu"], g, c.lr, 0.8, 0.99, beta3,
+                                        alpha, 1e-8, c.decoupled_wd, c.t)
+    return w
+
+
 def _lamb(B, w, s, g, c):
     w, s["lamb_m"], s["lamb_v"] = call(
         B, "lamb", w, s["lamb_m"], s["lamb_v"], c.lr, 0.8, 0.99, 1e-6, c.decoupled_wd, c.t, g
@@ -389,6 +418,15 @@ OPTIMIZERS = [
         loss_scale=False,
         counts_always=True,
     ),
+    OptimInfo("Lion", Lion, dict(beta1=0.8, beta2=0.95), {"exp_avg": 0.0}, _lion, decay="decoupled",
+              centralizes=False, loss_scale=False),
+    OptimInfo("ADOPT", ADOPT, dict(beta1=0.8, beta2=0.99), {"exp_avg": 0.0, "exp_avg_sq": 0.0}, _adopt(False),
+              centralizes=False, loss_scale=False, counts_always=True),
+    OptimInfo("ADOPT-decouple", ADOPT, dict(beta1=0.8, beta2=0.99, decouple=True),
+              {"exp_avg": 0.0, "exp_avg_sq": 0.0}, _adopt(True), decay="decoupled", centralizes=False,
+              loss_scale=False, counts_always=True),
+    OptimInfo("AdEMAMix", AdEMAMix, AdEMAMix_KW, {"m1": 0.0, "m2": 0.0, "nu": 0.0}, _ademamix, decay="decoupled",
+              centralizes=False, loss_scale=False, counts_always=True),
 ]
 
 OPTIMIZERS_BY_ID = {info.id: info for info in OPTIMIZERS}
@@ -485,7 +523,8 @@ def scenario(info: OptimInfo, name: str, dtype) -> Scenario:
         ]
         if name == "ordered":
             groups.append(dict(order_params=[by_name[names[i]] for i in order]))
-        return info.cls(groups, learning_rate=base, **scale_kw, **kw)
+        # groups without a weight_decay take the constructor's: 0.0 (AdEMAMix's default is 1e-2)
+        return info.cls(groups, learning_rate=base, weight_decay=0.0, **scale_kw, **kw)
 
     return Scenario(True, lrs, wds, gcs, ls, order, build)
 

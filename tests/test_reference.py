@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optkernels.reference as R
+from optkernels.conformance.cases import CASES_BY_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parents[1] / "optkernels" / "conformance" / "published_examples.json"
@@ -253,6 +254,10 @@ def build_case(name, rng):
         return (w, g, np.sum(w * w), np.sum(g * g), 0.01, 0.1), {"use_clip": True}
     if name == "lamb":
         return (a(rng), a(rng), p(rng), 0.01, 0.9, 0.999, 1e-6, 0.01, 3, a(rng)), {}
+    if name in MODERN:   # the modern rules' conformance inputs (MODERN.md §8-11)
+        case = CASES_BY_NAME[name]
+        inputs = case.make(rng, SHAPE, np.float64)
+        return tuple(inputs[n] for n in case.positional), {}
     g, idx = _sparse_grad(rng)
     if name in ("fused_sparse_adam", "fused_sparse_lazy_adam"):
         return (a(rng), a(rng), p(rng), *_adam_scalars(), g, idx), {"use_nesterov": True}
@@ -286,6 +291,9 @@ EXPECTED_ALL = {
     "fused_sparse_proximal_adagrad",
     "sparse_apply_proximal_adagrad", "sparse_apply_adagrad", "sparse_apply_adagrad_v2", "fused_ada_factor",
 }
+MODERN = {"lion": 2, "adopt": 3, "ademamix": 4}
+EXPECTED_ALL |= set(MODERN)
+N_OUT.update(MODERN)
 
 
 def test_all_exports():

@@ -246,6 +246,30 @@ def lars_terms(inputs, attrs):
     return {"new_gradient": np.abs(coeff) * (np.abs(f["gradient"]) + wd * np.abs(f["weight"]))}
 
 
+def make_lion(rng, shape, dtype):
+    return dict(var=normal(rng, shape, dtype), exp_avg=normal(rng, shape, dtype, 0.1),
+                grad=normal(rng, shape, dtype), lr=rng.uniform(1e-4, 0.1), beta1=rng.uniform(0.5, 0.99),
+                beta2=rng.uniform(0.9, 0.999), weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 1.0)])))
+
+
+def make_adopt(rng, shape, dtype):
+    step = int(rng.choice([0, rng.integers(1, 50)]))
+    return dict(var=normal(rng, shape, dtype), exp_avg=normal(rng, shape, dtype, 0.1),
+                exp_avg_sq=uniform(rng, shape, dtype, 0.0, 0.5), grad=normal(rng, shape, dtype),
+                lr=rng.uniform(1e-4, 0.1), beta1=rng.uniform(0.5, 0.99), beta2=rng.uniform(0.9, 0.9999),
+                epsilon=float(10.0 ** rng.uniform(-8, -3)), weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])),
+                step=step, clip=float(rng.choice([max(step, 1) ** 0.25, np.inf])))
+
+
+def make_ademamix(rng, shape, dtype):
+    s = adam_scalars(rng)
+    return dict(var=normal(rng, shape, dtype), m1=normal(rng, shape, dtype, 0.1), m2=normal(rng, shape, dtype, 0.1),
+                nu=uniform(rng, shape, dtype, 0.0, 0.5), grad=normal(rng, shape, dtype), lr=s["lr"],
+                beta1=s["beta1"], beta2=s["beta2"], beta3=rng.uniform(0.99, 0.9999), alpha=rng.uniform(0.0, 8.0),
+                epsilon=s["epsilon"], weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])),
+                step=int(rng.integers(1, 50)))
+
+
 def nesterov_attr(rng):
     return dict(use_nesterov=bool(rng.integers(2)))
 
@@ -277,6 +301,10 @@ CASES = [
     OpCase("lamb", ("var", "m", "v"), make_lamb),
     OpCase("fused_ada_factor", ("param", "exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq"),
            make_ada_factor, ada_factor_attrs),
+    OpCase("lion", ("var", "exp_avg"), make_lion),
+    OpCase("adopt", ("var", "exp_avg", "exp_avg_sq"), make_adopt, lambda rng: dict(decouple=bool(rng.integers(2)))),
+    OpCase("ademamix", ("var", "m1", "m2", "nu"), make_ademamix,
+           lambda rng: dict(decay_after_update=bool(rng.integers(2)))),
 ]
 
 CASES_BY_NAME = {case.name: case for case in CASES}

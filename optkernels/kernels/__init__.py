@@ -26,6 +26,9 @@ from ._lowp import stochastic_rounding
 from .torch_family import (torch_adadelta, torch_asgd, torch_muon_momentum, torch_nadam, torch_radam,
                            torch_rprop)
 from .torch_adafactor import torch_adafactor
+from .lion import lion
+from .adopt import adopt
+from .ademamix import ademamix
 
 __all__ = [
     "adam_no_update_param",
@@ -54,4 +57,7 @@ __all__ = [
     "torch_rprop",
     "torch_muon_momentum",
     "torch_adafactor",
+    "lion",
+    "adopt",
+    "ademamix",
 ]

@@ -38,6 +38,9 @@ from .schedules import __all__ as _schedules
 from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
 from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
+from .lion import Lion
+from .adopt import ADOPT
+from .ademamix import AdEMAMix
 
 __all__ = [
     "AdaFactor",
@@ -69,4 +72,7 @@ __all__ = [
     "Adadelta",
     "ASGD",
     "Rprop",
+    "Lion",
+    "ADOPT",
+    "AdEMAMix",
 ]

@@ -34,6 +34,9 @@ from .momentum import apply_momentum, sgd
 from .proximal_adagrad import apply_proximal_adagrad
 from .rmsprop import apply_centered_rms_prop, apply_rms_prop
 from .ada_factor import fused_ada_factor
+from .lion import lion
+from .adopt import adopt
+from .ademamix import ademamix
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,
@@ -89,4 +92,8 @@ __all__ = [
     "torch_adafactor",
     "torch_muon",
     "newton_schulz",
+    # the modern rules (MODERN.md §8-11)
+    "lion",
+    "adopt",
+    "ademamix",
 ]

@@ -25,6 +25,9 @@ from .sparse_adam import SparseAdam
 from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
 from .adafactor import Adafactor
 from .muon import Muon, MuonWithAdamW
+from .lion import Lion
+from .adopt import ADOPT
+from .ademamix import AdEMAMix
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -37,6 +40,10 @@ __all__ = [
     "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adafactor", "Muon",
     # Muon on the hidden matrices, AdamW on the rest
     "MuonWithAdamW",
+    # the modern rules (docs/guide/modern_rules.rst)
+    "Lion",
+    "ADOPT",
+    "AdEMAMix",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
