@@ -23,6 +23,8 @@ from .rms_prop import apply_centered_rms_prop, apply_rms_prop
 from .sgd import sgd
 from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from ._lowp import stochastic_rounding
+from .quantization import dequantize_blockwise, dynamic_map, quantize_blockwise
+from .blockwise_optim import optimizer_update_32bit, optimizer_update_8bit_blockwise
 
 __all__ = [
     "adam_no_update_param",
@@ -44,4 +46,9 @@ __all__ = [
     "fused_ada_factor",
     "fused_ada_factor_with_global_norm",
     "stochastic_rounding",
+    "dynamic_map",
+    "quantize_blockwise",
+    "dequantize_blockwise",
+    "optimizer_update_8bit_blockwise",
+    "optimizer_update_32bit",
 ]

@@ -19,7 +19,7 @@ from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import ZERO, elementwise, scalar_math
 from ._upcast import via_float32
-from .quantization import NEG_MAX, check_code, nearest_code
+from .quantization import NEG_MAX, block_elementwise, check_code, nearest_code, table_math
 
 BLOCK = 256
 """Elements per quantization block of the 8-bit optimizers (bitsandbytes >= 0.44)."""
@@ -71,7 +71,7 @@ def _rule(algo, p, g, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, a
     return p, m1, m2, v
 
 
-@scalar_math
+@table_math
 def _signed_code(s, top, code):
     """State-1 code of ``s`` in a block of maximum ``top``: the nearest code of ``s/top``, then moved one
     step where its sign differs from ``s``'s (bitsandbytes' sign fix; uint8 wrap-around)."""
@@ -81,7 +81,7 @@ def _signed_code(s, top, code):
     return c
 
 
-@elementwise
+@block_elementwise
 def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, size, algo, first, decayed, b1, b2, b3, omb1, omb2,
                  omb3, alpha, lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay):
     # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax).

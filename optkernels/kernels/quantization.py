@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+import types
+from typing import Any, Callable
 
+import numba
 import numpy as np
 
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
-from ._elementwise import elementwise, scalar_math
+from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
 
 _F32 = np.float32
 HALF = np.float32(0.5)
@@ -68,7 +70,44 @@ def dynamic_map(signed: bool = True) -> np.ndarray:
     return _dynamic_map(bool(signed)).copy()
 
 
-@scalar_math
+def table_math(py_func: Callable) -> Callable:
+    """Decorator: a helper taking arrays (a code table) shared by CPU loops and CUDA kernels. Compiled with
+    ``numba.njit(inline="always")`` for the CPU; a :class:`BlockElementwise` kernel gets a CUDA device
+    function of the same Python function instead (the CUDA simulator cannot pass its arrays to an njit
+    function)."""
+    dispatcher = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
+    dispatcher.table_math = True
+    return dispatcher
+
+
+@functools.lru_cache(maxsize=None)
+def _device_version(func: Callable) -> Callable:
+    """``func`` with every :func:`table_math` helper it calls replaced by a CUDA device function."""
+    cuda = _cuda.module()
+    names = dict(func.__globals__)
+    for name in func.__code__.co_names:
+        helper = names.get(name)
+        if getattr(helper, "table_math", False):
+            names[name] = cuda.jit(device=True)(_device_version(helper.py_func))
+    return types.FunctionType(func.__code__, names, func.__name__, func.__defaults__, func.__closure__)
+
+
+class BlockElementwise(Elementwise):
+    """An :class:`Elementwise` whose element function may call :func:`table_math` helpers (see there)."""
+
+    @functools.cached_property
+    def cuda(self) -> Callable:
+        cuda = _cuda.module()
+        element = cuda.jit(device=True)(_device_version(self.py_func))
+        return cuda.jit(_generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element}))
+
+
+def block_elementwise(py_func: Callable) -> BlockElementwise:
+    """Decorator: :func:`._elementwise.elementwise` for element functions calling :func:`table_math`."""
+    return BlockElementwise(py_func)
+
+
+@table_math
 def nearest_code(x, code):
     """Index of the entry of the ascending 256-entry table ``code`` nearest to ``x``: ties (``x`` exactly on
     the float32 midpoint ``(code[c] + code[c+1])·0.5``) go to the even index; below ``code[0]`` (and NaN)
@@ -86,7 +125,7 @@ def nearest_code(x, code):
     return c
 
 
-@elementwise
+@block_elementwise
 def _quantize_block(b, codes, absmax, a, code, size, blocksize):
     # Block b: absmax = max |a| (NaN ignored, from -FLT_MAX), then codes = nearest(a·(1/absmax)).
     start = b * blocksize
@@ -102,7 +141,7 @@ def _quantize_block(b, codes, absmax, a, code, size, blocksize):
         codes[i] = nearest_code(a[i] * r, code)
 
 
-@elementwise
+@block_elementwise
 def _dequantize(i, out, codes, absmax, code, blocksize):
     out[i] = code[codes[i]] * absmax[i // blocksize]
 
