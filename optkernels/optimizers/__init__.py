@@ -37,6 +37,7 @@ from .schedules import *  # noqa: F401,F403  -- the learning-rate schedules
 from .schedules import __all__ as _schedules
 from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
+from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
 
 __all__ = [
     "AdaFactor",
@@ -63,4 +64,11 @@ __all__ = [
     *_schedules,
     *_dynamic_lr,
     *_loss_scale,
+    "Adam8bit",
+    "AdamW8bit",
+    "AdEMAMix8bit",
+    "Lion8bit",
+    "SGD8bit",
+    "RMSprop8bit",
+    "Adagrad8bit",
 ]

@@ -20,6 +20,7 @@ from .mindspore import FTRL, LARS, AdaFactor, AdamWeightDecay, Lamb, LazyAdam, M
 from .sgd import SGD
 from .schedules import ScheduleLR
 from .sparse_adam import SparseAdam
+from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -28,6 +29,8 @@ __all__ = [
     "AdaFactor", "AdamWeightDecay", "FTRL", "LARS", "Lamb", "LazyAdam", "Momentum", "ProximalAdagrad",
     # optkernels' schedules as a torch LR scheduler
     "ScheduleLR",
+    # bitsandbytes' 8-bit optimizers
+    "Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
