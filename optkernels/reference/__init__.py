@@ -34,6 +34,7 @@ from .momentum import apply_momentum, sgd
 from .proximal_adagrad import apply_proximal_adagrad
 from .rmsprop import apply_centered_rms_prop, apply_rms_prop
 from .ada_factor import fused_ada_factor
+from .lowbit import rowwise_adagrad  # noqa: F401 -- beside optkernels.sparse.rowwise_adagrad (not in __all__)
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ._common import ieee
+from ._common import as_array, ieee
+from .sparse import merge_duplicates
 
 __all__ = ["dynamic_map", "quantize_blockwise", "dequantize_blockwise", "optimizer_update_8bit_blockwise",
            "optimizer_update_32bit", "rowwise_adagrad"]
@@ -187,3 +188,36 @@ def optimizer_update_32bit(name: str, g: Any, p: Any, state1: Any, beta1: float,
     q, m1, m2, v = _rule(name, p0, g0, m1, m2, v, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, True)
     s1_new = np.stack([m1, m2]) if name == "ademamix" else m1
     return q, s1_new, (v if name in ("adam", "ademamix") else None)
+
+
+@ieee
+def rowwise_adagrad(var: Any, momentum: Any, grad: Any, indices: Any = None, *, lr: float = 0.01,
+                    eps: float = 1e-8, weight_decay: float = 0.0, weight_decay_mode: str = "none",
+                    max_norm: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """FBGEMM's exact row-wise Adagrad (LOWBIT.md §8.2) in float64: ``(var, momentum)`` new arrays. Dense
+    gradient (``indices`` None): every row; row-sparse: duplicates summed (:func:`merge_duplicates`,
+    out-of-range indices dropped), one update per distinct row. Squares summed left to right over a row."""
+    w, h = as_array(var, "var"), as_array(momentum, "momentum")
+    g = as_array(grad, "grad")
+    if indices is None:
+        rows = np.arange(w.shape[0])
+    else:
+        rows, g = merge_duplicates(np.asarray(indices), g, w.shape[0])
+        rows = np.asarray(rows, np.int64)
+    w2, g2 = w.reshape(w.shape[0], -1), g.reshape(len(rows), -1)
+    d = w2.shape[1]
+    for j, r in enumerate(rows):
+        gh = g2[j] + weight_decay * w2[r] if weight_decay_mode == "l2" else g2[j]
+        total = 0.0
+        for c in range(d):
+            total += gh[c] * gh[c]
+        h[r] += total / d
+        mult = lr / (np.sqrt(h[r]) + eps)
+        corr = {"l2": 1 - mult * weight_decay, "decoupled": 1 - lr * weight_decay}.get(weight_decay_mode, 1.0)
+        new = corr * w2[r] - mult * g2[j]
+        if max_norm > 0:
+            norm = np.sqrt(sum(x * x for x in new))
+            if norm > max_norm:
+                new = new * (max_norm / norm)
+        w2[r] = new
+    return w, h

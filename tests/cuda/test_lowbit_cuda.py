@@ -79,3 +79,21 @@ def test_50_steps_on_device_match_the_reference(name):
         for got, expected, what in zip(dev, want, ("p", "state1", "state2", "absmax1", "absmax2")):
             if expected is not None:
                 _same(got.copy_to_host(), expected, f"{name} step {t} {what}", codes=what.startswith("state"))
+
+
+@pytest.mark.parametrize("mode", ["none", "l2", "decoupled"])
+def test_rowwise_adagrad_on_device_matches_the_cpu(mode):
+    from optkernels.sparse import rowwise_adagrad
+
+    cuda = _cuda.module()
+    rng = np.random.default_rng(4)
+    w, h = (0.5 * rng.standard_normal((6, 3))).astype(f32), np.zeros(6, f32)
+    dw, dh = cuda.to_device(w), cuda.to_device(h)
+    for sparse in (True, False):
+        idx = np.array([4, 1, 4, 0], np.int64) if sparse else None
+        g = (rng.standard_normal((4, 3)) if sparse else rng.standard_normal((6, 3))).astype(f32)
+        kw = dict(lr=0.1, weight_decay=0.01, weight_decay_mode=mode, max_norm=0.8)
+        rowwise_adagrad(dw, dh, cuda.to_device(g), None if idx is None else cuda.to_device(idx), **kw)
+        rowwise_adagrad(w, h, g, idx, **kw)
+        _same(dw.copy_to_host(), w, f"{mode} var")
+        _same(dh.copy_to_host(), h, f"{mode} sum")
