@@ -109,3 +109,75 @@ def test_errors_write_nothing(call, error, match):
     with pytest.raises(error, match=match):
         call(w, h)
     assert (w == 1).all() and (h == 1).all()
+
+
+# ------------------------------------------------------------------------ the optimizer classes
+
+def _embedding_batches(steps, rows=10, dim=4, seed=7):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, rows, 12) for _ in range(steps)], rng
+
+
+@pytest.mark.parametrize("mode", ["none", "l2", "decoupled"])
+def test_numpy_class_equals_the_kernel_and_round_trips(mode):
+    from optkernels.optimizers import RowWiseAdagrad
+
+    rng = np.random.default_rng(8)
+    table = rng.standard_normal((10, 4)).astype(np.float32)
+    dense = rng.standard_normal((3, 2)).astype(np.float32)
+    kw = dict(lr=0.05, weight_decay=0.01, weight_decay_mode=mode, max_norm=2.0)
+    opt = RowWiseAdagrad([table.copy(), dense.copy()], **kw)
+    w, h = table.copy(), np.zeros(10, np.float32)
+    d, hd = dense.copy(), np.zeros(3, np.float32)
+    for step in range(4):
+        idx = rng.integers(0, 10, 6)
+        values = rng.standard_normal((6, 4)).astype(np.float32)
+        gd = rng.standard_normal((3, 2)).astype(np.float32)
+        opt.step([RowSparse(idx, values, (10, 4)), gd])
+        rowwise_adagrad(w, h, values, idx, **kw)
+        rowwise_adagrad(d, hd, gd, **kw)
+        if step == 1:
+            other = RowWiseAdagrad([opt._arrays[0].copy(), opt._arrays[1].copy()], **kw)
+            other.load_state_dict(opt.state_dict())
+            opt = other
+    assert np.array_equal(opt._arrays[0], w) and np.array_equal(opt.state[0]["sum"], h)
+    assert np.array_equal(opt._arrays[1], d) and np.array_equal(opt.state[1]["sum"], hd)
+
+
+def test_numpy_class_errors():
+    from optkernels.optimizers import RowWiseAdagrad
+
+    with pytest.raises(ValueError, match="weight_decay_mode"):
+        RowWiseAdagrad([np.zeros((2, 2), np.float32)], weight_decay_mode="decouple")
+    with pytest.raises(ValueError, match="lr"):
+        RowWiseAdagrad([np.zeros((2, 2), np.float32)], lr=-0.1)
+
+
+@pytest.mark.parametrize("mode", ["none", "decoupled"])
+def test_torch_drop_in_takes_sparse_embedding_gradients(mode):
+    torch = pytest.importorskip("torch")
+    import optkernels.torch as OT
+    from optkernels.optimizers import RowWiseAdagrad
+
+    batches, rng = _embedding_batches(5)
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 4, sparse=True)
+    table = emb.weight.detach().numpy().copy()
+    opt = OT.RowWiseAdagrad(emb.parameters(), lr=0.1, weight_decay=0.01, weight_decay_mode=mode)
+    twin = RowWiseAdagrad([table], lr=0.1, weight_decay=0.01, weight_decay_mode=mode)
+    for idx in batches:
+        opt.zero_grad()
+        target = torch.from_numpy(rng.standard_normal((12, 4)).astype(np.float32))
+        loss = ((emb(torch.from_numpy(idx)) - target) ** 2).sum()
+        loss.backward()
+        grad = emb.weight.grad
+        assert grad.is_sparse
+        values = grad._values().numpy().copy()
+        opt.step()
+        twin.step([RowSparse(grad._indices()[0].numpy().copy(), values, (10, 4))])
+        assert np.array_equal(emb.weight.detach().numpy(), table)
+    state = opt.state[emb.weight]
+    assert set(state) == {"sum"} and state["sum"].dtype == torch.float32 and state["sum"].shape == (10,)
+    assert np.array_equal(state["sum"].numpy(), twin.state[0]["sum"])
+    untouched = sorted(set(range(10)) - set(np.concatenate(batches).tolist()))
+    assert all(state["sum"][r] == 0 for r in untouched)

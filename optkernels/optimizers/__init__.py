@@ -38,6 +38,7 @@ from .schedules import __all__ as _schedules
 from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
 from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
+from .rowwise_adagrad import RowWiseAdagrad
 
 __all__ = [
     "AdaFactor",
@@ -71,4 +72,5 @@ __all__ = [
     "SGD8bit",
     "RMSprop8bit",
     "Adagrad8bit",
+    "RowWiseAdagrad",
 ]

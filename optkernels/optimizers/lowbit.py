@@ -223,22 +223,17 @@ def _zeros_like_device(p: Any) -> Callable:
     return lambda shape, dtype: _cuda.module().to_device(np.zeros(shape, dtype))
 
 
-class Optimizer8bit:
-    """Base of the NumPy 8-bit optimizers (bitsandbytes' ``Optimizer8bit`` behaviour, without torch).
+class ArrayOptimizer:
+    """Parameter groups over NumPy or CUDA arrays, torch-style (the base of the 8-bit optimizers and of
+    :class:`~optkernels.optimizers.RowWiseAdagrad`).
 
-    ``params``: a list of NumPy or CUDA arrays (float32, float16 or bfloat16; updated in place) or
-    :class:`Parameter` objects, or a list of group dicts (``params`` plus any of the constructor's keys).
-    ``step(grads)`` takes one gradient per parameter in order (None: skip that parameter); every gradient is
-    checked against its parameter before any array is written. ``state[k]`` is parameter ``k``'s state.
+    ``params``: a list of NumPy or CUDA arrays (updated in place) or :class:`Parameter` objects, or a list
+    of group dicts (``params`` plus any of the constructor's keys). Groups hold parameter indices; the
+    arrays are ``self._arrays``; ``self.state[k]`` is parameter ``k``'s state.
     """
 
-    algo = ""
-
-    def _setup(self, params: Any, defaults: dict, min_8bit_size: int) -> None:
-        if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)):
-            raise TypeError(f"min_8bit_size must be an int, got {type(min_8bit_size).__name__}")
+    def _groups(self, params: Any, defaults: dict) -> None:
         self.defaults = defaults
-        self.min_8bit_size = int(min_8bit_size)
         items = list(params)
         if not items:
             raise ValueError("optimizer got an empty parameter list")
@@ -256,17 +251,49 @@ class Optimizer8bit:
             self.param_groups.append(full)
         self.state: dict[int, dict] = {}
 
-    def step(self, grads: Any) -> None:
-        """One update of every parameter whose gradient is not None (bitsandbytes' ``step``)."""
-        grads = list(grads)
+    def _check_grads(self, grads: list, sparse: Callable[[Any], bool] = lambda g: False) -> None:
         if len(grads) != len(self._arrays):
             raise ValueError(f"expected {len(self._arrays)} gradients, got {len(grads)}")
         for k, (p, g) in enumerate(zip(self._arrays, grads)):
-            if g is None:
+            if g is None or sparse(g):
                 continue
             if getattr(g, "shape", None) != p.shape or np.dtype(g.dtype) != np.dtype(p.dtype):
                 raise ValueError(f"grads[{k}] ({getattr(g, 'dtype', None)}, {getattr(g, 'shape', None)}) does "
                                  f"not match its parameter ({p.dtype}, {p.shape})")
+
+    def _load_groups(self, state_dict: dict) -> dict:
+        """Check ``state_dict``'s groups against ours, take its hyper-parameters; returns saved id -> ours."""
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(saved, self.param_groups)):
+            raise ValueError("loaded state dict has groups that do not match the optimizer's")
+        ids = {old: new for a, b in zip(saved, self.param_groups) for old, new in zip(a["params"], b["params"])}
+        for group, new in zip(self.param_groups, saved):
+            group.update({key: v for key, v in new.items() if key != "params"})
+        return ids
+
+    def _device(self, k: int) -> str:
+        return "cpu" if isinstance(self._arrays[k], np.ndarray) else "cuda"
+
+
+class Optimizer8bit(ArrayOptimizer):
+    """Base of the NumPy 8-bit optimizers (bitsandbytes' ``Optimizer8bit`` behaviour, without torch):
+    see :class:`ArrayOptimizer` for ``params``. ``step(grads)`` takes one gradient per parameter in order
+    (None: skip that parameter); every gradient is checked against its parameter before any array is
+    written."""
+
+    algo = ""
+
+    def _setup(self, params: Any, defaults: dict, min_8bit_size: int) -> None:
+        if isinstance(min_8bit_size, bool) or not isinstance(min_8bit_size, (int, np.integer)):
+            raise TypeError(f"min_8bit_size must be an int, got {type(min_8bit_size).__name__}")
+        self.min_8bit_size = int(min_8bit_size)
+        self._groups(params, defaults)
+
+    def step(self, grads: Any) -> None:
+        """One update of every parameter whose gradient is not None (bitsandbytes' ``step``)."""
+        grads = list(grads)
+        self._check_grads(grads)
         for group in self.param_groups:
             for k in group["params"]:
                 g = grads[k]
@@ -275,9 +302,8 @@ class Optimizer8bit:
                 p = self._arrays[k]
                 if k not in self.state:
                     eightbit = math.prod(p.shape) >= self.min_8bit_size
-                    device = "cpu" if isinstance(p, np.ndarray) else "cuda"
                     self.state[k] = new_state(self.algo, p.shape, eightbit, _zeros_like_device(p),
-                                              lambda signed: _table(signed, device))
+                                              lambda signed: _table(signed, self._device(k)))
                 blockwise_step(self.algo, self.state[k], p, g, group)
 
     def state_dict(self) -> dict:
@@ -285,28 +311,21 @@ class Optimizer8bit:
         'param_groups': [...]}`` with copies of the host arrays."""
         state = {}
         for k, s in self.state.items():
-            wrapped = {key: _host(v) for key, v in s.items() if key in QUANT_KEYS}
+            wrapped = {key: to_host(v) for key, v in s.items() if key in QUANT_KEYS}
             state[k] = {"step": s["step"], WRAPPED_KEY: wrapped}
         return {"state": state, "param_groups": [dict(g, params=list(g["params"])) for g in self.param_groups]}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a :meth:`state_dict` (nested or flat layout, as bitsandbytes accepts; NumPy arrays or anything
         ``np.asarray`` converts, torch CPU tensors included). Groups must have the same sizes."""
-        saved = state_dict["param_groups"]
-        if len(saved) != len(self.param_groups) or any(
-                len(a["params"]) != len(b["params"]) for a, b in zip(saved, self.param_groups)):
-            raise ValueError("loaded state dict has groups that do not match the optimizer's")
-        ids = {old: new for a, b in zip(saved, self.param_groups) for old, new in zip(a["params"], b["params"])}
+        ids = self._load_groups(state_dict)
         state = {}
         for old, s in state_dict["state"].items():
             s = dict(s)
             s.update(s.pop(WRAPPED_KEY, {}))
             k = ids[old]
-            device = "cpu" if isinstance(self._arrays[k], np.ndarray) else "cuda"
-            state[k] = {key: (int(v) if key == "step" else _to_device(np.array(v), device))
+            state[k] = {key: (int(v) if key == "step" else to_device(np.array(v), self._device(k)))
                         for key, v in s.items()}
-        for group, new in zip(self.param_groups, saved):
-            group.update({key: v for key, v in new.items() if key != "params"})
         self.state = state
 
 
@@ -315,11 +334,13 @@ def _table(signed: bool, device: str) -> Any:
     return table if device == "cpu" else _cuda.module().to_device(table)
 
 
-def _host(x: Any) -> np.ndarray:
+def to_host(x: Any) -> np.ndarray:
+    """A NumPy copy of a NumPy or CUDA array."""
     return np.array(x) if isinstance(x, np.ndarray) else _cuda.to_host(x)
 
 
-def _to_device(x: np.ndarray, device: str) -> Any:
+def to_device(x: np.ndarray, device: str) -> Any:
+    """``x`` itself on the CPU, a device copy for 'cuda'."""
     return x if device == "cpu" else _cuda.module().to_device(x)
 
 

@@ -21,6 +21,7 @@ from .sgd import SGD
 from .schedules import ScheduleLR
 from .sparse_adam import SparseAdam
 from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
+from .rowwise_adagrad import RowWiseAdagrad
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -31,6 +32,8 @@ __all__ = [
     "ScheduleLR",
     # bitsandbytes' 8-bit optimizers
     "Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit",
+    # FBGEMM's row-wise Adagrad for embedding tables
+    "RowWiseAdagrad",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():

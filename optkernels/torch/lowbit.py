@@ -24,10 +24,6 @@ __all__ = ["Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSp
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32}
 
 
-def _view(t: torch.Tensor, kind: str) -> Any:
-    return _views.host_view(t) if kind == "cpu" else _views.device_view(t, flat=False)
-
-
 class Optimizer8bit(KernelOptimizer):
     """Base of the torch 8-bit optimizers: per parameter with a gradient, bitsandbytes' state on its first
     step, then :func:`optkernels.optimizers.lowbit.blockwise_step` on views of the tensors."""
@@ -61,9 +57,9 @@ class Optimizer8bit(KernelOptimizer):
                     lambda shape, dtype: torch.zeros(shape, dtype=_TORCH_DTYPES[np.dtype(dtype)], device=p.device),
                     lambda signed: self._table(signed, p.device)))
             kind = _views.device_kind(p)
-            views = {k: _view(v, kind) for k, v in state.items() if isinstance(v, torch.Tensor)}
+            views = {k: _views.view(v, kind) for k, v in state.items() if isinstance(v, torch.Tensor)}
             views["step"] = int(state["step"])
-            _lowbit.blockwise_step(self.algo, views, _view(p, kind), _view(_contiguous(g), kind), group)
+            _lowbit.blockwise_step(self.algo, views, _views.view(p, kind), _views.view(_contiguous(g), kind), group)
             state["step"] = views["step"]
 
     def state_dict(self) -> dict:
