@@ -285,7 +285,7 @@ def test_public_api():
                               "fused_sparse_ftrl", "sparse_apply_ftrl", "sparse_apply_ftrl_v2",
                               "fused_sparse_proximal_adagrad",
                               "sparse_apply_proximal_adagrad", "sparse_apply_adagrad",
-                              "sparse_apply_adagrad_v2"}
+                              "sparse_apply_adagrad_v2", "rowwise_adagrad"}
     assert S.__doc__
     for name in S.__all__:
         obj = getattr(S, name)

@@ -29,6 +29,8 @@ from .torch_adafactor import torch_adafactor
 from .lion import lion
 from .adopt import adopt
 from .ademamix import ademamix
+from .quantization import dequantize_blockwise, dynamic_map, quantize_blockwise
+from .blockwise_optim import optimizer_update_32bit, optimizer_update_8bit_blockwise
 
 __all__ = [
     "adam_no_update_param",
@@ -60,4 +62,9 @@ __all__ = [
     "lion",
     "adopt",
     "ademamix",
+    "dynamic_map",
+    "quantize_blockwise",
+    "dequantize_blockwise",
+    "optimizer_update_8bit_blockwise",
+    "optimizer_update_32bit",
 ]

@@ -41,6 +41,8 @@ from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
 from .lion import Lion
 from .adopt import ADOPT
 from .ademamix import AdEMAMix
+from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
+from .rowwise_adagrad import RowWiseAdagrad
 
 __all__ = [
     "AdaFactor",
@@ -75,4 +77,12 @@ __all__ = [
     "Lion",
     "ADOPT",
     "AdEMAMix",
+    "Adam8bit",
+    "AdamW8bit",
+    "AdEMAMix8bit",
+    "Lion8bit",
+    "SGD8bit",
+    "RMSprop8bit",
+    "Adagrad8bit",
+    "RowWiseAdagrad",
 ]

@@ -37,6 +37,7 @@ from .ada_factor import fused_ada_factor
 from .lion import lion
 from .adopt import adopt
 from .ademamix import ademamix
+from .lowbit import rowwise_adagrad  # noqa: F401 -- beside optkernels.sparse.rowwise_adagrad (not in __all__)
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,

@@ -26,6 +26,7 @@ from .ftrl import fused_sparse_ftrl, sparse_apply_ftrl, sparse_apply_ftrl_v2
 from .merge import merge_duplicates
 from .proximal_adagrad import fused_sparse_proximal_adagrad, sparse_apply_proximal_adagrad
 from .row_sparse import RowSparse
+from .rowwise_adagrad import rowwise_adagrad
 
 __all__ = [
     "RowSparse",
@@ -39,4 +40,5 @@ __all__ = [
     "sparse_apply_ftrl",
     "sparse_apply_ftrl_v2",
     "sparse_apply_proximal_adagrad",
+    "rowwise_adagrad",
 ]

@@ -28,6 +28,8 @@ from .muon import Muon, MuonWithAdamW
 from .lion import Lion
 from .adopt import ADOPT
 from .ademamix import AdEMAMix
+from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
+from .rowwise_adagrad import RowWiseAdagrad
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -44,6 +46,10 @@ __all__ = [
     "Lion",
     "ADOPT",
     "AdEMAMix",
+    # bitsandbytes' 8-bit optimizers
+    "Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit",
+    # FBGEMM's row-wise Adagrad for embedding tables
+    "RowWiseAdagrad",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():

@@ -1,0 +1,371 @@
+"""bitsandbytes' 8-bit blockwise optimizer step (CUDA semantics, LOWBIT.md §3) and its 32-bit twin, CPU and CUDA.
+
+The per-element rule of each algorithm (:func:`_rule`) is written once; the 8-bit kernel runs it per
+quantization block of 256 (one CPU loop iteration or one CUDA thread per block: dequantize with the old
+absmax, update in float32, new absmax, parameter, requantize with :func:`.quantization.nearest_code`), the
+32-bit kernel per element on float32 states (bitsandbytes' path for tensors under ``min_8bit_size``). Blocks
+are independent, so results do not depend on the thread count. Arithmetic is IEEE float32 without FMA and
+with exact division and square root (bitsandbytes' CUDA build uses fast math: the codes agree wherever a
+value is not within a few ulps of a decision midpoint).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _cuda
+from ._checks import _array_facts, _flatten, plain_array, to_scalar
+from ._elementwise import ZERO, elementwise, scalar_math
+from ._upcast import via_float32
+from .quantization import NEG_MAX, block_elementwise, check_code, nearest_code, table_math
+
+BLOCK = 256
+"""Elements per quantization block of the 8-bit optimizers (bitsandbytes >= 0.44)."""
+
+ALGORITHMS = ("adam", "ademamix", "momentum", "lion", "rmsprop", "adagrad")
+"""bitsandbytes' optimizer names accepted by the kernels (their index is the kernels' ``algo``)."""
+ADAM, ADEMAMIX, MOMENTUM, LION, RMSPROP, ADAGRAD = range(6)
+_F32 = np.float32
+
+
+@scalar_math
+def _rule(algo, p, g, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps,
+          step_size, corr1, corr2, eps_corr2, decay, fold_all):
+    """One element: (p, m1, m2, v) -> (p', m1', m2', v') in float32 (bitsandbytes' kernel order)."""
+    if algo <= ADEMAMIX:                                    # the 2-state kernel
+        if math.isinf(g) or g != g:
+            return p, ZERO, ZERO, ZERO
+        v = v * b2 + (omb2 * g) * g
+        m1 = m1 * b1 + omb1 * g
+        if algo == ADAM:
+            p = p + step_size * (m1 / (math.sqrt(v) + eps_corr2))
+        else:
+            m2 = m2 * b3 + omb3 * g
+            p = p - lr * ((m1 / corr1 + alpha * m2) / (math.sqrt(v) / corr2 + eps))
+        if decayed:
+            p = p * decay
+        return p, m1, m2, v
+    gs = g
+    if decayed:
+        if algo == LION and not fold_all:
+            p = p * decay
+        else:
+            gs = g + p * wd
+    numerator = gs if fold_all else g
+    if algo == MOMENTUM:
+        m1 = gs if first else m1 * b1 + gs
+        p = p - lr * m1
+    elif algo == LION:
+        c = m1 * b1 + omb1 * gs
+        u = lr if c > ZERO else (-lr if c < ZERO else ZERO)
+        m1 = m1 * b2 + omb2 * gs
+        p = p - u
+    elif algo == RMSPROP:
+        m1 = m1 * b1 + omb1 * (gs * gs)
+        p = p - lr * (numerator / (math.sqrt(m1) + eps))
+    else:
+        m1 = m1 + gs * gs
+        p = p - lr * (numerator / (math.sqrt(m1) + eps))
+    return p, m1, m2, v
+
+
+@table_math
+def _signed_code(s, top, code):
+    """State-1 code of ``s`` in a block of maximum ``top``: the nearest code of ``s/top``, then moved one
+    step where its sign differs from ``s``'s (bitsandbytes' sign fix; uint8 wrap-around)."""
+    c = nearest_code(s / top, code)
+    if (math.copysign(1.0, code[c]) < 0.0) != (math.copysign(1.0, s) < 0.0):
+        c = (c + 1) & 255 if s > ZERO else (c - 1) & 255
+    return c
+
+
+@block_elementwise
+def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, size, algo, first, decayed, b1, b2, b3, omb1, omb2,
+                 omb3, alpha, lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay):
+    # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax).
+    two = algo <= ADEMAMIX
+    start = b * 256
+    stop = min(start + 256, size)
+    o1 = a1[b]
+    o2 = a2[b] if two else ZERO
+    o3 = a3[b] if algo == ADEMAMIX else ZERO
+    top1 = NEG_MAX
+    top2 = NEG_MAX
+    top3 = NEG_MAX
+    for i in range(start, stop + (1 if stop - start < 256 else 0)):
+        if i < stop:
+            x, gi = p[i], g[i]
+            m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
+            if two:
+                v = q2[c2[i]] * o2
+            if algo == ADEMAMIX:
+                m2 = q1[c3[i]] * o3
+        else:       # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0) join the maxima
+            x, gi = ZERO, ZERO
+            m1, m2, v = q1[128] * o1, q1[128] * o3, q2[0] * o2
+        _, m1, m2, v = _rule(algo, x, gi, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr,
+                             wd, eps, step_size, corr1, corr2, eps_corr2, decay, False)
+        if abs(m1) > top1:
+            top1 = abs(m1)
+        if abs(m2) > top3:
+            top3 = abs(m2)
+        if abs(v) > top2:
+            top2 = abs(v)
+    a1[b] = top1
+    if two:
+        a2[b] = top2
+    if algo == ADEMAMIX:
+        a3[b] = top3
+    for i in range(start, stop):
+        m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
+        if two:
+            v = q2[c2[i]] * o2
+        if algo == ADEMAMIX:
+            m2 = q1[c3[i]] * o3
+        x, m1, m2, v = _rule(algo, p[i], g[i], m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
+                             lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False)
+        p[i] = x
+        c1[i] = _signed_code(m1, top1, q1)
+        if two:
+            c2[i] = nearest_code(v / top2, q2)
+        if algo == ADEMAMIX:
+            c3[i] = _signed_code(m2, top3, q1)
+
+
+@elementwise
+def _update_32bit(i, p, g, s1, s2, s3, algo, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps,
+                  step_size, corr1, corr2, eps_corr2, decay):
+    m2 = s3[i] if algo == ADEMAMIX else ZERO
+    v = s2[i] if algo <= ADEMAMIX else ZERO
+    x, m1, m2, v = _rule(algo, p[i], g[i], s1[i], m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
+                         lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, True)
+    p[i] = x
+    s1[i] = m1
+    if algo <= ADEMAMIX:
+        s2[i] = v
+    if algo == ADEMAMIX:
+        s3[i] = m2
+
+
+def _algo(name: Any) -> int:
+    if not isinstance(name, str):
+        raise TypeError(f"optimizer_name must be a str, got {type(name).__name__}")
+    if name not in ALGORITHMS:
+        raise ValueError(f"optimizer_name must be one of {ALGORITHMS}, got {name!r}")
+    return ALGORITHMS.index(name)
+
+
+def step_scalars(algo: int, step: Any, lr: Any, beta1: Any, beta2: Any, beta3: Any, alpha: Any, eps: Any,
+                 weight_decay: Any) -> tuple:
+    """The kernels' float32 scalars of one step, as bitsandbytes' kernels compute them::
+
+        corr1 = 1 − β1^t        corr2 = sqrt(1 − β2^t)        step_size = (−lr·corr2)/corr1
+        1 − β (float32 subtraction of float32 β)              decay = 1 − lr·wd
+
+    Range checks (ValueError): ``step`` an int >= 1, ``lr``, ``eps``, ``weight_decay`` >= 0, betas in [0, 1).
+    """
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
+        raise TypeError(f"step must be an int, got {type(step).__name__}")
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    values = {}
+    for name, value in (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("beta3", beta3), ("alpha", alpha),
+                        ("eps", eps), ("weight_decay", weight_decay)):
+        values[name] = to_scalar(name, value, np.dtype(np.float32))
+    for name in ("lr", "eps", "weight_decay"):
+        if not values[name] >= 0:
+            raise ValueError(f"{name} must be >= 0, got {values[name]}")
+    for name in ("beta1", "beta2", "beta3"):
+        if not 0 <= values[name] < 1:
+            raise ValueError(f"{name} must be in [0, 1), got {values[name]}")
+    one = _F32(1)
+    lr_, b1, b2, b3, wd = (values[k] for k in ("lr", "beta1", "beta2", "beta3", "weight_decay"))
+    corr1 = one - _F32(float(b1) ** int(step))
+    corr2 = _F32(math.sqrt(one - _F32(float(b2) ** int(step))))
+    step_size = _F32(-lr_ * corr2) / corr1 if algo <= ADEMAMIX else _F32(0)
+    return (int(step) == 1, bool(wd > 0), b1, b2, b3, one - b1, one - b2, one - b3, values["alpha"], lr_, wd,
+            values["eps"], _F32(step_size), corr1, corr2, _F32(corr2 * values["eps"]), one - _F32(lr_ * wd))
+
+
+def _facts(name: str, x: Any, device: str | None = None) -> tuple:
+    dev, shape, dtype, contiguous, writeable, _ = _array_facts(name, x)
+    if device is not None and dev != device:
+        raise TypeError(f"{name} is a {dev} array but p is a {device} array")
+    return dev, tuple(shape), dtype, contiguous, writeable
+
+
+def _state(name: str, x: Any, device: str, shape: tuple, dtype: Any) -> Any:
+    _, xshape, xdtype, contiguous, writeable = _facts(name, x, device)
+    if xdtype != np.dtype(dtype):
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {xdtype}")
+    if xshape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {xshape}")
+    if not writeable:
+        raise ValueError(f"{name} is read-only")
+    if not contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    return _flatten(plain_array(name, x), device)
+
+
+def _param_and_grad(p: Any, g: Any) -> tuple:
+    device, shape, dtype, contiguous, writeable = _facts("p", p)
+    if dtype != np.float32:
+        raise TypeError(f"p must be float32 (float16/bfloat16 are widened by the public functions), got {dtype}")
+    if not writeable or not contiguous:
+        raise ValueError("p must be writeable and C-contiguous")
+    _, gshape, gdtype, _, _ = _facts("g", g, device)
+    if gdtype != np.float32:
+        raise TypeError(f"g must have p's dtype float32, got {gdtype}")
+    if gshape != shape:
+        raise ValueError(f"g must have p's shape {shape}, got {gshape}")
+    return device, shape, _flatten(plain_array("p", p), device), _flatten(plain_array("g", g), device)
+
+
+def _dummy(device: str, dtype: Any) -> Any:
+    host = np.zeros(1, dtype)
+    return host if device == "cpu" else _cuda.module().to_device(host)
+
+
+@via_float32()
+def optimizer_update_8bit_blockwise(optimizer_name: str, g: Any, p: Any, state1: Any, state2: Any,
+                                    beta1: float, beta2: float, beta3: float, alpha: float, eps: float,
+                                    step: int, lr: float, qmap1: Any, qmap2: Any, absmax1: Any, absmax2: Any,
+                                    weight_decay: float = 0.0) -> Any:
+    r"""One 8-bit blockwise optimizer step in place (bitsandbytes ``optimizer_update_8bit_blockwise``, its
+    CUDA kernels ``kOptimizerStatic8bit{1,2}StateBlockwise``; LOWBIT.md §3).
+
+    Per block of 256 elements: dequantize the states with the old absmax (``m = qmap1[state1]·absmax1``),
+    update in float32, ``absmax ← max |state'|`` over the block (the phantom elements of a partial last block
+    take part with ``g = p = 0`` and codes 128 / 0), update ``p`` from the unquantized states, requantize
+    (nearest code, ties to the even index; a state-1 code whose sign differs from the value's moves one
+    step). With :math:`c_1 = 1-\beta_1^t`, :math:`c_2 = \sqrt{1-\beta_2^t}`:
+
+    * ``adam``: :math:`v' = v\beta_2 + ((1-\beta_2)g)g`, :math:`m' = m\beta_1 + (1-\beta_1)g`,
+      :math:`p \leftarrow p + \frac{-\mathrm{lr}\,c_2}{c_1}\cdot\frac{m'}{\sqrt{v'} + c_2\epsilon}`, then
+      :math:`p \leftarrow p(1-\mathrm{lr}\cdot\mathrm{wd})` if wd > 0; a non-finite ``g`` zeroes m', v' and
+      leaves p.
+    * ``ademamix``: as adam with a second EMA :math:`m_2' = m_2\beta_3 + (1-\beta_3)g` and
+      :math:`p \leftarrow p - \mathrm{lr}\frac{m'/c_1 + \alpha m_2'}{\sqrt{v'}/c_2 + \epsilon}`.
+    * ``momentum``: :math:`g \leftarrow g + \mathrm{wd}\,p`; :math:`m' = g` at t = 1, else
+      :math:`m\beta_1 + g`; :math:`p \leftarrow p - \mathrm{lr}\,m'`.
+    * ``lion``: :math:`p \leftarrow p(1-\mathrm{lr}\cdot\mathrm{wd})`;
+      :math:`p \leftarrow p - \mathrm{lr}\,\mathrm{sgn}(m\beta_1 + (1-\beta_1)g)`;
+      :math:`m' = m\beta_2 + (1-\beta_2)g`.
+    * ``rmsprop``: :math:`m' = m\beta_1 + (1-\beta_1)(g_s g_s)`, ``adagrad``: :math:`m' = m + g_s g_s`, with
+      :math:`g_s = g + \mathrm{wd}\,p`; :math:`p \leftarrow p - \mathrm{lr}\, g/(\sqrt{m'} + \epsilon)` (raw g).
+
+    Parameters
+    ----------
+    optimizer_name : str
+        One of :data:`ALGORITHMS`.
+    g : array
+        The gradient (read only), p's shape and dtype.
+    p : array
+        The parameter, float32 (float16/bfloat16: computed on a float32 copy, rounded once), updated.
+    state1 : array
+        uint8 codes of the first state, p's shape (AdEMAMix: ``(2, *p.shape)``, m1 then m2), updated.
+    state2 : array or None
+        uint8 codes of the second state (adam, ademamix), p's shape, updated; None for 1-state rules.
+    beta1, beta2, beta3, alpha, eps : float
+        Hyper-parameters (betas in [0, 1); momentum: ``beta1`` = momentum; rmsprop: ``beta1`` = alpha; lion:
+        ``beta1``, ``beta2``; ademamix: all).
+    step : int
+        The step number, >= 1 (bias corrections; momentum's first step).
+    lr : float
+        Learning rate, >= 0.
+    qmap1, qmap2 : array
+        float32 maps (256 values) of state 1 (signed) and state 2 (unsigned; None for 1-state rules).
+    absmax1, absmax2 : array
+        float32 block maxima, ``ceil(n/256)`` values (AdEMAMix ``absmax1``: ``(2, blocks)``), updated.
+    weight_decay : float
+        >= 0.
+
+    Returns
+    -------
+    array
+        ``p``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A wrong name, type, dtype, shape, device or range (before anything is written).
+    """
+    algo = _algo(optimizer_name)
+    device, shape, flat_p, flat_g = _param_and_grad(p, g)
+    n = math.prod(shape)
+    blocks = -(-n // BLOCK)
+    two = algo <= ADEMAMIX
+    scalars = step_scalars(algo, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay)
+    q1 = check_code("qmap1", qmap1, device)
+    if algo == ADEMAMIX:
+        s1 = _state("state1", state1, device, (2,) + shape, np.uint8)
+        a1 = _state("absmax1", absmax1, device, (2, blocks), np.float32)
+        c1, c3, a1, a3 = s1[:n], s1[n:], a1[:blocks], a1[blocks:]
+    else:
+        c1 = _state("state1", state1, device, shape, np.uint8)
+        a1 = _state("absmax1", absmax1, device, (blocks,), np.float32)
+        c3, a3 = _dummy(device, np.uint8), _dummy(device, np.float32)
+    if two:
+        c2 = _state("state2", state2, device, shape, np.uint8)
+        a2 = _state("absmax2", absmax2, device, (blocks,), np.float32)
+        q2 = check_code("qmap2", qmap2, device)
+    else:
+        c2, a2, q2 = _dummy(device, np.uint8), _dummy(device, np.float32), q1
+    if n:
+        _update_8bit.launch(device, blocks, flat_p, flat_g, c1, c2, c3, a1, a2, a3, q1, q2, n, algo, *scalars)
+    return p
+
+
+@via_float32()
+def optimizer_update_32bit(optimizer_name: str, g: Any, p: Any, state1: Any, beta1: float, eps: float,
+                           step: int, lr: float, state2: Any = None, beta2: float = 0.0, beta3: float = 0.0,
+                           alpha: float = 0.0, weight_decay: float = 0.0) -> Any:
+    r"""One step with float32 states in place (bitsandbytes ``optimizer_update_32bit``: what its 8-bit
+    optimizers run for tensors under ``min_8bit_size``).
+
+    The rules of :func:`optimizer_update_8bit_blockwise` without quantization, except that (as in
+    bitsandbytes' 32-bit kernels) the 1-state rules fold the weight decay into the gradient everywhere:
+    :math:`g \leftarrow g + \mathrm{wd}\,p` is also Lion's gradient (no decoupled decay) and the RMSprop and
+    Adagrad numerators.
+
+    Parameters
+    ----------
+    optimizer_name : str
+        One of :data:`ALGORITHMS`.
+    g, p : array
+        Gradient (read only) and float32 parameter (updated; half dtypes via a float32 copy).
+    state1 : array
+        float32 first state, p's shape (AdEMAMix ``(2, *p.shape)``), updated.
+    beta1, eps, step, lr : float, float, int, float
+        As :func:`optimizer_update_8bit_blockwise`.
+    state2 : array or None
+        float32 second state (adam, ademamix), updated.
+    beta2, beta3, alpha, weight_decay : float
+        As :func:`optimizer_update_8bit_blockwise`.
+
+    Returns
+    -------
+    array
+        ``p``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`optimizer_update_8bit_blockwise`.
+    """
+    algo = _algo(optimizer_name)
+    device, shape, flat_p, flat_g = _param_and_grad(p, g)
+    n = math.prod(shape)
+    scalars = step_scalars(algo, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay)
+    if algo == ADEMAMIX:
+        s = _state("state1", state1, device, (2,) + shape, np.float32)
+        s1, s3 = s[:n], s[n:]
+    else:
+        s1, s3 = _state("state1", state1, device, shape, np.float32), _dummy(device, np.float32)
+    s2 = (_state("state2", state2, device, shape, np.float32) if algo <= ADEMAMIX
+          else _dummy(device, np.float32))
+    if n:
+        _update_32bit.launch(device, n, flat_p, flat_g, s1, s2, s3, algo, *scalars)
+    return p

@@ -1,0 +1,310 @@
+"""8-bit blockwise quantization with bitsandbytes' dynamic map (LOWBIT.md §1-2), CPU and CUDA.
+
+A quantized tensor is ``(codes: uint8, absmax: float32[blocks], code: float32[256])``: elements in flat
+row-major order cut into blocks of ``blocksize``; element ``i`` stands for ``code[codes[i]]·absmax[i //
+blocksize]``. The search of the nearest code (:func:`nearest_code`) is shared with the 8-bit optimizer
+kernels (:mod:`.blockwise_optim`).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import types
+from typing import Any, Callable
+
+import numba
+import numpy as np
+
+from . import _cuda
+from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
+from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
+
+_F32 = np.float32
+HALF = np.float32(0.5)
+ONE = np.float32(1.0)
+NEG_MAX = np.float32(-3.4028234663852886e38)   # -FLT_MAX: where bitsandbytes' absmax reductions start
+CUDA_BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def _linspace_f32(n: int) -> np.ndarray:
+    """``torch.linspace(0.1, 1, n, dtype=float32)`` on the CPU: the first half counted from the start, the
+    second from the end, each term one fused multiply-add (exact in float64, rounded once)."""
+    start, end = _F32(0.1), _F32(1.0)
+    step = np.float64(_F32(_F32(end - start) / _F32(n - 1)))
+    k = np.arange(n, dtype=np.float64)
+    return np.where(k < n // 2, np.float64(start) + step * k, np.float64(end) - step * (n - 1 - k)).astype(_F32)
+
+
+@functools.lru_cache(maxsize=2)
+def _dynamic_map(signed: bool) -> np.ndarray:
+    values = [np.array([0.0, 1.0], _F32)]
+    for i in range(7):
+        bounds = _linspace_f32((2 ** i if signed else 2 ** (i + 1)) + 1)
+        positive = _F32(10.0 ** (i - 6)) * ((bounds[:-1] + bounds[1:]) / _F32(2))
+        values += [positive, -positive] if signed else [positive]
+    table = np.sort(np.concatenate(values)).astype(_F32)
+    table.flags.writeable = False
+    return table
+
+
+def dynamic_map(signed: bool = True) -> np.ndarray:
+    r"""bitsandbytes' dynamic quantization map ``create_dynamic_map(signed, 7, 8)``, bit for bit.
+
+    Per decade :math:`i = 0..6` the midpoints of :math:`2^i` (signed) or :math:`2^{i+1}` (unsigned) equal
+    intervals of ``[0.1, 1]`` (float32 ``torch.linspace``), scaled by :math:`10^{i-6}`; the signed map
+    mirrors them; ``0`` and ``1`` are added; 256 float32 values sorted ascending. The signed map is
+    bitsandbytes' ``qmap1`` (name ``"dynamic"``), the unsigned one its ``qmap2`` (``"udynamic"``).
+
+    Parameters
+    ----------
+    signed : bool
+        The signed map (default) or the unsigned one.
+
+    Returns
+    -------
+    numpy.ndarray
+        A new float32 array of 256 values.
+    """
+    if not isinstance(signed, (bool, np.bool_)):
+        raise TypeError(f"signed must be a bool, got {type(signed).__name__}")
+    return _dynamic_map(bool(signed)).copy()
+
+
+def table_math(py_func: Callable) -> Callable:
+    """Decorator: a helper taking arrays (a code table) shared by CPU loops and CUDA kernels. Compiled with
+    ``numba.njit(inline="always")`` for the CPU; a :class:`BlockElementwise` kernel gets a CUDA device
+    function of the same Python function instead (the CUDA simulator cannot pass its arrays to an njit
+    function)."""
+    dispatcher = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
+    dispatcher.table_math = True
+    return dispatcher
+
+
+@functools.lru_cache(maxsize=None)
+def _device_version(func: Callable) -> Callable:
+    """``func`` with every :func:`table_math` helper it calls replaced by a CUDA device function."""
+    cuda = _cuda.module()
+    names = dict(func.__globals__)
+    for name in func.__code__.co_names:
+        helper = names.get(name)
+        if getattr(helper, "table_math", False):
+            names[name] = cuda.jit(device=True)(_device_version(helper.py_func))
+    return types.FunctionType(func.__code__, names, func.__name__, func.__defaults__, func.__closure__)
+
+
+class BlockElementwise(Elementwise):
+    """An :class:`Elementwise` whose element function may call :func:`table_math` helpers (see there)."""
+
+    @functools.cached_property
+    def cuda(self) -> Callable:
+        cuda = _cuda.module()
+        element = cuda.jit(device=True)(_device_version(self.py_func))
+        return cuda.jit(_generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element}))
+
+
+def block_elementwise(py_func: Callable) -> BlockElementwise:
+    """Decorator: :func:`._elementwise.elementwise` for element functions calling :func:`table_math`."""
+    return BlockElementwise(py_func)
+
+
+@table_math
+def nearest_code(x, code):
+    """Index of the entry of the ascending 256-entry table ``code`` nearest to ``x``: ties (``x`` exactly on
+    the float32 midpoint ``(code[c] + code[c+1])·0.5``) go to the even index; below ``code[0]`` (and NaN)
+    → 0, above ``code[255]`` → 255 (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``)."""
+    c = 0
+    step = 128
+    while step > 0:      # the largest c with code[c] <= x (0 if none)
+        if code[c + step] <= x:
+            c += step
+        step >>= 1
+    if c < 255:
+        mid = (code[c] + code[c + 1]) * HALF
+        if x > mid or (x == mid and (c & 1) == 1):
+            c += 1
+    return c
+
+
+@block_elementwise
+def _quantize_block(b, codes, absmax, a, code, size, blocksize):
+    # Block b: absmax = max |a| (NaN ignored, from -FLT_MAX), then codes = nearest(a·(1/absmax)).
+    start = b * blocksize
+    stop = min(start + blocksize, size)
+    top = NEG_MAX
+    for i in range(start, stop):
+        m = abs(a[i])
+        if m > top:
+            top = m
+    absmax[b] = top
+    r = ONE / top
+    for i in range(start, stop):
+        codes[i] = nearest_code(a[i] * r, code)
+
+
+@block_elementwise
+def _dequantize(i, out, codes, absmax, code, blocksize):
+    out[i] = code[codes[i]] * absmax[i // blocksize]
+
+
+def _device_table(table: Any, device: str) -> Any:
+    if device == "cpu" or _cuda.is_device_array(table):
+        return table
+    return _cuda.module().to_device(np.ascontiguousarray(table))
+
+
+def check_code(name: str, code: Any, device: str) -> Any:
+    """``code`` (None: the signed dynamic map) checked as a float32 table of 256 values on ``device``; a
+    NumPy table given for a CUDA call is copied to the device."""
+    if code is None:
+        code = _dynamic_map(True)
+    dev, shape, dtype, _, _, _ = _array_facts(name, code)
+    if dtype != np.float32 or shape != (256,):
+        raise TypeError(f"{name} must be a float32 array of shape (256,), got {dtype} {shape}")
+    if dev != device and not (dev == "cpu" and device == "cuda"):
+        raise TypeError(f"{name} is a {dev} array but the data is on {device}")
+    if dev == "cpu":
+        code = np.ascontiguousarray(plain_array(name, code))
+    return _device_table(code, device)
+
+
+def check_out(name: str, out: Any, shape: tuple, dtype: Any, device: str) -> Any:
+    """A new zeroed array, or ``out`` checked: on ``device``, of ``shape`` and ``dtype``, writeable and
+    C-contiguous. Returns ``(array, flat view)``."""
+    if out is None:
+        if device == "cpu":
+            out = np.zeros(shape, dtype)
+        else:
+            out = _cuda.module().to_device(np.zeros(shape, dtype))
+        return out, _flatten(out, device)
+    dev, oshape, odtype, contiguous, writeable, _ = _array_facts(name, out)
+    if dev != device:
+        raise TypeError(f"{name} is a {dev} array but the data is on {device}")
+    if odtype != np.dtype(dtype):
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {odtype}")
+    if tuple(oshape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(oshape)}")
+    if not writeable:
+        raise ValueError(f"{name} is read-only")
+    if not contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    return out, _flatten(plain_array(name, out), device)
+
+
+def _check_blocksize(blocksize: Any, device: str) -> int:
+    if isinstance(blocksize, (bool, np.bool_)) or not isinstance(blocksize, (int, np.integer)):
+        raise TypeError(f"blocksize must be an int, got {type(blocksize).__name__}")
+    if blocksize <= 0:
+        raise ValueError(f"blocksize must be > 0, got {blocksize}")
+    if device == "cuda" and blocksize not in CUDA_BLOCKSIZES:
+        raise ValueError(f"blocksize must be one of {CUDA_BLOCKSIZES} on CUDA, got {blocksize}")
+    return int(blocksize)
+
+
+def quantize_blockwise(A: Any, code: Any = None, absmax: Any = None, out: Any = None,
+                       blocksize: int = 4096) -> tuple[Any, Any]:
+    r"""Blockwise 8-bit quantization (bitsandbytes ``quantize_blockwise``, its CUDA rounding).
+
+    Per block :math:`b` of ``blocksize`` consecutive elements (flat row-major order; the last block may be
+    partial):
+
+    .. math::
+
+        \mathrm{absmax}_b = \max_{i \in b} |A_i|, \qquad
+        r = \mathrm{RN}_{32}(1/\mathrm{absmax}_b), \qquad
+        \mathrm{codes}_i = \mathrm{nearest}(\mathrm{code}, \mathrm{RN}_{32}(A_i \cdot r))
+
+    ``nearest``: the nearest table entry, a value exactly on a float32 midpoint going to the even index
+    (:func:`nearest_code`); NaN and values below ``code[0]`` → 0. NaN inputs are ignored by the maximum; a
+    block of zeros has ``absmax = 0`` and codes 0 (``0·inf`` is NaN), which dequantize to ±0.
+
+    Parameters
+    ----------
+    A : array
+        float32, float16 or bfloat16 values (NumPy or CUDA); read only. Half values are widened exactly.
+    code : array, optional
+        The float32 table of 256 ascending values; default the signed :func:`dynamic_map`.
+    absmax : array, optional
+        float32 output of shape ``(ceil(A.size/blocksize),)``; allocated if None.
+    out : array, optional
+        uint8 output of ``A``'s shape; allocated if None.
+    blocksize : int
+        Elements per block, > 0 (on CUDA one of 64, 128, ..., 4096). Default 4096.
+
+    Returns
+    -------
+    tuple
+        ``(codes, absmax)``.
+
+    Raises
+    ------
+    TypeError
+        ``A`` not a float32/float16/bfloat16 array; wrong dtypes of ``code``, ``absmax``, ``out``.
+    ValueError
+        ``blocksize`` out of range; wrong shapes; read-only or non-contiguous outputs.
+    """
+    device, shape, dtype, _, _, _ = _array_facts("A", A)
+    if dtype != np.float32 and dtype not in HALF_DTYPES:
+        raise TypeError(f"A must be float32, float16 or bfloat16, got {dtype}")
+    size = _check_blocksize(blocksize, device)
+    n = math.prod(shape)
+    blocks = -(-n // size)
+    table = check_code("code", code, device)
+    codes, flat_codes = check_out("out", out, shape, np.uint8, device)
+    absmax, flat_absmax = check_out("absmax", absmax, (blocks,), np.float32, device)
+    if n == 0:
+        return codes, absmax
+    flat = _flatten(plain_array("A", A), device)
+    if dtype != np.float32:
+        from ._upcast import _widened
+        flat = _widened(flat)
+    _quantize_block.launch(device, blocks, flat_codes, flat_absmax, flat, table, n, size)
+    return codes, absmax
+
+
+def dequantize_blockwise(codes: Any, absmax: Any, code: Any = None, out: Any = None,
+                         blocksize: int = 4096) -> Any:
+    r"""Blockwise 8-bit dequantization (bitsandbytes ``dequantize_blockwise``):
+    :math:`\mathrm{out}_i = \mathrm{RN}_{32}(\mathrm{code}[\mathrm{codes}_i] \cdot
+    \mathrm{absmax}_{\lfloor i/\mathrm{blocksize} \rfloor})`.
+
+    Parameters
+    ----------
+    codes : array
+        uint8 codes (NumPy or CUDA).
+    absmax : array
+        float32, ``ceil(codes.size/blocksize)`` values (any shape of that size).
+    code : array, optional
+        The float32 table; default the signed :func:`dynamic_map`.
+    out : array, optional
+        float32 output of ``codes``' shape; allocated if None.
+    blocksize : int
+        Elements per block (as given to :func:`quantize_blockwise`). Default 4096.
+
+    Returns
+    -------
+    array
+        The float32 values.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`quantize_blockwise`.
+    """
+    device, shape, dtype, contiguous, _, _ = _array_facts("codes", codes)
+    if dtype != np.uint8:
+        raise TypeError(f"codes must be uint8, got {dtype}")
+    size = _check_blocksize(blocksize, device)
+    n = math.prod(shape)
+    adev, ashape, adtype, acontig, _, _ = _array_facts("absmax", absmax)
+    if adtype != np.float32 or adev != device:
+        raise TypeError(f"absmax must be a float32 array on the device of codes, got {adtype} on {adev}")
+    if math.prod(ashape) != -(-n // size):
+        raise ValueError(f"absmax must have {-(-n // size)} values for {n} codes in blocks of {size}, got "
+                         f"shape {tuple(ashape)}")
+    table = check_code("code", code, device)
+    result, flat_out = check_out("out", out, shape, np.float32, device)
+    if n == 0:
+        return result
+    _dequantize.launch(device, n, flat_out, _flatten(plain_array("codes", codes), device),
+                       _flatten(plain_array("absmax", absmax), device), table, size)
+    return result

@@ -1,0 +1,285 @@
+"""8-bit blockwise state (LOWBIT.md §1-3): the dynamic maps, blockwise quantization and the 8-bit optimizer
+step, kernels against the float32 reference bit for bit and against the spec's worked examples."""
+import hashlib
+
+import numba
+import numpy as np
+import pytest
+
+from optkernels.kernels import blockwise_optim as bo
+from optkernels.kernels.quantization import dequantize_blockwise, dynamic_map, quantize_blockwise
+from optkernels.reference import lowbit as ref
+
+f32 = np.float32
+SIGNED_SHA = "e732639a65f497b4ad684bb166a4467708255edd5207757de8b8f0c7e1fda89c"
+UNSIGNED_SHA = "305f002cc11278fb769d13b25b9fd0c7c83c8402c40a878fe086f4039fde6398"
+
+
+def _sha(table):
+    return hashlib.sha256(np.asarray(table, "<f4").tobytes()).hexdigest()
+
+
+def _bits(values):
+    return np.array(values, np.uint32).view(f32)
+
+
+def test_maps_match_the_spec_hashes():
+    assert _sha(dynamic_map(True)) == SIGNED_SHA
+    assert _sha(dynamic_map(False)) == UNSIGNED_SHA
+    assert _sha(ref.dynamic_map(True)) == SIGNED_SHA
+    assert _sha(ref.dynamic_map(False)) == UNSIGNED_SHA
+
+
+def test_map_landmarks():
+    s, u = dynamic_map(True), dynamic_map(False)
+    assert s.view(np.uint32)[[0, 126, 127, 128, 191, 255]].tolist() == [
+        0xbf7e3333, 0xb513a3b7, 0, 0x3513a3b7, 0x3ddb3334, 0x3f800000]
+    assert np.array_equal(s[128:255], -s[126::-1])
+    assert u.view(np.uint32)[[0, 1, 2, 254, 255]].tolist() == [0, 0x34ae7baa, 0x35500998, 0x3f7f199a,
+                                                                0x3f800000]
+
+
+TIE_INPUT = [0x3f800000, 0xbf800000, 0x3f000000, 0xbe800000, 0x3493a3b7, 0x35ff0382, 0x3e766666, 0xb089705f]
+
+
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+def test_tie_check_of_the_spec(impl):
+    a = _bits(TIE_INPUT)
+    if impl == "kernel":
+        codes, absmax = quantize_blockwise(a, blocksize=256)
+        out = dequantize_blockwise(codes, absmax, blocksize=256)
+    else:
+        codes, absmax = ref.quantize_blockwise(a, blocksize=256)
+        out = ref.dequantize_blockwise(codes, absmax, blocksize=256)
+    assert codes.tolist() == [255, 0, 219, 53, 128, 128, 200, 127]
+    assert absmax.tolist() == [1.0]
+    expected = f32([1.0, -0.992968738, 0.500781238, -0.247656241, 5.50000038e-07, 5.50000038e-07, 0.233593747,
+                    0.0])
+    assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_every_midpoint_goes_to_the_even_index(signed):
+    code = dynamic_map(signed)
+    mids = (code[:-1] + code[1:]) * f32(0.5)
+    codes, _ = quantize_blockwise(np.concatenate([mids, [f32(1)]]).astype(f32), code=code, blocksize=256)
+    lower = np.arange(255)
+    assert np.array_equal(codes[:255], np.where(lower % 2 == 0, lower, lower + 1))
+    above = np.nextafter(mids, f32(2))
+    below = np.nextafter(mids, f32(-2))
+    assert np.array_equal(quantize_blockwise(np.append(above, f32(1)), code=code, blocksize=256)[0][:255],
+                          lower + 1)
+    assert np.array_equal(quantize_blockwise(np.append(below, f32(1)), code=code, blocksize=256)[0][:255], lower)
+
+
+@pytest.mark.parametrize("n,blocksize", [(1000, 256), (4096 * 2 + 5, 4096), (300, 64)])
+def test_quantize_matches_reference(n, blocksize):
+    rng = np.random.default_rng(n)
+    a = (rng.standard_normal(n) * np.exp(rng.uniform(-12, 3, n))).astype(f32)
+    a[:blocksize] = 0                                       # a zero block: absmax 0, codes 0
+    a[-3] = np.nan                                          # ignored by the maximum, code 0
+    for code in (dynamic_map(True), dynamic_map(False)):
+        codes, absmax = quantize_blockwise(a.reshape(-1, 1), code=code, blocksize=blocksize)
+        rc, ra = ref.quantize_blockwise(a.reshape(-1, 1), code=code, blocksize=blocksize)
+        assert np.array_equal(codes, rc) and np.array_equal(absmax, ra)
+        assert codes.shape == (n, 1) and absmax[0] == 0 and codes[-3, 0] == 0
+        assert np.array_equal(dequantize_blockwise(codes, absmax, code=code, blocksize=blocksize),
+                              ref.dequantize_blockwise(rc, ra, code=code, blocksize=blocksize))
+
+
+def test_quantize_half_inputs_and_outputs_given():
+    import ml_dtypes
+
+    a = np.linspace(-3, 3, 600).astype(ml_dtypes.bfloat16)
+    out, absmax = np.empty(600, np.uint8), np.empty(3, f32)
+    codes, got_absmax = quantize_blockwise(a, out=out, absmax=absmax, blocksize=256)
+    assert codes is out and got_absmax is absmax
+    rc, ra = ref.quantize_blockwise(a.astype(f32), blocksize=256)
+    assert np.array_equal(codes, rc) and np.array_equal(absmax, ra)
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: quantize_blockwise(np.zeros(4)), TypeError, "A must be"),
+    (lambda: quantize_blockwise(np.zeros(4, f32), blocksize=0), ValueError, "blocksize"),
+    (lambda: quantize_blockwise(np.zeros(4, f32), code=np.zeros(255, f32)), TypeError, "code"),
+    (lambda: quantize_blockwise(np.zeros(4, f32), out=np.zeros(3, np.uint8)), ValueError, "out"),
+    (lambda: dequantize_blockwise(np.zeros(4, np.int8), np.zeros(1, f32)), TypeError, "codes"),
+    (lambda: dequantize_blockwise(np.zeros(4, np.uint8), np.zeros(2, f32)), ValueError, "absmax"),
+])
+def test_quantize_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ------------------------------------------------------------------------------------- the 8-bit step
+
+P0 = [0.5, -0.25, 1.0, -1.5, 0.125, 2.0, -0.75, 0.0]
+G1 = [0.1, -0.2, 0.05, -0.01, 0.3, -5e-8, 0.0, 0.002]
+G2 = [-0.05, -0.1, 0.2, 0.0, 0.25, 0.0005, 0.04, -0.3]
+EXAMPLE = [  # (absmax1, absmax2, codes1, codes2, p) after steps 1 and 2, LOWBIT.md §10.1
+    (0.0300000086, 8.99988445e-05, [207, 23, 195, 87, 255, 126, 127, 153], [128, 175, 75, 31, 255, 0, 0, 10],
+     [0.499000013, -0.248999998, 0.999000013, -1.49899995, 0.123999998, 2.00083327, -0.75, -0.000999995042],
+     [0.498995006, -0.248997509, 0.998989999, -1.49898493, 0.123998754, 2.00081325, -0.74999249,
+      -0.00099998503]),
+    (0.0520000122, 0.000152408044, [182, 32, 217, 93, 255, 142, 182, 30], [113, 159, 152, 25, 255, 3, 63, 196],
+     [0.498735487, -0.248062342, 0.998118758, -1.49832726, 0.123008825, 2.00008941, -0.750744104,
+      -0.000260504137],
+     [0.498725474, -0.248057365, 0.998098731, -1.49829721, 0.123006351, 2.00004935, -0.750729084,
+      -0.000260491506]),
+]
+
+
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_worked_example_10_1(impl, wd):
+    p, s1, s2 = f32(P0), np.zeros(8, np.uint8), np.zeros(8, np.uint8)
+    a1, a2 = np.zeros(1, f32), np.zeros(1, f32)
+    q1, q2 = dynamic_map(True), dynamic_map(False)
+    for t, (g, want) in enumerate(zip((G1, G2), EXAMPLE), start=1):
+        args = ("adam", f32(g), p, s1, s2, 0.9, 0.999, 0.0, 0.0, 1e-8, t, 1e-3, q1, q2, a1, a2)
+        if impl == "kernel":
+            bo.optimizer_update_8bit_blockwise(*args, weight_decay=wd)
+        else:
+            p, s1, s2, a1, a2 = ref.optimizer_update_8bit_blockwise(*args, weight_decay=wd)
+        assert a1.tolist() == [f32(want[0])] and a2.tolist() == [f32(want[1])]
+        assert s1.tolist() == want[2] and s2.tolist() == want[3]
+        assert np.array_equal(p, f32(want[5] if wd else want[4]))
+
+
+def _problem(name, n, rng):
+    p = (0.1 * rng.standard_normal(n)).astype(f32)
+    two = name in ("adam", "ademamix")
+    blocks = -(-n // 256)
+    rows = 2 if name == "ademamix" else 1
+    state1 = np.zeros((rows, n) if rows == 2 else n, np.uint8)
+    absmax1 = np.zeros((rows, blocks) if rows == 2 else blocks, f32)
+    state2 = np.zeros(n, np.uint8) if two else None
+    absmax2 = np.zeros(blocks, f32) if two else None
+    return p, state1, state2, absmax1, absmax2
+
+
+HYPER = {  # name: (beta1, beta2, beta3, alpha, eps, lr, wd)
+    "adam": (0.9, 0.999, 0.0, 0.0, 1e-8, 1e-3, 0.01),
+    "ademamix": (0.9, 0.999, 0.9999, 5.0, 1e-8, 1e-3, 0.01),
+    "momentum": (0.9, 0.0, 0.0, 0.0, 0.0, 1e-2, 1e-3),
+    "lion": (0.9, 0.99, 0.0, 0.0, 0.0, 1e-4, 0.1),
+    "rmsprop": (0.99, 0.0, 0.0, 0.0, 1e-8, 1e-2, 1e-3),
+    "adagrad": (0.0, 0.0, 0.0, 0.0, 1e-10, 1e-2, 1e-3),
+}
+
+
+def _step(impl, name, g, state, t):
+    b1, b2, b3, alpha, eps, lr, wd = HYPER[name]
+    p, s1, s2, a1, a2 = state
+    q1, q2 = dynamic_map(True), dynamic_map(False)
+    args = (name, g, p, s1, s2, b1, b2, b3, alpha, eps, t, lr, q1, q2, a1, a2)
+    if impl == "reference":
+        return ref.optimizer_update_8bit_blockwise(*args, weight_decay=wd)
+    bo.optimizer_update_8bit_blockwise(*args, weight_decay=wd)
+    return state
+
+
+@pytest.mark.parametrize("name", bo.ALGORITHMS)
+def test_60_steps_match_the_reference_bit_for_bit(name):
+    rng = np.random.default_rng(7)
+    n = 3 * 256 + 37                                        # a partial last block
+    kernel, reference = _problem(name, n, rng), _problem(name, n, rng)
+    reference = tuple(None if x is None else x.copy() for x in kernel)
+    for t in range(1, 61):
+        g = (0.01 * rng.standard_normal(n)).astype(f32)
+        g[rng.integers(0, n, 3)] = 0
+        if t == 30:
+            g[5], g[300] = np.nan, np.inf                   # 2-state rules skip them; 1-state ones let them in
+        kernel = _step("kernel", name, g, kernel, t)
+        reference = _step("reference", name, g, reference, t)
+        for got, want, what in zip(kernel, reference, ("p", "state1", "state2", "absmax1", "absmax2")):
+            if want is not None:
+                assert np.array_equal(got, want, equal_nan=True), f"{name} step {t}: {what}"
+    if name in ("adam", "ademamix"):
+        assert np.isfinite(kernel[0]).all()
+
+
+def test_thread_count_does_not_change_the_bits():
+    rng = np.random.default_rng(3)
+    n = 40 * 256 + 11
+    g = (0.01 * rng.standard_normal(n)).astype(f32)
+    results = []
+    before = numba.get_num_threads()
+    try:
+        for threads in (1, before):
+            numba.set_num_threads(threads)
+            state = _problem("adam", n, np.random.default_rng(4))
+            for t in (1, 2, 3):
+                _step("kernel", "adam", g, state, t)
+            results.append(state)
+    finally:
+        numba.set_num_threads(before)
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", bo.ALGORITHMS)
+def test_32bit_step_matches_the_reference(name):
+    rng = np.random.default_rng(11)
+    n = 50
+    b1, b2, b3, alpha, eps, lr, wd = HYPER[name]
+    p = (0.1 * rng.standard_normal(n)).astype(f32)
+    s1 = np.zeros((2, n) if name == "ademamix" else n, f32)
+    s2 = np.zeros(n, f32) if name in ("adam", "ademamix") else None
+    rp, rs1, rs2 = p.copy(), s1.copy(), None if s2 is None else s2.copy()
+    for t in range(1, 21):
+        g = (0.01 * rng.standard_normal(n)).astype(f32)
+        bo.optimizer_update_32bit(name, g, p, s1, b1, eps, t, lr, state2=s2, beta2=b2, beta3=b3, alpha=alpha,
+                                  weight_decay=wd)
+        rp, rs1, rs2 = ref.optimizer_update_32bit(name, g, rp, rs1, b1, eps, t, lr, state2=rs2, beta2=b2,
+                                                  beta3=b3, alpha=alpha, weight_decay=wd)
+        assert np.array_equal(p, rp) and np.array_equal(s1, rs1)
+        if s2 is not None:
+            assert np.array_equal(s2, rs2)
+
+
+def test_zero_block_and_sign_fix():
+    # an all-zero block: absmax 0, state-1 code 0 turned into 255 by the sign fix, state 2 code 0
+    p, s1, s2, a1, a2 = _problem("adam", 256, np.random.default_rng(0))
+    _step("kernel", "adam", np.zeros(256, f32), (p, s1, s2, a1, a2), 1)
+    assert a1.tolist() == [0.0] and (s1 == 255).all() and (s2 == 0).all()
+
+
+def test_half_parameters_round_once():
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    p32 = (0.1 * rng.standard_normal(300)).astype(f32)
+    gh = (0.01 * rng.standard_normal(300)).astype(ml_dtypes.bfloat16)
+    ph = p32.astype(ml_dtypes.bfloat16)
+    wide = _problem("adam", 300, rng)
+    half = (ph,) + tuple(x.copy() for x in wide[1:])
+    wide = (ph.astype(f32),) + wide[1:]
+    _step("kernel", "adam", gh.astype(f32), wide, 1)
+    _step("kernel", "adam", gh, half, 1)
+    assert np.array_equal(half[0], wide[0].astype(ml_dtypes.bfloat16))
+    assert np.array_equal(half[1], wide[1])
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(name="sgd"), ValueError, "optimizer_name"),
+    (dict(step=0), ValueError, "step"),
+    (dict(lr=-1.0), ValueError, "lr"),
+    (dict(beta1=1.0), ValueError, "beta1"),
+    (dict(absmax1=np.zeros(3, f32)), ValueError, "absmax1"),
+    (dict(state2=np.zeros(300, np.int8)), TypeError, "state2"),
+    (dict(g=np.zeros(299, f32)), ValueError, "g"),
+    (dict(qmap2=np.zeros(256)), TypeError, "qmap2"),
+])
+def test_errors_leave_every_array_unchanged(change, error, match):
+    p, s1, s2, a1, a2 = _problem("adam", 300, np.random.default_rng(1))
+    s1[:] = 7
+    args = dict(name="adam", g=np.ones(300, f32), p=p, state1=s1, state2=s2, beta1=0.9, beta2=0.999,
+                beta3=0.0, alpha=0.0, eps=1e-8, step=1, lr=1e-3, qmap1=dynamic_map(True),
+                qmap2=dynamic_map(False), absmax1=a1, absmax2=a2)
+    args.update(change)
+    before = [x.copy() for x in (p, s1, s2, a1, a2)]
+    with pytest.raises(error, match=match):
+        bo.optimizer_update_8bit_blockwise(args.pop("name"), *args.values())
+    for x, y in zip((p, s1, s2, a1, a2), before):
+        assert np.array_equal(x, y)

@@ -1,0 +1,183 @@
+"""FBGEMM's exact row-wise Adagrad (LOWBIT.md §8): the spec's worked example 10.2, the kernel against the
+float64 reference bit for bit (dense and row-sparse gradients, every weight-decay mode, max_norm), errors."""
+import numpy as np
+import pytest
+
+from optkernels.reference import lowbit as ref
+from optkernels.sparse import RowSparse, rowwise_adagrad
+
+W0 = [[0.5, -0.25, 1.0, 0.0], [-1.0, 0.75, 0.25, -0.5], [2.0, -1.5, 0.5, 0.125], [0.0, 0.0, 0.0, 0.0]]
+STEPS = [([2, 0, 2], [[0.5, -0.25, 0.0, 1.0], [0.25, 0.25, -0.5, 0.0], [0.25, 0.25, 0.5, -0.5]]),
+         ([1, 2], [[1.0, 0.0, -1.0, 0.5], [-0.5, 0.5, 0.25, 0.0]])]
+TABLE = {  # mode, wd -> per step: (h, {row: values}), LOWBIT.md §10.2 (float64, 10 digits)
+    ("none", 0.0): [
+        ([0.09375, 0, 0.265625, 0], {0: [0.4183503446, -0.3316496554, 1.163299311, 0],
+                                     2: [1.854478628, -1.5, 0.4029857519, 0.02798575187]}),
+        ([0.09375, 0.5625, 0.40625, 0], {1: [-1.133333332, 0.75, 0.3833333316, -0.5666666658],
+                                         2: [1.932925081, -1.578446453, 0.3637625255, 0.02798575187]})],
+    ("l2", 0.01): [
+        ([0.0915953125, 0, 0.2748503906, 0], {0: [0.4157434753, -0.3317783916, 1.161904694, 0],
+                                              2: [1.853126807, -1.497138834, 0.4036740745, 0.02938936599]}),
+        ([0.0915953125, 0.555046875, 0.4077503021, 0],
+         {1: [-1.132883286, 0.7489933084, 0.3838899772, -0.5664416428],
+          2: [1.928526735, -1.573096254, 0.363890905, 0.02934334107]})],
+    ("decoupled", 0.01): [
+        ([0.09375, 0, 0.265625, 0], {0: [0.4178503446, -0.3313996554, 1.162299311, 0],
+                                     2: [1.852478628, -1.4985, 0.4024857519, 0.02786075187]}),
+        ([0.09375, 0.5625, 0.40625, 0], {1: [-1.132333332, 0.74925, 0.3830833316, -0.5661666658],
+                                         2: [1.929072602, -1.575447953, 0.3628600397, 0.02783289112]})],
+}
+
+
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+@pytest.mark.parametrize("mode,wd", list(TABLE))
+def test_worked_example_10_2_float64(impl, mode, wd):
+    w, h = np.array(W0), np.zeros(4)
+    for (idx, rows), (want_h, want_rows) in zip(STEPS, TABLE[(mode, wd)]):
+        before = w.copy()
+        kw = dict(lr=0.1, eps=1e-8, weight_decay=wd, weight_decay_mode=mode)
+        if impl == "kernel":
+            rowwise_adagrad(w, h, np.array(rows), np.array(idx), **kw)
+        else:
+            w, h = ref.rowwise_adagrad(w, h, np.array(rows), np.array(idx), **kw)
+        np.testing.assert_allclose(h, want_h, rtol=1e-9, atol=0)
+        for r in range(4):
+            expected = want_rows.get(r, before[r])
+            np.testing.assert_allclose(w[r], expected, rtol=2e-9, atol=1e-10)
+
+
+def test_worked_example_10_2_float32_bits():
+    w, h = np.array(W0, np.float32), np.zeros(4, np.float32)
+    for idx, rows in STEPS:
+        rowwise_adagrad(w, h, np.array(rows, np.float32), np.array(idx, np.int32), lr=0.1)
+    assert np.array_equal(w[1], np.float32([-1.13333333, 0.75, 0.383333325, -0.566666663]))
+    assert np.array_equal(w[2], np.float32([1.93292511, -1.57844651, 0.363762528, 0.0279857442]))
+    w, h = np.array(W0, np.float32), np.zeros(4, np.float32)
+    idx, rows = STEPS[0]
+    rowwise_adagrad(w, h, np.array(rows, np.float32), np.array(idx), lr=0.1, weight_decay=0.01,
+                    weight_decay_mode="l2")
+    assert h[0] == np.float32(0.0915953144)
+
+
+@pytest.mark.parametrize("mode", ["none", "l2", "decoupled"])
+@pytest.mark.parametrize("max_norm", [0.0, 0.9])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_kernel_matches_reference_float64(mode, max_norm, sparse):
+    rng = np.random.default_rng(5)
+    w, h = rng.standard_normal((12, 3, 2)) * 0.5, rng.uniform(0, 1, 12)
+    rw, rh = w.copy(), h.copy()
+    for _ in range(5):
+        if sparse:
+            idx = rng.integers(0, 12, 9)
+            g = rng.standard_normal((9, 3, 2))
+        else:
+            idx, g = None, rng.standard_normal((12, 3, 2))
+        kw = dict(lr=0.05, eps=1e-8, weight_decay=0.02, weight_decay_mode=mode, max_norm=max_norm)
+        rowwise_adagrad(w, h, g, idx, **kw)
+        rw, rh = ref.rowwise_adagrad(rw, rh, g, idx, **kw)
+        assert np.array_equal(w, rw) and np.array_equal(h, rh)
+    if max_norm:
+        assert (np.sqrt((w.reshape(12, -1) ** 2).sum(1)) <= max_norm * (1 + 1e-12)).all()
+
+
+def test_row_sparse_object_and_duplicates_are_merged_first():
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    h = np.zeros(5, np.float32)
+    idx = np.array([3, 1, 3, 3], np.int64)
+    g = rng.standard_normal((4, 4)).astype(np.float32)
+    a, ha = w.copy(), h.copy()
+    rowwise_adagrad(a, ha, RowSparse(idx, g, (5, 4)))
+    merged = np.stack([g[1], (g[0] + g[2]) + g[3]])
+    b, hb = w.copy(), h.copy()
+    rowwise_adagrad(b, hb, merged, np.array([1, 3]))
+    assert np.array_equal(a, b) and np.array_equal(ha, hb)
+    assert np.array_equal(a[[0, 2, 4]], w[[0, 2, 4]]) and (ha[[0, 2, 4]] == 0).all()
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda w, h: rowwise_adagrad(w, h, np.ones((1, 4)), np.array([7])), IndexError, "7"),
+    (lambda w, h: rowwise_adagrad(w, h, np.ones((5, 4)), weight_decay_mode="L2"), ValueError,
+     "weight_decay_mode"),
+    (lambda w, h: rowwise_adagrad(w, np.zeros(4), np.ones((5, 4))), ValueError, "momentum"),
+    (lambda w, h: rowwise_adagrad(w, h.astype(np.float32), np.ones((5, 4))), TypeError, "momentum"),
+    (lambda w, h: rowwise_adagrad(w, h, np.ones((5, 4)), lr=-1.0), ValueError, "lr"),
+    (lambda w, h: rowwise_adagrad(w, h, np.ones((2, 3)), np.array([0, 1])), ValueError, "grad"),
+])
+def test_errors_write_nothing(call, error, match):
+    w, h = np.ones((5, 4)), np.ones(5)
+    with pytest.raises(error, match=match):
+        call(w, h)
+    assert (w == 1).all() and (h == 1).all()
+
+
+# ------------------------------------------------------------------------ the optimizer classes
+
+def _embedding_batches(steps, rows=10, dim=4, seed=7):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, rows, 12) for _ in range(steps)], rng
+
+
+@pytest.mark.parametrize("mode", ["none", "l2", "decoupled"])
+def test_numpy_class_equals_the_kernel_and_round_trips(mode):
+    from optkernels.optimizers import RowWiseAdagrad
+
+    rng = np.random.default_rng(8)
+    table = rng.standard_normal((10, 4)).astype(np.float32)
+    dense = rng.standard_normal((3, 2)).astype(np.float32)
+    kw = dict(lr=0.05, weight_decay=0.01, weight_decay_mode=mode, max_norm=2.0)
+    opt = RowWiseAdagrad([table.copy(), dense.copy()], **kw)
+    w, h = table.copy(), np.zeros(10, np.float32)
+    d, hd = dense.copy(), np.zeros(3, np.float32)
+    for step in range(4):
+        idx = rng.integers(0, 10, 6)
+        values = rng.standard_normal((6, 4)).astype(np.float32)
+        gd = rng.standard_normal((3, 2)).astype(np.float32)
+        opt.step([RowSparse(idx, values, (10, 4)), gd])
+        rowwise_adagrad(w, h, values, idx, **kw)
+        rowwise_adagrad(d, hd, gd, **kw)
+        if step == 1:
+            other = RowWiseAdagrad([opt._arrays[0].copy(), opt._arrays[1].copy()], **kw)
+            other.load_state_dict(opt.state_dict())
+            opt = other
+    assert np.array_equal(opt._arrays[0], w) and np.array_equal(opt.state[0]["sum"], h)
+    assert np.array_equal(opt._arrays[1], d) and np.array_equal(opt.state[1]["sum"], hd)
+
+
+def test_numpy_class_errors():
+    from optkernels.optimizers import RowWiseAdagrad
+
+    with pytest.raises(ValueError, match="weight_decay_mode"):
+        RowWiseAdagrad([np.zeros((2, 2), np.float32)], weight_decay_mode="decouple")
+    with pytest.raises(ValueError, match="lr"):
+        RowWiseAdagrad([np.zeros((2, 2), np.float32)], lr=-0.1)
+
+
+@pytest.mark.parametrize("mode", ["none", "decoupled"])
+def test_torch_drop_in_takes_sparse_embedding_gradients(mode):
+    torch = pytest.importorskip("torch")
+    import optkernels.torch as OT
+    from optkernels.optimizers import RowWiseAdagrad
+
+    batches, rng = _embedding_batches(5)
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 4, sparse=True)
+    table = emb.weight.detach().numpy().copy()
+    opt = OT.RowWiseAdagrad(emb.parameters(), lr=0.1, weight_decay=0.01, weight_decay_mode=mode)
+    twin = RowWiseAdagrad([table], lr=0.1, weight_decay=0.01, weight_decay_mode=mode)
+    for idx in batches:
+        opt.zero_grad()
+        target = torch.from_numpy(rng.standard_normal((12, 4)).astype(np.float32))
+        loss = ((emb(torch.from_numpy(idx)) - target) ** 2).sum()
+        loss.backward()
+        grad = emb.weight.grad
+        assert grad.is_sparse
+        values = grad._values().numpy().copy()
+        opt.step()
+        twin.step([RowSparse(grad._indices()[0].numpy().copy(), values, (10, 4))])
+        assert np.array_equal(emb.weight.detach().numpy(), table)
+    state = opt.state[emb.weight]
+    assert set(state) == {"sum"} and state["sum"].dtype == torch.float32 and state["sum"].shape == (10,)
+    assert np.array_equal(state["sum"].numpy(), twin.state[0]["sum"])
+    untouched = sorted(set(range(10)) - set(np.concatenate(batches).tolist()))
+    assert all(state["sum"][r] == 0 for r in untouched)
