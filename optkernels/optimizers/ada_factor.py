@@ -74,7 +74,8 @@ class AdaFactor(Optimizer):
         clip_threshold: float >= 0 (``d``). Default 1.0.
         decay_rate: float in (0, 1) (``c``). Default 0.8.
         beta1: None, or an int or float in [0, 1]; None or 0 keep no first moment. Default 0.9.
-        weight_decay: float in [0, 1) (an int is a TypeError). Default 0.0.
+        weight_decay: float in [0, 1) (an int is a TypeError, as in MindSpore's code; its documentation
+            accepts an int). Default 0.0.
         scale_parameter: bool. Default True.
         relative_step: bool. Default True.
         warmup_init: truthy to use the warm-up rate ``1e-6·t`` (needs ``relative_step``); not type-checked,
