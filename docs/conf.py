@@ -51,12 +51,31 @@ autodoc_default_options = {"show-inheritance": True}
 docstring_warnings_fatal = os.environ.get("OPTKERNELS_DOCS_STRICT_DOCSTRINGS") == "1"
 
 # Every doctest block starts from these imports.
+# Every doctest group starts in a scratch folder (examples write checkpoints and vectors) with NumPy.
 doctest_global_setup = """
+import os, tempfile
+os.makedirs(os.path.join(tempfile.gettempdir(), "optkernels-doctest"), exist_ok=True)
+os.chdir(os.path.join(tempfile.gettempdir(), "optkernels-doctest"))
 import numpy as np
-np.set_printoptions(precision=8, suppress=False)
 """
 
 generate_api_pages(HERE / "api")
+
+#: The user guide's first pages, in reading order; every other ``guide/*.rst`` follows in name order.
+GUIDE_ORDER = ["kernels", "sparse", "optimizers", "schedules", "low_precision", "torch", "distributed",
+               "verify", "threads", "demo"]
+
+
+def _write_guide_toc() -> None:
+    present = {p.stem for p in (HERE / "guide").glob("*.rst")}
+    pages = [p for p in GUIDE_ORDER if p in present] + sorted(present - set(GUIDE_ORDER))
+    text = ".. toctree::\n   :maxdepth: 2\n\n" + "".join(f"   guide/{p}\n" for p in pages)
+    path = HERE / "_guide_toc.txt"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+_write_guide_toc()
 
 
 def setup(app):  # noqa: ANN001, ANN201
