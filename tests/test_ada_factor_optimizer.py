@@ -311,3 +311,54 @@ def test_validation_order_follows_mindspore():
         AdaFactor([], eps=3)                          # base checks before eps
     with pytest.raises(TypeError, match="eps"):
         AdaFactor(_params(), eps=3, clip_threshold=-1.0)
+
+
+def test_init_ada_factor_state_creates_the_slots_mindspore_creates():
+    """MindSpore's ``init_ada_factor_state(beta1)``: exp_avg only for beta1 > 0; row/column moments for
+    rank >= 2, the full second moment (float16 with compression) otherwise; all zeros."""
+    params = [Parameter(np.ones((2, 3, 4), np.float32), "w"), Parameter(np.ones(5, np.float32), "b"),
+              Parameter(np.ones((), np.float32), "s")]
+    opt = AdaFactor(params, compression=True)
+    opt.init_ada_factor_state(None)
+    assert opt.use_first_moment is False and opt.beta1 == 0.0 and opt.exp_avg == (None, None, None)
+    opt.init_ada_factor_state(1)
+    assert opt.use_first_moment is True and opt.beta1 == 1.0
+    assert [m.shape for m in opt.exp_avg] == [(2, 3, 4), (5,), ()]
+    assert [None if r is None else r.shape for r in opt.exp_avg_sq_row] == [(2, 3), None, None]
+    assert [None if c is None else c.shape for c in opt.exp_avg_sq_col] == [(2, 4), None, None]
+    assert opt.exp_avg_sq[0] is None
+    assert [(v.shape, v.dtype) for v in opt.exp_avg_sq[1:]] == [((5,), np.float16), ((), np.float16)]
+    every = [a for name in ("exp_avg", "exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq")
+             for a in getattr(opt, name) if a is not None]
+    assert len(every) == 7 and all(not a.any() for a in every)
+
+
+def test_init_ada_factor_state_restarts_the_moments_and_keeps_the_step():
+    """After two steps without a first moment, ``init_ada_factor_state(0.5)`` continues exactly like a
+    fresh beta1=0.5 optimizer whose moments are zero and whose step counters read 2."""
+    init, grads = make_data(np.float32, seed=7, steps=4)
+    opt, params = run(init, grads[:2], beta1=None)
+    opt.init_ada_factor_state(0.5)
+    fresh = {n: Parameter(p.data.copy(), n) for n, p in params.items()}
+    other = AdaFactor(list(fresh.values()), beta1=0.5)
+    state = other.state_dict()
+    state["step"] = np.array(2, np.float32)
+    state["global_step"] = np.array(2, np.int64)
+    other.load_state_dict(state)
+    for g in grads[2:]:
+        opt([g[n] for n in params])
+        other([g[n] for n in fresh])
+    for n in params:
+        assert np.array_equal(params[n].data, fresh[n].data), n
+    assert opt.step_count == other.step_count == 4
+
+
+@pytest.mark.parametrize("beta1, exc", [("0.9", TypeError), (1.5, ValueError), (-0.1, ValueError)])
+def test_init_ada_factor_state_rejects_a_bad_beta1_and_keeps_the_state(beta1, exc):
+    opt, _ = run(*make_data(np.float64, seed=8, steps=1))
+    before = {k: v.copy() for k, v in opt.state_dict().items()}
+    with pytest.raises(exc, match="beta1"):
+        opt.init_ada_factor_state(beta1)
+    after = opt.state_dict()
+    assert sorted(after) == sorted(before) and opt.beta1 == 0.9
+    assert all(np.array_equal(after[k], before[k]) for k in before)

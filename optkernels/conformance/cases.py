@@ -224,7 +224,7 @@ def adam_delta_terms(inputs, attrs=None):
 
 def ftrl_terms(inputs, attrs=None):
     """Magnitudes FTRL's results are made of: sigma·var cancels (sigma = (a'^p − a^p)/lr), so its rounding
-    is relative to (a'^p + a^p)/lr·|var|; var inherits linear's error through the shrinkage."""
+    is relative to ``(a'^p + a^p)/lr·|var|``; var inherits linear's error through the shrinkage."""
     f = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
     p = -f["lr_power"]
     accum_new = f["accum"] + f["grad"] ** 2
@@ -236,7 +236,7 @@ def ftrl_terms(inputs, attrs=None):
 
 
 def lars_terms(inputs, attrs):
-    """LARS's new gradient without cancellation: coeff·(|g| + wd·|w|) (``g + wd·w`` cancels, and with one
+    """LARS's new gradient without cancellation: ``coeff·(|g| + wd·|w|)`` (``g + wd·w`` cancels, and with one
     element nothing else bounds the result); ``coeff`` depends on the norms and attributes only."""
     f = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
     wn, gn, wd = np.sqrt(f["norm_weight"]), np.sqrt(f["norm_gradient"]), f["weight_decay"]

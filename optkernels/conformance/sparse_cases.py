@@ -60,14 +60,14 @@ def _adagrad(rng, shape, dtype):
 
 
 def abs_grad_sum(inputs: dict) -> np.ndarray:
-    """Per element of var: the sum of |gradient| over the occurrences of its row (0 for other rows)."""
+    """Per element of var: the sum of ``|gradient|`` over the occurrences of its row (0 for other rows)."""
     out = np.zeros(inputs["var"].shape, np.float64)
     np.add.at(out, np.asarray(inputs["indices"], np.int64), np.abs(np.asarray(inputs["grad"], np.float64)))
     return out
 
 
 def grad_terms(*states: str):
-    """terms(): each named state's result is also relative to its rows' summed |gradient| (squared for
+    """terms(): each named state's result is also relative to its rows' summed ``|gradient|`` (squared for
     accumulators of g²)."""
     def terms(inputs: dict, attrs: dict | None = None) -> dict:
         g = abs_grad_sum(inputs)

@@ -394,11 +394,10 @@ def fused_ada_factor_with_global_norm(epsilon: Any, clip_threshold: Scalar, beta
     step runs exactly as :func:`fused_ada_factor` documents (same inputs, same order, ``global_norm`` the
     13th), in place.
 
+    Every argument but ``global_norm`` is as in :func:`fused_ada_factor`.
+
     Args:
-        epsilon, clip_threshold, beta1, beta2t, weight_decay, learning_rate, grad, param, exp_avg,
-            exp_avg_sq_row, exp_avg_sq_col, exp_avg_sq: as in :func:`fused_ada_factor`.
         global_norm: the global gradient norm (a scalar, or a 0-d/shape-(1,) array).
-        enable_scale_parameter, enable_first_moment, enable_weight_decay: as in :func:`fused_ada_factor`.
 
     Returns:
         ``(param, exp_avg, exp_avg_sq_row, exp_avg_sq_col, exp_avg_sq)``, the arrays passed in.

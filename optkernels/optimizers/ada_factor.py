@@ -74,7 +74,8 @@ class AdaFactor(Optimizer):
         clip_threshold: float >= 0 (``d``). Default 1.0.
         decay_rate: float in (0, 1) (``c``). Default 0.8.
         beta1: None, or an int or float in [0, 1]; None or 0 keep no first moment. Default 0.9.
-        weight_decay: float in [0, 1) (an int is a TypeError). Default 0.0.
+        weight_decay: float in [0, 1) (an int is a TypeError, as in MindSpore's code; its documentation
+            accepts an int). Default 0.0.
         scale_parameter: bool. Default True.
         relative_step: bool. Default True.
         warmup_init: truthy to use the warm-up rate ``1e-6·t`` (needs ``relative_step``); not type-checked,
@@ -142,22 +143,52 @@ class AdaFactor(Optimizer):
         self.scale_parameter = check_bool("scale_parameter", scale_parameter, owner)
         self.relative_step = check_bool("relative_step", relative_step, owner)
         self.compression = check_bool("compression", compression, owner)
-        if beta1 is None:
-            beta1 = 0.0
-        self.beta1 = check_range("beta1", check_float("beta1", beta1, owner, allow_int=True), owner, 0.0, 1.0)
+        self.beta1 = self._check_beta1(beta1)
         self.warmup_init = bool(warmup_init)
         self.scale_lr = plain_rate
         if not plain_rate and self.scale_parameter:
             warnings.warn(f"For '{owner}', a learning-rate table or schedule is used as given: "
                           f"'scale_parameter' is set to False", UserWarning, stacklevel=2)
             self.scale_parameter = False
-        self.use_first_moment = self.beta1 > 0.0
         self._step = 0
+        self.init_ada_factor_state(self.beta1)
+
+    def init_ada_factor_state(self, beta1: float | None) -> None:
+        r"""Create the moment states (all zeros) for ``beta1``, as MindSpore's method of that name does.
+
+        The first moment ``exp_avg`` (the parameter's shape) exists only when ``beta1 > 0``; a parameter
+        of rank >= 2 gets the factored second moments ``exp_avg_sq_row`` (shape ``S[:-1]``) and
+        ``exp_avg_sq_col`` (shape ``S[:-2] + S[-1:]``), any other the full ``exp_avg_sq`` (the
+        parameter's shape, float16 when the optimizer was built with ``compression=True``). Slots that
+        MindSpore fills with a shape-(1,) dummy are None here. The constructor calls this method; calling
+        it again replaces every moment with zeros and sets :attr:`beta1` and :attr:`use_first_moment`
+        (the step counters are kept, as in MindSpore).
+
+        Parameters
+        ----------
+        beta1 : float, int or None
+            The first-moment decay in [0, 1]; None or 0 keep no first moment.
+
+        Raises
+        ------
+        TypeError
+            ``beta1`` is neither None nor an int or float.
+        ValueError
+            ``beta1`` is outside [0, 1].
+        """
+        self.beta1 = self._check_beta1(beta1)
+        self.use_first_moment = self.beta1 > 0.0
         self._slots = {name: [] for name in _SLOTS}
         for plan in self._plans:
             self._add_parameter_slots(plan)
         for name in _SLOTS:
             setattr(self, name, tuple(self._slots[name]))
+
+    def _check_beta1(self, beta1: Any) -> float:
+        owner = self._owner
+        if beta1 is None:
+            beta1 = 0.0
+        return check_range("beta1", check_float("beta1", beta1, owner, allow_int=True), owner, 0.0, 1.0)
 
     def _check_eps(self, eps: Any) -> tuple[float, float]:
         owner = self._owner

@@ -26,7 +26,8 @@ class FTRL(Optimizer):
     grouped, the group rule applies. The learning rate must be one positive Python float: a dynamic or a
     group learning rate is a ValueError (it is an attribute of MindSpore's sparse op). Row-sparse gradients
     update only their rows (duplicates summed): ``target == 'CPU'`` → ``fused_sparse_ftrl``; otherwise (the
-    default) ``sparse_apply_ftrl`` after the optimizer merges duplicates (when :attr:`unique`).
+    default) ``sparse_apply_ftrl`` after the optimizer merges duplicates (when :attr:`unique`). A step returns
+    True, as every optimizer here does (MindSpore's documentation says a tuple: its graph's success flags).
 
     ``l2_shrinkage`` is an addition of optkernels (MindSpore's ``nn.FTRL`` has none; TensorFlow's FTRL
     optimizer has ``l2_shrinkage_regularization_strength``): when > 0 the step is ``apply_ftrl_v2`` (dense)

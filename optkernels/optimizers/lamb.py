@@ -21,7 +21,9 @@ class Lamb(Optimizer):
         trust = ‖w‖/‖m̂/sqrt(v̂ + eps) + λ·w‖, clipped to [0, 10] (1 if a norm is 0)
         w ← w − trust·lr·u
 
-    The decay is decoupled (inside the trust ratio); no ``loss_scale`` argument; dense gradients only.
+    The decay is decoupled (inside the trust ratio); no ``loss_scale`` argument; dense gradients only. The
+    trust ratio's norm takes ``sqrt(v̂ + eps)`` as MindSpore's code does (its documentation writes
+    ``sqrt(v̂) + eps`` there too).
 
     Args:
         params: Parameters or group dicts (see :class:`Optimizer`).

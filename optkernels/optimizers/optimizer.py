@@ -121,7 +121,8 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
     the keys ``params`` (required), ``lr``, ``weight_decay``, ``grad_centralization`` and, in a dict of its
     own, ``order_params`` (the order of all parameters in the optimizer). A group without ``lr`` or
     ``weight_decay`` uses the constructor's value. Unknown keys raise KeyError, the same parameter in two
-    groups RuntimeError (ungrouped: two parameters with one name raise ValueError).
+    groups RuntimeError (ungrouped: two parameters with one name raise ValueError); an ``order_params`` dict
+    with other keys raises ValueError (MindSpore's code; its documentation says they are ignored).
 
     **Learning rate** (``learning_rate`` or a group's ``lr``): a number, a 0-d array (fixed), a 1-D array or
     an iterable (step ``t`` uses element ``t``; past the end the rate is 0.0, as MindSpore's CPU/GPU Gather
@@ -143,7 +144,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
 
     **Gradient centralization** (grouped parameters with ``grad_centralization=True`` only; after weight
     decay): ``g ← g − mean(g, axes 1..rank−1)`` for gradients of rank >= 2 with ``shape[1] % 16 == 0``,
-    others unchanged (MindSpore's actual rule).
+    others unchanged, silently (MindSpore's actual rule; its documentation announces an error).
 
     **Loss scale**: gradients arrive multiplied by ``loss_scale`` and are multiplied by ``1/loss_scale``
     (rounded to the gradient's dtype) after centralization; the decay above is pre-multiplied by
@@ -362,7 +363,8 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
     @property
     def unique(self) -> bool:
         """Whether row-sparse gradients are de-duplicated (duplicate indices summed) before a non-fused sparse
-        kernel (§1.8). Default True; False if any parameter has ``unique = True``."""
+        kernel (§1.8). Default True; False if any parameter has ``unique = True``. Settable (a bool), as in
+        MindSpore's code, though its documentation calls it read-only."""
         return self._unique
 
     @unique.setter

@@ -760,7 +760,8 @@ def thor(net: Any, learning_rate: Any, damping: Any, momentum: float, weight_dec
 
     Raises:
         TypeError: ``net`` does not follow the protocol; ``learning_rate`` or ``damping`` of another type;
-            ``momentum`` not a float; ``frequency`` or ``batch_size`` not an int; ``use_nesterov`` or
+            ``momentum`` not a float; ``frequency`` (2.5 too: MindSpore's code checks the type first, though
+            its documentation says ValueError) or ``batch_size`` not an int; ``use_nesterov`` or
             ``enable_clip_grad`` not a bool; ``decay_filter`` not callable; ``split_indices`` not None or a
             list of ints; CUDA parameters; the base class's type errors (loss_scale, weight_decay). At a
             THOR step: an embedding's ``inputs`` that are not integer ids.

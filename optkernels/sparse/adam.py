@@ -241,7 +241,8 @@ fused_sparse_adam.__doc__ = r"""Non-lazy sparse Adam in place (MindSpore ``ops.F
     Deliberate differences from MindSpore's CPU kernel: for Nesterov on rows without gradient that kernel
     reads an uninitialised scratch buffer; this one uses ``beta1·m`` (KERNELS.md §3, what the device path
     of nn.Adam computes). The state is updated in place and returned; out-of-range indices raise unless
-    ``out_of_range="drop"``.
+    ``out_of_range="drop"``. Beyond MindSpore's documentation (float32 arrays, int32 indices): float64,
+    float16 and bfloat16 arrays and int64 indices (which MindSpore's CPU kernel also registers) are accepted.
 
     CPU: one parallel pass over the table (each task walks a block of rows, updating indexed rows with their
     summed gradient and the runs between them with the decay). CUDA: one thread per element, which finds its

@@ -13,6 +13,7 @@ schedule such as :class:`~optkernels.optimizers.WarmUpLR`), not torch's ``group[
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterable, Optional
 
 import torch
@@ -130,7 +131,7 @@ def _adapter(numpy_class: Any) -> type:
     doc = (f"MindSpore's ``{numpy_class.__name__}`` over torch parameters: "
            f":class:`optkernels.optimizers.{numpy_class.__name__}`'s arguments after ``params`` (tensors, "
            "``named_parameters()`` pairs or MindSpore group dicts), the same bits.\n\n"
-           + (numpy_class.__doc__ or ""))
+           + inspect.cleandoc(numpy_class.__doc__ or ""))
     return type(numpy_class.__name__, (_MindSporeOptimizer,), {"_numpy_class": numpy_class, "__doc__": doc,
                                                                 "__module__": __name__})
 
