@@ -20,7 +20,6 @@ Two process-wide guards are installed when a communicator of more than one rank 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import sys
 import traceback
@@ -29,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _comm
-from ._fingerprint import digest_fields, fingerprint
+from ._fingerprint import describe, digest_fields
 
 __all__ = ["abort_on_uncaught", "agree", "register"]
 
@@ -169,7 +168,7 @@ def _message(error: BaseException) -> str:
 
 
 def _raise_differing_fields(comm: Any, fields: Any, where: str, what: str) -> None:
-    shown = {k: _short(v) for k, v in (fields or {}).items()}
+    shown = {k: describe(v) for k, v in (fields or {}).items()}
     every = comm.allgather(shown)
     names = list(dict.fromkeys(k for d in every for k in d))
     lines = []
@@ -180,11 +179,6 @@ def _raise_differing_fields(comm: Any, fields: Any, where: str, what: str) -> No
             lines.append(f"{name} ({ranks})")
     detail = "; ".join(lines) if lines else "they hash differently"
     raise ValueError(f"For '{where}', {what} differ across ranks: {detail}")
-
-
-def _short(value: Any) -> str:
-    text = repr(fingerprint(value))
-    return text if len(text) <= 80 else text[:60] + f"... #{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 # ---------------------------------------------------------------------------------------- process guards
@@ -247,7 +241,7 @@ def _exit_check() -> None:
         try:
             if comm == MPI.COMM_NULL or comm.Get_size() == 1:
                 continue
-            agree(comm, "exit", "the end of the program")
+            agree(comm, "exit", "the exit check of optkernels.distributed")
         except RuntimeError as error:
             sys.stderr.write(f"optkernels.distributed: rank {comm.Get_rank()} ended its program while "
                              f"another rank is still in a collective call: {error}\n")

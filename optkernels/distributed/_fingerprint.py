@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["digest_fields", "fingerprint", "optimizer_fields", "step_fields"]
+__all__ = ["describe", "digest_fields", "fingerprint", "optimizer_fields", "step_fields"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _DEPTH = 5
@@ -64,6 +64,23 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
     return (name, tuple((k, fingerprint(v, deeper)) for k, v in attributes))
 
 
+def describe(value: Any) -> str:
+    """A short readable text of ``value`` for messages (what :func:`fingerprint` compares, in words)."""
+    if isinstance(value, functools.partial):
+        keywords = "".join(f", {k}={describe(v)}" for k, v in value.keywords.items())
+        args = "".join(f", {describe(a)}" for a in value.args)
+        return f"partial({describe(value.func)}{args}{keywords})"
+    if isinstance(value, type):
+        return value.__qualname__
+    if isinstance(value, types.FunctionType):
+        cells = ", ".join(describe(_cell(c)) for c in value.__closure__ or ())
+        return f"{value.__qualname__}" + (f" (capturing {cells})" if cells else "")
+    if isinstance(value, (_PLAIN, np.generic)):
+        return repr(value)
+    text = repr(fingerprint(value))
+    return text if len(text) <= 100 else text[:80] + f"... #{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
 def _cell(cell: Any) -> Any:
     try:
         return cell.cell_contents
@@ -87,8 +104,10 @@ def _attributes(value: Any) -> list | None:
 
 
 def _is_scalar(value: Any) -> bool:
-    """A number, string, flag or a tuple of them (not a tuple holding None: per-parameter slots, which
-    differ from rank to rank in a parallel optimizer)."""
+    """A number, string, flag or a tuple of them. Not None (a cache built on first use), nor a tuple
+    holding None (per-parameter slots, which differ from rank to rank in a parallel optimizer)."""
+    if value is None:
+        return False
     if isinstance(value, (_PLAIN, np.generic)):
         return True
     return isinstance(value, tuple) and all(isinstance(v, (_PLAIN, np.generic)) and v is not None
@@ -107,9 +126,16 @@ def optimizer_fields(optimizer: Any) -> dict[str, Any]:
             fields[name.lstrip("_")] = value
     lrs = getattr(optimizer, "_lrs", None)
     if lrs is not None:
-        fields["learning rates of the groups"] = fingerprint([lr.obj for lr in lrs])
+        fields["learning rates of the groups"] = tuple(_learning_rate(lr) for lr in lrs)
         fields["weight decays of the groups"] = fingerprint(list(optimizer._wds))
     return fields
+
+
+def _learning_rate(lr: Any) -> Any:
+    """A fixed rate's value, a table's fingerprint, a schedule's fingerprint (its class and settings)."""
+    if lr.kind == "fixed":
+        return float(np.asarray(lr.obj.data))
+    return fingerprint(lr.obj.data if lr.kind == "table" else lr.obj)
 
 
 def step_fields(optimizer: Any) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class ShardedTable:
         except Exception as caught:
             error = caught
         _agree.agree(comm, "construction", owner, error=error, obj=self.obj,
-                     fields=lambda: {**self._geometry(), "optimizer (its fingerprint)": optimizer,
+                     fields=lambda: {**self._geometry(), "optimizer": optimizer,
                                      **optimizer_fields(self.optimizer)},
                      what="the tables (geometry, optimizer rule and hyper-parameters)")
 
