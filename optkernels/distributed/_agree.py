@@ -76,7 +76,7 @@ def register(comm: Any, name: str) -> int:
 
 def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = None, finite: bool = True,
           obj: int = -1, count: int = 0, fields: Callable[[], dict] | dict | None = None,
-          what: str = "the configurations") -> list[int]:
+          explain: Callable[[], dict] | None = None, what: str = "the configurations") -> list[int]:
     """One record exchange over ``comm`` (a collective call): raise on every rank if any rank failed or
     disagrees; else the ranks whose gradients were not finite (empty: all finite).
 
@@ -90,6 +90,8 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
         count: the object's call counter (e.g. its number of steps): every rank must be at the same one.
         fields: what must agree across ranks, ``{name: value}`` (or a callable returning it, evaluated
             among the local checks: its exceptions count as this rank's failure).
+        explain: the fields in full, when ``fields`` holds digests of some (called only when they differ,
+            to name the fields that differ).
         what: what the fields are, for the message.
 
     Raises:
@@ -125,7 +127,7 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
                          f"on ranks 0..{size - 1}): every rank must call it the same number of times")
     differ = [r for r in range(size) if (every[r, _DIGEST:] != every[0, _DIGEST:]).any()]
     if differ:
-        _raise_differing_fields(comm, fields, where, what)
+        _raise_differing_fields(comm, explain() if explain is not None else fields, where, what)
     return [r for r in range(size) if not every[r, _FINITE]]
 
 

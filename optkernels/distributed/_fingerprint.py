@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["describe", "digest_fields", "fingerprint", "optimizer_fields", "step_fields"]
+__all__ = ["config_fields", "describe", "digest_fields", "fingerprint", "optimizer_fields", "step_fields"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _DEPTH = 5
+_COUNTERS = ("global_step", "rounding_step")
 
 
 def fingerprint(value: Any, depth: int = 0) -> Any:
@@ -110,8 +111,8 @@ def _is_scalar(value: Any) -> bool:
         return False
     if isinstance(value, (_PLAIN, np.generic)):
         return True
-    return isinstance(value, tuple) and all(isinstance(v, (_PLAIN, np.generic)) and v is not None
-                                            for v in value)
+    return isinstance(value, tuple) and len(value) > 0 and all(
+        isinstance(v, (_PLAIN, np.generic)) and v is not None for v in value)
 
 
 def optimizer_fields(optimizer: Any) -> dict[str, Any]:
@@ -121,8 +122,9 @@ def optimizer_fields(optimizer: Any) -> dict[str, Any]:
     number or a callable's fingerprint)."""
     cls = type(optimizer)
     fields: dict[str, Any] = {"rule": f"{cls.__module__}.{cls.__qualname__}"}
+    slots = set(getattr(optimizer, "_slot_names", ()))     # this rank's share of the slots
     for name, value in sorted(vars(optimizer).items()):
-        if _is_scalar(value) and name not in ("_owner",):
+        if _is_scalar(value) and name != "_owner" and name not in slots:
             fields[name.lstrip("_")] = value
     lrs = getattr(optimizer, "_lrs", None)
     if lrs is not None:
@@ -138,10 +140,22 @@ def _learning_rate(lr: Any) -> Any:
     return fingerprint(lr.obj.data if lr.kind == "table" else lr.obj)
 
 
-def step_fields(optimizer: Any) -> dict[str, Any]:
-    """:func:`optimizer_fields` plus what the next step uses: the learning rate and weight decay of every
-    group at the current global step, and the small per-step state (beta powers, counters)."""
+def config_fields(optimizer: Any) -> dict[str, Any]:
+    """:func:`optimizer_fields` without what changes from step to step (the counters, the per-step scalars
+    such as beta powers): what a checkpoint's fingerprint and the first step compare."""
     fields = optimizer_fields(optimizer)
+    for key in (*_COUNTERS, *optimizer._scalar_state()):
+        fields.pop(key, None)
+    return fields
+
+
+def step_fields(optimizer: Any, config: bytes | None = None) -> dict[str, Any]:
+    """What the next step uses: the configuration (:func:`config_fields`, or its digest ``config`` when
+    given: the per-step check stays cheap), the counters, the learning rate and weight decay of every group
+    at the current global step, and the small per-step scalars (beta powers)."""
+    fields = config_fields(optimizer) if config is None else {"configuration (digest)": config}
+    for counter in _COUNTERS:
+        fields[counter] = getattr(optimizer, "_" + counter, 0)
     if getattr(optimizer, "_lrs", None) is not None:
         step = optimizer._global_step
         # a table's value follows from the table and the step (both compared; no past-the-end warning here)

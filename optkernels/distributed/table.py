@@ -21,7 +21,7 @@ from ..optimizers.loss_scale import all_finite as local_all_finite
 from ..sparse import RowSparse
 from . import _agree, _comm
 from . import _nonfinite as nonfinite_mode
-from ._fingerprint import digest_fields, optimizer_fields, step_fields
+from ._fingerprint import config_fields, digest_fields, optimizer_fields, step_fields
 
 __all__ = ["ShardedTable"]
 
@@ -68,6 +68,7 @@ class ShardedTable:
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.steps = 0
         self.last_nonfinite: str | None = None
+        self._fingerprint: bytes | None = None
         self.obj = _agree.register(comm, owner)
         error = None
         try:
@@ -133,17 +134,16 @@ class ShardedTable:
     def fingerprint(self) -> np.ndarray:
         """A digest (32 bytes, as a uint8 array) of the table's configuration: its geometry, its optimizer's
         rule and hyper-parameters (not the number of ranks, not the step counters)."""
-        fields = {**self._geometry(), **optimizer_fields(self.optimizer)}
-        for counter in ("global_step", "rounding_step"):
-            fields.pop(counter, None)
-        return np.frombuffer(digest_fields(fields), np.uint8).copy()
+        if self._fingerprint is None:
+            self._fingerprint = digest_fields({**self._geometry(), **config_fields(self.optimizer)})
+        return np.frombuffer(self._fingerprint, np.uint8).copy()
 
     # ------------------------------------------------------------------------------------ agreement
 
     def _agree(self, kind: str, error: BaseException | None, *, finite: bool = True, count: int = 0,
-               fields: Any = None, what: str = "the tables' states") -> list[int]:
+               fields: Any = None, explain: Any = None, what: str = "the tables' states") -> list[int]:
         return _agree.agree(self.comm, kind, f"ShardedTable.{kind}", error=error, finite=finite, obj=self.obj,
-                            count=count, fields=fields, what=what)
+                            count=count, fields=fields, explain=explain, what=what)
 
     def _checked_ids(self, ids: Any, label: str) -> np.ndarray:
         """The ids as int64 (checked on every rank before any collective)."""
@@ -216,7 +216,8 @@ class ShardedTable:
             error = caught
         self.steps += 1
         found = self._agree("step", error, finite=finite, count=self.steps,
-                            fields=lambda: step_fields(self.optimizer),
+                            fields=lambda: step_fields(self.optimizer, self.fingerprint().tobytes()),
+                            explain=lambda: step_fields(self.optimizer),
                             what="the tables' optimizer configurations at this step")
         if found:
             self.last_nonfinite = (f"For 'ShardedTable.step', non-finite gradient values at step call "
