@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["config_fields", "describe", "digest_fields", "fingerprint", "optimizer_fields", "step_fields"]
+__all__ = ["config_fields", "describe", "digest_fields", "fingerprint", "optimizer_fields", "small_scalar_state",
+           "step_fields"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _DEPTH = 5
@@ -149,10 +150,16 @@ def config_fields(optimizer: Any) -> dict[str, Any]:
     return fields
 
 
-def step_fields(optimizer: Any, config: bytes | None = None) -> dict[str, Any]:
+def small_scalar_state(optimizer: Any) -> bool:
+    """Whether the optimizer's per-step state is a few scalars (beta powers), cheap to compare every step
+    (THOR's also holds its inverse matrices)."""
+    return sum(np.size(v) for v in optimizer._scalar_state().values()) <= 64
+
+
+def step_fields(optimizer: Any, config: bytes | None = None, scalars: bool = True) -> dict[str, Any]:
     """What the next step uses: the configuration (:func:`config_fields`, or its digest ``config`` when
     given: the per-step check stays cheap), the counters, the learning rate and weight decay of every group
-    at the current global step, and the small per-step scalars (beta powers)."""
+    at the current global step, and (when ``scalars``) the small per-step scalars (beta powers)."""
     fields = config_fields(optimizer) if config is None else {"configuration (digest)": config}
     for counter in _COUNTERS:
         fields[counter] = getattr(optimizer, "_" + counter, 0)
@@ -163,7 +170,7 @@ def step_fields(optimizer: Any, config: bytes | None = None) -> dict[str, Any]:
                                                       for lr in optimizer._lrs)
         fields["weight decays at this step"] = tuple(float(w(step)) if callable(w) else w
                                                      for w in optimizer._wds)
-    for key, value in optimizer._scalar_state().items():
+    for key, value in (optimizer._scalar_state() if scalars else {}).items():
         if np.size(value) <= 8:
             fields[key] = fingerprint(np.asarray(value))
     return fields

@@ -22,7 +22,7 @@ import numpy as np
 from ..optimizers import _parallel
 from ..optimizers.loss_scale import all_finite as local_all_finite
 from . import _agree, _comm, _nonfinite
-from ._fingerprint import config_fields, digest_fields, optimizer_fields, step_fields
+from ._fingerprint import config_fields, digest_fields, optimizer_fields, small_scalar_state, step_fields
 from .reduce import origin
 
 __all__ = ["ParallelOptimizer", "assign_owners", "set_nonfinite"]
@@ -63,7 +63,7 @@ class ParallelOptimizer:
         self.steps = 0
         self.last_nonfinite: str | None = None
         self._nonfinite: str | None = None
-        self._config_digest: bytes | None = None
+        self._config_digest: tuple[bytes, bool] | None = None
         self._owner = owner
         plans = optimizer._plans
         error = next((TypeError(f"For '{owner}', the parallel optimizer (comm=) takes NumPy parameters; "
@@ -123,7 +123,7 @@ class ParallelOptimizer:
         self.steps += 1
         where = f"{self._owner}.step"
         found = _agree.agree(self.comm, "step", where, error=error, finite=finite, obj=self.obj,
-                             count=self.steps, fields=lambda: step_fields(optimizer, self._config(optimizer)),
+                             count=self.steps, fields=lambda: step_fields(optimizer, *self._config(optimizer)),
                              explain=lambda: step_fields(optimizer),
                              what="the optimizers' configurations at this step")
         if found:
@@ -136,11 +136,12 @@ class ParallelOptimizer:
                 return None
         return checked
 
-    def _config(self, optimizer: Any) -> bytes:
-        """The digest of the optimizer's configuration (:func:`config_fields`), computed on the first step
-        (after the subclass set its hyper-parameters) and kept."""
+    def _config(self, optimizer: Any) -> tuple[bytes, bool]:
+        """The digest of the optimizer's configuration (:func:`config_fields`) and whether its per-step
+        scalars are small enough to compare every step; computed on the first step (after the subclass set
+        its hyper-parameters) and kept."""
         if self._config_digest is None:
-            self._config_digest = digest_fields(config_fields(optimizer))
+            self._config_digest = (digest_fields(config_fields(optimizer)), small_scalar_state(optimizer))
         return self._config_digest
 
     def load_state(self, optimizer: Any, state: Any) -> None:

@@ -181,3 +181,17 @@ def test_nonfinite_defaults_and_reduce_gradients_raise(comm):
     assert opt._parallel.nonfinite == "skip" and snapshot(opt, ps) == before
     with pytest.raises(FloatingPointError, match=rf"rank {size - 1}: grads\[2\]"):
         reduce_gradients(mine, comm, nonfinite="raise")
+
+
+def test_ranks_that_own_no_parameter_agree(comm):
+    """One parameter over several ranks: the ranks without a share hold no slots, and their configurations
+    still compare equal (a rank's share of the slots is not configuration)."""
+    w = Parameter(np.ones(3, np.float32), "w")
+    opt = Adam([w], learning_rate=0.5, comm=comm)
+    for _ in range(2):
+        assert opt.step([np.ones(3, np.float32)]) is True
+    single = Parameter(np.ones(3, np.float32), "w")
+    ref = Adam([single], learning_rate=0.5)
+    for _ in range(2):
+        ref.step([np.ones(3, np.float32)])
+    assert w.data.tobytes() == single.data.tobytes()
