@@ -1,6 +1,6 @@
 """The MPI plumbing of :mod:`optkernels.distributed`: mpi4py loaded on first use, the deterministic
-collectives (a sum in rank order, a concatenation in rank order) and the digest check that turns a
-mismatch across ranks into a clear error on every rank instead of a hang.
+collectives (a sum in rank order, a concatenation in rank order) and a digest of descriptions (the
+agreement across ranks before each collective is :mod:`._agree`).
 
 Every collective here moves raw bytes (a contiguous MPI type of the element's size), so any NumPy dtype,
 float16 and ml_dtypes' bfloat16 included, travels bit for bit; the arithmetic is NumPy's, on each rank.
@@ -14,7 +14,7 @@ import numpy as np
 
 from .._install import install_hint
 
-__all__ = ["as_bytes", "check_comm", "check_same", "chunk_bounds", "concat_rows", "digest", "element_type",
+__all__ = ["as_bytes", "check_comm", "chunk_bounds", "concat_rows", "digest", "element_type",
            "mpi", "ordered_sum"]
 
 _TYPES: dict[int, Any] = {}
@@ -65,24 +65,6 @@ def digest(items: Iterable[Any]) -> bytes:
         h.update(repr(item).encode())
         h.update(b"\0")
     return h.digest()
-
-
-def check_same(comm: Any, value: bytes, message: str) -> None:
-    """A collective check that every rank of ``comm`` passed the same ``value`` (a digest).
-
-    Raises:
-        ValueError: on every rank (so that none of them goes on into a collective that would hang), with
-            ``message`` and which ranks differ from rank 0.
-    """
-    size = comm.Get_size()
-    if size == 1:
-        return
-    mine = np.frombuffer(value, np.uint8)
-    every = np.empty((size, mine.size), np.uint8)
-    comm.Allgather(mine, every)
-    differ = [r for r in range(size) if not np.array_equal(every[r], every[0])]
-    if differ:
-        raise ValueError(f"{message}: ranks {differ} differ from rank 0 (rank {comm.Get_rank()} of {size})")
 
 
 def chunk_bounds(n: int, size: int) -> np.ndarray:

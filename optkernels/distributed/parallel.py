@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from ..optimizers import _parallel
-from . import _comm
-from .reduce import agree
+from ..optimizers.loss_scale import all_finite as local_all_finite
+from . import _agree, _comm, _nonfinite
+from ._fingerprint import config_fields, digest_fields, optimizer_fields, small_scalar_state, step_fields
+from .reduce import origin
 
-__all__ = ["ParallelOptimizer", "assign_owners"]
+__all__ = ["ParallelOptimizer", "assign_owners", "set_nonfinite"]
 
 
 def assign_owners(nbytes: list[int], size: int) -> list[int]:
@@ -58,15 +60,20 @@ class ParallelOptimizer:
         owner = optimizer._owner
         self.comm = _comm.check_comm(comm, owner)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.steps = 0
+        self.last_nonfinite: str | None = None
+        self._nonfinite: str | None = None
+        self._config_digest: tuple[bytes, bool] | None = None
+        self._owner = owner
         plans = optimizer._plans
-        described = [owner] + [(p.name, p.shape, p.dtype.str) for p in plans]
-        _comm.check_same(comm, _comm.digest(described),
-                         f"For '{owner}', the parameter lists (names, shapes, dtypes) differ across ranks; "
-                         "every rank must build the optimizer over the same parameters")
-        for plan in plans:
-            if plan.device != "cpu":
-                raise TypeError(f"For '{owner}', the parallel optimizer (comm=) takes NumPy parameters; "
-                                f"{plan.name} is a CUDA array")
+        error = next((TypeError(f"For '{owner}', the parallel optimizer (comm=) takes NumPy parameters; "
+                                f"{plan.name} is a CUDA array") for plan in plans if plan.device != "cpu"),
+                     None)
+        self.obj = _agree.register(comm, owner)
+        _agree.agree(comm, "construction", owner, error=error, obj=self.obj,
+                     fields=lambda: {"parameters (names, shapes, dtypes)": _comm.digest(
+                         [(p.name, p.shape, p.dtype.str) for p in plans]), **optimizer_fields(optimizer)},
+                     what="the optimizers (parameter lists, hyper-parameters)")
         self.owners = assign_owners([p.size * p.dtype.itemsize for p in plans], self.size)
         for plan, rank in zip(plans, self.owners):
             plan.owned = rank == self.rank
@@ -77,6 +84,90 @@ class ParallelOptimizer:
                        for ps in self._by_root]
         self._buffer = np.empty(max([sum(p.size * p.dtype.itemsize for p in small)
                                      for _, small in self._sends] + [0]), np.uint8)
+
+    @property
+    def nonfinite(self) -> str:
+        """What :meth:`agreed_step` does when a rank finds a non-finite gradient among those it owns:
+        ``"skip"``, ``"raise"``, ``"warn"`` or ``"off"`` (:mod:`._nonfinite`). Default ``"skip"`` when the
+        optimizer divides by a loss scale (MindSpore's overflow rule), else ``"warn"``."""
+        return self._nonfinite or "warn"
+
+    @nonfinite.setter
+    def nonfinite(self, mode: str) -> None:
+        self._nonfinite = _nonfinite.check_mode(self._owner, mode)
+
+    def agreed_step(self, optimizer: Any, gradients: Any) -> tuple[list, bool] | None:
+        """The start of a parallel step (called by ``Optimizer.step``, a collective call): every rank
+        validates its gradients and checks those of its own parameters for infs and NaNs, then one record
+        exchange compares the outcome, the step counters and the configuration (hyper-parameters, the
+        learning rates and weight decays at this step, the per-step scalars) across ranks.
+
+        Returns:
+            The validated gradients and whether they are plain (the step goes on), or None: the step is
+            skipped on every rank (non-finite gradients under ``nonfinite="skip"``).
+
+        Raises:
+            The first failing rank's error, on every rank (naming that rank); ValueError when the counters or
+            the configurations differ; RuntimeError when a rank is in another call; FloatingPointError on
+            non-finite gradients under ``nonfinite="raise"``. Nothing is written before.
+        """
+        if self._nonfinite is None:
+            self._nonfinite = _nonfinite.default_mode(optimizer.need_scale)
+        error, checked, finite = None, None, True
+        try:
+            checked = optimizer._validated(gradients)
+            if self._nonfinite != "off":
+                finite = local_all_finite([checked[0][p.index] for p in optimizer._local_plans])
+        except Exception as caught:
+            error = caught
+        self.steps += 1
+        where = f"{self._owner}.step"
+        found = _agree.agree(self.comm, "step", where, error=error, finite=finite, obj=self.obj,
+                             count=self.steps, fields=lambda: step_fields(optimizer, *self._config(optimizer)),
+                             explain=lambda: step_fields(optimizer),
+                             what="the optimizers' configurations at this step")
+        if found:
+            names = self.comm.allgather(None if finite else [p.name for p in optimizer._local_plans
+                                                            if not local_all_finite(checked[0][p.index])])
+            bad = [n for r in found for n in names[r]]
+            self.last_nonfinite = (f"For '{where}', non-finite gradients at step call {self.steps}: {bad} "
+                                   f"({origin(self.comm, found)})")
+            if not _nonfinite.handle(self._nonfinite, self.last_nonfinite):
+                return None
+        return checked
+
+    def _config(self, optimizer: Any) -> tuple[bytes, bool]:
+        """The digest of the optimizer's configuration (:func:`config_fields`) and whether its per-step
+        scalars are small enough to compare every step; computed on the first step (after the subclass set
+        its hyper-parameters) and kept."""
+        if self._config_digest is None:
+            self._config_digest = (digest_fields(config_fields(optimizer)), small_scalar_state(optimizer))
+        return self._config_digest
+
+    def load_state(self, optimizer: Any, state: Any) -> None:
+        """``optimizer.load_state_dict(state)`` as a collective call: every rank checks its state, then one
+        record exchange compares the outcome and what was loaded (step counters, per-step scalars) with the
+        configurations; only then does every rank write.
+
+        Raises:
+            The first failing rank's error, on every rank (naming it); ValueError when the loaded counters
+            or scalars, or the configurations, differ across ranks. Nothing is written anywhere then.
+        """
+        error, arrays = None, None
+        try:
+            arrays = optimizer._checked_state(state)
+        except Exception as caught:
+            error = caught
+
+        def fields() -> dict:
+            loaded = {f"loaded {k}": np.asarray(v) for k, v in arrays.items()
+                      if "." not in k and np.size(v) <= 8}
+            return {**loaded, **optimizer_fields(optimizer)}
+
+        _agree.agree(self.comm, "load_state_dict", f"{self._owner}.load_state_dict", error=error,
+                     obj=self.obj, fields=fields, what="the loaded states (step counters, per-step scalars) "
+                     "or the optimizers' configurations")
+        optimizer._write_state(arrays)
 
     def shard_bytes(self, rank: int | None = None) -> int:
         """The bytes of parameters owned by ``rank`` (default: this rank)."""
@@ -122,13 +213,25 @@ class ParallelOptimizer:
         return out
 
     def all_agree(self, flag: bool) -> bool:
-        """The AND of ``flag`` over the ranks (e.g. "all gradients finite": every rank skips together)."""
-        return agree(self.comm, flag)
+        """The AND of ``flag`` over the ranks (e.g. "all gradients finite": every rank skips together); a
+        False is recorded in :attr:`last_nonfinite` with the ranks that produced it."""
+        found = _agree.agree(self.comm, "flag", f"{self._owner} (a flag over the ranks)", finite=bool(flag),
+                             obj=self.obj)
+        if found:
+            self.last_nonfinite = f"For '{self._owner}', a False flag on ranks {found} ({origin(self.comm, found)})"
+        return not found
 
     def consolidated_state_dict(self, optimizer: Any, root: int | None) -> dict | None:
         """Every rank's ``state_dict`` merged on ``root`` (None: on every rank): the state a single-process
         optimizer over the same parameters has, loadable into one (or into a parallel optimizer of any number
         of ranks). Other ranks get None. A collective call."""
+        error = None
+        if root is not None and (isinstance(root, bool) or not isinstance(root, (int, np.integer))
+                                 or not 0 <= root < self.size):
+            error = ValueError(f"For '{self._owner}', 'root' must be None or a rank in [0, {self.size}), "
+                               f"got {root!r}")
+        _agree.agree(self.comm, "consolidated_state_dict", f"{self._owner}.consolidated_state_dict",
+                     error=error, obj=self.obj, fields={"root": root})
         mine = optimizer.state_dict()
         if self.size == 1:
             return mine
@@ -154,6 +257,27 @@ class ParallelOptimizer:
             return (0 if key == "global_step" else 2, 0, 0)
 
         return {key: merged[key] for key in sorted(merged, key=rank_key)}
+
+
+def set_nonfinite(target: Any, mode: str) -> None:
+    """What a parallel optimizer (built with ``comm=``; or LARS around one) or a :class:`ShardedTable` does
+    when a rank finds a non-finite gradient before a step: ``"skip"`` the step on every rank, ``"raise"``
+    FloatingPointError on every rank, ``"warn"`` and apply it, or ``"off"`` (no check). Each names the ranks
+    that produced the infs or NaNs.
+
+    Args:
+        target: the optimizer or the table.
+        mode: one of ``"skip"``, ``"raise"``, ``"warn"``, ``"off"``.
+
+    Raises:
+        TypeError: ``target`` is not a parallel optimizer or a table; ``mode`` not a str.
+        ValueError: an unknown mode.
+    """
+    hook = getattr(getattr(target, "opt", target), "_parallel", None)
+    if hook is None and not hasattr(target, "nonfinite"):
+        raise TypeError(f"For 'set_nonfinite', 'target' must be an optimizer built with comm= or a "
+                        f"ShardedTable, got {type(target).__name__}")
+    (hook or target).nonfinite = mode
 
 
 def _in_place(plan: Any) -> bool:

@@ -9,11 +9,12 @@ import numpy as np
 
 from ..optimizers.loss_scale import all_finite as _local_all_finite
 from ..sparse import RowSparse
-from . import _comm
+from . import _agree, _comm
 
-__all__ = ["reduce_gradients", "all_finite"]
+__all__ = ["reduce_gradients", "all_finite", "origin"]
 
 _local = threading.local()
+_produced: dict[int, list[int]] = {}    # communicator -> the ranks whose last reduce inputs were not finite
 
 
 def _scratch(dtype: np.dtype, n: int) -> np.ndarray:
@@ -48,7 +49,8 @@ def _describe(g: Any) -> tuple:
     return ("dense", g.shape, g.dtype.str)
 
 
-def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True) -> tuple:
+def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True,
+                     nonfinite: str = "record") -> tuple:
     r"""The gradients summed (or averaged) over the ranks of ``comm`` (MindSpore's DistributedGradReducer):
     a new tuple, the same bits on every rank.
 
@@ -62,11 +64,18 @@ def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True) -
     and values all-gathered in rank order (``values / P`` when averaging); duplicates stay, for the sparse
     kernels' deterministic merge.
 
+    Before anything is sent, every rank checks its gradients and the ranks compare what they hold (one small
+    all-gather): an invalid gradient on any rank raises on every rank.
+
     Args:
         grads: a tuple or list of NumPy arrays (floating) and RowSparse gradients (NumPy), the same number,
             kinds, shapes and dtypes on every rank (row-sparse gradients may have any number of rows).
         comm: an mpi4py intracommunicator; a collective call on all of its ranks.
         average: divide by the number of ranks (a true division in the dtype). Default True.
+        nonfinite: what to do when some rank's gradients hold an inf or a NaN: ``"record"`` (default: sum
+            them, as MindSpore does, and remember which ranks produced them, for the parallel optimizer's
+            message), ``"raise"`` (FloatingPointError on every rank, naming the ranks and gradients, before
+            anything is summed) or ``"off"`` (no check: no pass over the gradients).
 
     Returns:
         A tuple with one reduced gradient per input, in order (dense: views of one buffer per dtype). Each
@@ -74,16 +83,36 @@ def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True) -
 
     Raises:
         TypeError: ``grads`` not a tuple/list, an entry that is not a floating NumPy array or a NumPy
-            RowSparse; ``comm`` not an intracommunicator.
-        ValueError: the gradient lists differ across ranks (kinds, shapes or dtypes): raised on every rank.
+            RowSparse; ``comm`` not an intracommunicator (this one on the calling rank only). On every rank
+            when any rank's input is wrong, naming that rank.
+        ValueError: the gradient lists differ across ranks (kinds, shapes or dtypes), or ``average``
+            differs: raised on every rank.
+        FloatingPointError: non-finite gradients under ``nonfinite="raise"`` (on every rank).
     """
-    grads = _check(grads)
     comm = _comm.check_comm(comm, "reduce_gradients")
-    if not isinstance(average, (bool, np.bool_)):
-        raise TypeError(f"For 'reduce_gradients', 'average' must be a bool, got {type(average).__name__}")
-    _comm.check_same(comm, _comm.digest(map(_describe, grads)) + _comm.digest([bool(average)]),
-                     "For 'reduce_gradients', the gradient lists (kinds, shapes, dtypes) or 'average' differ "
-                     "across ranks")
+    error, finite = None, True
+    try:
+        grads = _check(grads)
+        if not isinstance(average, (bool, np.bool_)):
+            raise TypeError(f"For 'reduce_gradients', 'average' must be a bool, got {type(average).__name__}")
+        if nonfinite not in ("record", "raise", "off"):
+            raise ValueError(f"For 'reduce_gradients', 'nonfinite' must be 'record', 'raise' or 'off', got "
+                             f"{nonfinite!r}")
+        if nonfinite != "off":
+            finite = _local_all_finite(grads)
+    except Exception as caught:
+        error = caught
+    found = _agree.agree(comm, "reduce_gradients", "reduce_gradients", error=error, finite=finite,
+                         fields=lambda: {"gradients (kinds, shapes, dtypes)": [_describe(g) for g in grads],
+                                         "average": bool(average), "nonfinite": nonfinite},
+                         what="the gradient lists (kinds, shapes, dtypes) or the options")
+    if nonfinite != "off":
+        _produced[comm.py2f()] = found
+    if found and nonfinite == "raise":
+        which = comm.allgather(None if finite else [k for k, g in enumerate(grads) if not _local_all_finite(g)])
+        listed = ", ".join(f"rank {r}: grads{which[r]}" for r in found)
+        raise FloatingPointError(f"For 'reduce_gradients', non-finite gradients ({listed}); nothing was "
+                                 "summed")
     size = comm.Get_size()
     out: list[Any] = [None] * len(grads)
     by_dtype: dict[str, list[int]] = {}
@@ -131,13 +160,26 @@ def all_finite(grads: Any, comm: Any) -> bool:
     Args:
         grads: what :func:`optkernels.optimizers.all_finite` accepts (arrays, row-sparse gradients, lists).
         comm: an mpi4py intracommunicator; a collective call.
+
+    Raises:
+        TypeError: an entry of another type, on every rank (naming the rank).
     """
     comm = _comm.check_comm(comm, "all_finite")
-    return agree(comm, _local_all_finite(grads))
+    error, finite = None, True
+    try:
+        finite = _local_all_finite(grads)
+    except Exception as caught:
+        error = caught
+    return not _agree.agree(comm, "all_finite", "all_finite", error=error, finite=finite)
 
 
-def agree(comm: Any, flag: bool) -> bool:
-    """The logical AND of ``flag`` over the ranks of ``comm`` (the same answer everywhere)."""
-    if comm.Get_size() == 1:
-        return bool(flag)
-    return bool(comm.allreduce(bool(flag), op=_comm.mpi().LAND))
+def origin(comm: Any, found: list[int]) -> str:
+    """Where the non-finite gradients that ranks ``found`` came from, for messages: the ranks whose inputs
+    to the last :func:`reduce_gradients` on ``comm`` held infs or NaNs, if it saw any."""
+    produced = _produced.get(comm.py2f())
+    if produced:
+        return f"produced by rank(s) {produced}: their gradients given to reduce_gradients held infs or NaNs"
+    if produced is not None:
+        return (f"found by rank(s) {found}; every rank's gradients given to reduce_gradients were finite: "
+                "their sum overflowed")
+    return f"found by rank(s) {found}, among the gradients of the parameters they own"

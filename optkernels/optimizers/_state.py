@@ -88,7 +88,18 @@ class StateDictMixin:
             KeyError: a key this optimizer expects is missing (naming the parameter), or an unexpected key
                 (state of a parameter this optimizer does not have).
             ValueError: an array of the wrong shape (naming the key), or a negative global_step.
+
+        A parallel optimizer (``comm=``) checks the state on every rank and compares the loaded step counters
+        and per-step scalars across ranks before any rank writes: an error on one rank raises on all.
         """
+        parallel = getattr(self, "_parallel", None)
+        if parallel is not None:
+            parallel.load_state(self, state)
+            return
+        self._write_state(self._checked_state(state))
+
+    def _checked_state(self, state: Any) -> dict[str, np.ndarray]:
+        """The arrays of ``state`` to load, by key, after every check of :meth:`load_state_dict`."""
         if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
             raise TypeError(f"For '{self._owner}', load_state_dict needs a mapping of str to arrays, got "
                             f"{type(state).__name__}")
@@ -120,6 +131,11 @@ class StateDictMixin:
                 raise TypeError(f"For '{self._owner}', the state entry {key!r} has dtype {value.dtype} but "
                                 f"needs dtype {dtype}")
             arrays[key] = value
+        return arrays
+
+    def _write_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Load the arrays :meth:`_checked_state` returned."""
+        layout = self._state_layout()
         for key, (_, _, target) in layout.items():
             if target is None:
                 continue

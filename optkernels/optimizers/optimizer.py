@@ -482,7 +482,8 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         return self.step(gradients)
 
     def step(self, gradients: Sequence[Any]) -> bool:
-        """Update every parameter in place from its gradient; returns True.
+        """Update every parameter in place from its gradient; returns True (False: a parallel optimizer
+        skipped the step on every rank on non-finite gradients, see :mod:`optkernels.distributed`).
 
         Args:
             gradients: a tuple or list with one gradient per parameter, in :attr:`parameters` order.
@@ -494,9 +495,13 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
                 weight decay returned an invalid value.
             (All raised before any array or counter is changed.)
         """
-        grads, plain = self._checked_gradients(gradients)
-        if self._distinct_gradients:
-            self._check_distinct_gradients(grads)
+        if self._parallel is None:
+            grads, plain = self._validated(gradients)
+        else:   # validated on every rank, then agreed (optkernels.distributed): all raise, skip or go on
+            agreed = self._parallel.agreed_step(self, gradients)
+            if agreed is None:
+                return False
+            grads, plain = agreed
         ctx = self._begin_step()
         launches = self._launches
         if launches is None:
@@ -520,6 +525,14 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         else:
             flat = grad.reshape(-1) if plan.device == "cpu" else _flatten(grad, "cuda")
             self._apply_dense(plan, flat, ctx.scalars[plan.key], ctx)
+
+    def _validated(self, gradients: Any) -> tuple[list, bool]:
+        """The gradients and whether they are plain (:meth:`_checked_gradients`), after every check a step
+        makes before it writes anything."""
+        grads, plain = self._checked_gradients(gradients)
+        if self._distinct_gradients:
+            self._check_distinct_gradients(grads)
+        return grads, plain
 
     def _check_gradients(self, gradients: Any) -> list:
         return self._checked_gradients(gradients)[0]

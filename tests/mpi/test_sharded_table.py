@@ -101,3 +101,104 @@ def test_invalid_input_raises_on_every_rank(comm):
     np.testing.assert_array_equal(table.local, before)
     with pytest.raises(TypeError, match="row-sparse"):
         ShardedTable(ROWS, DIM, comm, functools.partial(Adam, use_amsgrad=True))
+
+
+# ------------------------------------------------------------------------------ agreement and checkpoints
+
+@pytest.mark.parametrize("field, build", [
+    ("optimizer", lambda r: functools.partial(LazyAdam, learning_rate=0.01 * (1 + r))),
+    ("optimizer", lambda r: (lambda lr: lambda ps: LazyAdam(ps, learning_rate=lr))(0.01 * (1 + r))),
+    ("optimizer", lambda r: LazyAdam if r == 0 else Adam),
+])
+def test_tables_whose_optimizers_differ_raise_on_every_rank(comm, field, build):
+    """Not the class name: a partial's keywords, a lambda's captured values, the class itself."""
+    odd = int(comm.Get_rank() == comm.Get_size() - 1)
+    with pytest.raises(ValueError, match=f"tables .* differ across ranks: .*{field} \\(rank 0: "):
+        ShardedTable(ROWS, DIM, comm, build(odd), init=init)
+
+
+def test_tables_whose_geometry_differs_raise_on_every_rank(comm):
+    odd = int(comm.Get_rank() == comm.Get_size() - 1)
+    with pytest.raises(ValueError, match=r"differ across ranks: dim \(rank 0: 4, .*5\)"):
+        ShardedTable(ROWS, DIM + odd, comm, OPTIMIZERS["LazyAdam"])
+
+
+def unique_gradient(step):
+    """A gradient over the whole table without repeated rows (so that its split over any number of ranks
+    sums to the same bits)."""
+    rng = np.random.default_rng(500 + step)
+    ids = rng.permutation(ROWS)[:30]
+    return RowSparse(ids, rng.standard_normal((30, DIM)).astype(np.float32), (ROWS, DIM))
+
+
+def part(g, rank, size):
+    return RowSparse(g.indices[rank::size], g.values[rank::size], g.dense_shape)
+
+
+def test_checkpoints_reshard_bit_identically(comm, tmp_path):
+    """2 ranks (2 steps) -> every rank of COMM_WORLD (2 more) -> 1 rank (1 more): each step from per-rank
+    checkpoints, saved with np.savez; the table and its state equal one process's run, bit for bit."""
+    build = functools.partial(LazyAdam, learning_rate=0.01, weight_decay=1e-3)
+    whole = Parameter(init(np.arange(ROWS)), "embedding.table")
+    single = build([whole])
+    for s in range(5):
+        single.step([unique_gradient(s)])
+
+    def run(sub, steps, shards):
+        table = ShardedTable(ROWS, DIM, sub, build, init=init, average=False)
+        if shards is not None:
+            table.load_state_dict(shards)
+        for s in steps:
+            table.step(part(unique_gradient(s), sub.Get_rank(), sub.Get_size()))
+        path = tmp_path / f"shard-{comm.Get_rank()}.npz"
+        np.savez(path, **table.state_dict())
+        return table, dict(np.load(path))
+
+    pair = comm.Split(0 if comm.Get_rank() < 2 else 1)
+    mine = run(pair, [0, 1], None)[1] if comm.Get_rank() < 2 else None
+    pair.Free()
+    shards = [s for s in comm.allgather(mine) if s is not None]
+    shards = comm.allgather(run(comm, [2, 3], shards)[1])
+    table, _ = run(MPI_SELF(), [4], shards)
+    assert table.local.tobytes() == whole.data.tobytes()
+    state, full = table.consolidated_state_dict(), single.state_dict()
+    assert all(state[k].tobytes() == full[k].tobytes() for k in full)
+
+
+def MPI_SELF():
+    from mpi4py import MPI
+
+    return MPI.COMM_SELF
+
+
+def test_a_shard_loaded_by_the_wrong_rank_raises(comm):
+    table = ShardedTable(ROWS, DIM, comm, OPTIMIZERS["LazyAdam"], init=init)
+    table.step(zipf_gradient(comm.Get_rank(), 0))
+    shards = comm.allgather(table.state_dict())
+    before = table.local.copy(), table.optimizer.state_dict()
+    swapped = shards[(comm.Get_rank() + 1) % comm.Get_size()]
+    with pytest.raises(ValueError, match="holds the shard of rank .* load every rank's checkpoint as a list"):
+        table.load_state_dict(swapped)
+    other = ShardedTable(ROWS, DIM, comm, functools.partial(LazyAdam, learning_rate=0.5), init=init)
+    with pytest.raises(ValueError, match="fingerprint differs"):
+        other.load_state_dict(shards)
+    assert table.local.tobytes() == before[0].tobytes()
+    assert all(v.tobytes() == before[1][k].tobytes() for k, v in table.optimizer.state_dict().items())
+    table.load_state_dict(shards[comm.Get_rank()])            # its own shard loads
+    other.load_state_dict(shards, strict=False)                # another lr on purpose
+    assert other.local.tobytes() == table.local.tobytes()
+
+
+def test_nonfinite_table_gradient_names_its_rank(comm):
+    size = comm.Get_size()
+    table = ShardedTable(ROWS, DIM, comm, OPTIMIZERS["LazyAdam"], init=init, nonfinite="skip")
+    g = zipf_gradient(comm.Get_rank(), 0)
+    if comm.Get_rank() == size - 1:
+        g.values[0, 1] = np.nan
+    before = table.local.copy()
+    with pytest.warns(RuntimeWarning, match=rf"produced by rank\(s\) \[{size - 1}\].*skipped"):
+        assert table.step(g) is False
+    assert table.local.tobytes() == before.tobytes()
+    table.nonfinite = "raise"
+    with pytest.raises(FloatingPointError, match=rf"rank\(s\) \[{size - 1}\]"):
+        table.step(g)
