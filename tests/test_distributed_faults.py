@@ -43,8 +43,8 @@ print("DONE", rank, flush=True)
 
 
 @pytest.mark.parametrize("case, cause", [
-    ("uncaught", r"RuntimeError: boom on rank 1\s+optkernels.distributed: uncaught RuntimeError on rank 1 of 2: "
-                 r"aborting every rank"),
+    ("uncaught", r"RuntimeError: boom on rank 1\s+optkernels.distributed: uncaught RuntimeError on rank 1 "
+                 r"of 2: aborting every rank"),
     ("bad_step", r"Momentum.step', rank 1 of 2 failed: .*gradient of w has shape \(5,\)"),
     ("fewer_steps", r"not in the same call.*rank 1: the end of its program"),
 ])
@@ -55,7 +55,8 @@ def test_a_fault_on_one_rank_ends_every_rank(tmp_path, case, cause):
         pytest.skip("no mpiexec on PATH (pip install 'optkernels[mpi]' installs MPICH's)")
     (tmp_path / "train.py").write_text(SCRIPT)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               NUMBA_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+               NUMBA_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("OPTKERNELS_MPI_ABORT", None)
     done = subprocess.run([mpiexec, "-n", "2", sys.executable, "train.py", case], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)
