@@ -3,9 +3,11 @@ with ``comm=`` does.
 
 Design (the layering keeps :mod:`optkernels.optimizers` below this package): the base ``Optimizer`` takes
 ``comm=None``; given a communicator it calls :func:`optkernels.optimizers._parallel.attach`, which builds
-a :class:`ParallelOptimizer` through the factory this package installs on import. At construction it
-checks that every rank lists the same parameters (a digest of names, shapes and dtypes; a mismatch is a
-ValueError on every rank, not a hang) and splits them by bytes (:func:`assign_owners`); the optimizer then
+a :class:`ParallelOptimizer` through the factory this package installs on import. At construction the
+ranks compare their parameters (names, shapes, dtypes) and configurations (:mod:`._agree`: a mismatch is
+a ValueError on every rank, not a hang) and split the parameters by bytes (:func:`assign_owners`); every
+step, ``load_state_dict`` and ``consolidated_state_dict`` first agrees across ranks the same way (a rank's
+error raised on all; counters, configuration and non-finite gradients compared); the optimizer then
 creates slots only for its own parameters and updates only those (the same kernels, scalars and bits as
 one process), and its ``broadcast_params`` (called by ``step``) sends each root's updated parameters to
 every rank, root by root in rank order (large parameters in place, small ones packed into one
@@ -56,6 +58,8 @@ class ParallelOptimizer:
     Attributes:
         comm: the communicator. rank, size: this rank and the number of ranks.
         owners: the owning rank of each parameter, in the optimizer's order.
+        steps: the number of ``step`` calls so far (compared across ranks at every step).
+        last_nonfinite: the message of the last non-finite gradients found (None: none yet).
     """
 
     def __init__(self, optimizer: Any, comm: Any):

@@ -53,6 +53,8 @@ class ShardedTable:
         local: this rank's rows, a ``(local_rows, dim)`` array (the optimizer's :class:`Parameter` data).
         rows: the global ids of this rank's rows.
         optimizer: the optimizer of this rank's rows.
+        steps: the number of :meth:`step` calls so far (compared across ranks at every step).
+        last_nonfinite: the message of the last non-finite gradients found (None: none yet).
 
     Raises:
         TypeError: arguments of the wrong type; an optimizer that does not take row-sparse gradients.
