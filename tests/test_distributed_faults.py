@@ -42,28 +42,31 @@ print("DONE", rank, flush=True)
 '''
 
 
-@pytest.mark.parametrize("case, cause", [
-    ("uncaught", r"RuntimeError: boom on rank 1\s+optkernels.distributed: uncaught RuntimeError on rank 1 of 2: "
-                 r"aborting every rank"),
-    ("bad_step", r"Momentum.step', rank 1 of 2 failed: .*gradient of w has shape \(5,\)"),
-    ("fewer_steps", r"not in the same call.*rank 1: the end of its program"),
+@pytest.mark.parametrize("case, ranks, cause", [
+    ("uncaught", 2, r"RuntimeError: boom on rank 1\s+optkernels.distributed: uncaught RuntimeError on rank 1 "
+                    r"of 2: aborting every rank"),
+    ("uncaught", 3, r"RuntimeError: boom on rank 1\s+optkernels.distributed: uncaught RuntimeError on rank 1 "
+                    r"of 3: aborting every rank"),
+    ("bad_step", 2, r"Momentum.step', rank 1 of 2 failed: .*gradient of w has shape \(5,\)"),
+    ("fewer_steps", 2, r"not in the same call.*rank 1: the end of its program"),
 ])
-def test_a_fault_on_one_rank_ends_every_rank(tmp_path, case, cause):
+def test_a_fault_on_one_rank_ends_every_rank(tmp_path, case, ranks, cause):
     pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'optkernels[mpi]')")
     mpiexec = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))
     if mpiexec is None:
         pytest.skip("no mpiexec on PATH (pip install 'optkernels[mpi]' installs MPICH's)")
     (tmp_path / "train.py").write_text(SCRIPT)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               NUMBA_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+               NUMBA_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("OPTKERNELS_MPI_ABORT", None)
-    done = subprocess.run([mpiexec, "-n", "2", sys.executable, "train.py", case], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, "train.py", case], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=240)
     ended = time.time()
     output = done.stdout + done.stderr
     fault = re.search(r"FAULT (\d+\.\d+)", done.stdout)
     assert fault, output[-3000:]
     assert done.returncode != 0, output[-3000:]
-    assert "DONE 0" not in done.stdout, output[-3000:]
+    assert not re.search(r"DONE [02]", done.stdout), output[-3000:]    # only the faulty rank ended
     assert re.search(cause, output, flags=re.S), output[-3000:]
     assert ended - float(fault.group(1)) < 10.0, output[-3000:]

@@ -69,3 +69,59 @@ def test_layering_in_the_sources():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__]))
+
+
+FINGERPRINT = """
+import functools, numpy as np
+from optkernels.distributed._fingerprint import config_fields, digest_fields
+from optkernels.optimizers import Adam, ExponentialDecayLR, LazyAdam, Parameter
+lr = 0.01
+opt = Adam([Parameter(np.zeros(3, np.float32), "w")], learning_rate=ExponentialDecayLR(0.1, 0.9, 4),
+           beta1=0.8)
+print(digest_fields(config_fields(opt)).hex())
+print(digest_fields({"f": lambda ps: LazyAdam(ps, learning_rate=lr),
+                     "p": functools.partial(LazyAdam, eps=1e-6)}).hex())
+"""
+
+
+def test_fingerprints_are_the_same_in_every_process():
+    """What ranks compare must not depend on the process (hash randomization, addresses): two interpreters
+    with different hash seeds print the same digests."""
+    import os
+
+    outs = [subprocess.run([sys.executable, "-c", FINGERPRINT], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in ("1", "2")]
+    assert all(o.returncode == 0 for o in outs), outs[0].stderr
+    assert outs[0].stdout == outs[1].stdout and len(outs[0].stdout.split()) == 2
+
+
+def test_fingerprints_tell_configurations_apart():
+    import functools
+
+    from optkernels.distributed._fingerprint import describe, fingerprint
+    from optkernels.optimizers import Adam, LazyAdam
+
+    def make(lr):
+        return lambda ps: LazyAdam(ps, learning_rate=lr)
+
+    assert fingerprint(make(0.1)) == fingerprint(make(0.1))
+    assert fingerprint(make(0.1)) != fingerprint(make(0.2))               # the captured value counts
+    assert fingerprint(functools.partial(LazyAdam, learning_rate=0.1)) != fingerprint(
+        functools.partial(LazyAdam, learning_rate=0.2))
+    assert fingerprint(LazyAdam) != fingerprint(Adam)
+    assert describe(functools.partial(LazyAdam, learning_rate=0.1)) == "partial(LazyAdam, learning_rate=0.1)"
+    assert "(capturing" in describe(make(0.1)) and describe(make(0.1)).endswith(", 0.1)")
+
+
+def test_set_nonfinite_checks_its_arguments():
+    import numpy as np
+
+    from optkernels.distributed import set_nonfinite
+    from optkernels.optimizers import Adam, Parameter
+
+    with pytest.raises(TypeError, match="built with comm="):
+        set_nonfinite(Adam([Parameter(np.zeros(2), "w")], 0.1), "skip")
+    from optkernels.distributed._nonfinite import check_mode
+
+    with pytest.raises(ValueError, match="'nonfinite' must be one of"):
+        check_mode("Adam", "ignore")

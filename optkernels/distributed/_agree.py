@@ -32,7 +32,7 @@ from ._fingerprint import describe, digest_fields
 
 __all__ = ["abort_on_uncaught", "agree", "register"]
 
-KINDS = ("construction", "step", "load_state_dict", "consolidated_state_dict", "reduce_gradients",
+KINDS = ("construction", "step", "load_state_dict", "load", "consolidated_state_dict", "reduce_gradients",
          "all_finite", "flag", "lookup", "gather", "exit")
 _MAGIC = 0x6F6B6167726565      # 'okagree'
 _MAGIC_AT, _KIND, _OK, _FINITE, _OBJECT, _COUNT = range(6)
@@ -210,7 +210,8 @@ def _install() -> None:
     atexit.register(_exit_check)
     wanted = _hook["enabled"]
     if wanted is None:
-        wanted = os.environ.get("OPTKERNELS_MPI_ABORT", "1").strip().lower() not in ("0", "false", "no", "off")
+        setting = os.environ.get("OPTKERNELS_MPI_ABORT", "1").strip().lower()
+        wanted = setting not in ("0", "false", "no", "off")
     if wanted and _comm.mpi().COMM_WORLD.Get_size() > 1:
         abort_on_uncaught(True)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["config_fields", "describe", "digest_fields", "fingerprint", "optimizer_fields", "small_scalar_state",
-           "step_fields"]
+__all__ = ["config_fields", "describe", "digest_fields", "fingerprint", "optimizer_fields",
+           "small_scalar_state", "step_fields"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _DEPTH = 5

@@ -3,9 +3,11 @@ with ``comm=`` does.
 
 Design (the layering keeps :mod:`optkernels.optimizers` below this package): the base ``Optimizer`` takes
 ``comm=None``; given a communicator it calls :func:`optkernels.optimizers._parallel.attach`, which builds
-a :class:`ParallelOptimizer` through the factory this package installs on import. At construction it
-checks that every rank lists the same parameters (a digest of names, shapes and dtypes; a mismatch is a
-ValueError on every rank, not a hang) and splits them by bytes (:func:`assign_owners`); the optimizer then
+a :class:`ParallelOptimizer` through the factory this package installs on import. At construction the
+ranks compare their parameters (names, shapes, dtypes) and configurations (:mod:`._agree`: a mismatch is
+a ValueError on every rank, not a hang) and split the parameters by bytes (:func:`assign_owners`); every
+step, ``load_state_dict`` and ``consolidated_state_dict`` first agrees across ranks the same way (a rank's
+error raised on all; counters, configuration and non-finite gradients compared); the optimizer then
 creates slots only for its own parameters and updates only those (the same kernels, scalars and bits as
 one process), and its ``broadcast_params`` (called by ``step``) sends each root's updated parameters to
 every rank, root by root in rank order (large parameters in place, small ones packed into one
@@ -26,6 +28,8 @@ from ._fingerprint import config_fields, digest_fields, optimizer_fields, small_
 from .reduce import origin
 
 __all__ = ["ParallelOptimizer", "assign_owners", "set_nonfinite"]
+
+_SHARE = "share."       # the keys a rank's state_dict() adds to say whose share it is
 
 
 def assign_owners(nbytes: list[int], size: int) -> list[int]:
@@ -54,6 +58,8 @@ class ParallelOptimizer:
     Attributes:
         comm: the communicator. rank, size: this rank and the number of ranks.
         owners: the owning rank of each parameter, in the optimizer's order.
+        steps: the number of ``step`` calls so far (compared across ranks at every step).
+        last_nonfinite: the message of the last non-finite gradients found (None: none yet).
     """
 
     def __init__(self, optimizer: Any, comm: Any):
@@ -123,7 +129,8 @@ class ParallelOptimizer:
         self.steps += 1
         where = f"{self._owner}.step"
         found = _agree.agree(self.comm, "step", where, error=error, finite=finite, obj=self.obj,
-                             count=self.steps, fields=lambda: step_fields(optimizer, *self._config(optimizer)),
+                             count=self.steps,
+                             fields=lambda: step_fields(optimizer, *self._config(optimizer)),
                              explain=lambda: step_fields(optimizer),
                              what="the optimizers' configurations at this step")
         if found:
@@ -155,7 +162,7 @@ class ParallelOptimizer:
         """
         error, arrays = None, None
         try:
-            arrays = optimizer._checked_state(state)
+            arrays = optimizer._checked_state(self._own_share(optimizer, state))
         except Exception as caught:
             error = caught
 
@@ -168,6 +175,61 @@ class ParallelOptimizer:
                      obj=self.obj, fields=fields, what="the loaded states (step counters, per-step scalars) "
                      "or the optimizers' configurations")
         optimizer._write_state(arrays)
+
+    def share_metadata(self, optimizer: Any) -> dict[str, np.ndarray]:
+        """What a rank's ``state_dict`` carries to say whose share it is: ``"share.world_size"``,
+        ``"share.rank"`` and ``"share.fingerprint"`` (a digest of the optimizer's configuration: rule,
+        hyper-parameters, not the counters)."""
+        return {"share.world_size": np.array(self.size, np.int64),
+                "share.rank": np.array(self.rank, np.int64),
+                "share.fingerprint": np.frombuffer(self._config(optimizer)[0], np.uint8).copy()}
+
+    def _own_share(self, optimizer: Any, state: Any) -> Any:
+        """The state to load (a whole state, the subset this rank checks) from what ``load_state_dict``
+        takes: a whole state; this rank's own share (``state_dict()`` of the same rank and world size); or
+        every rank's shares as a list, from any world size (merged: each parameter's slots from its owner)."""
+        owner = self._owner
+        if isinstance(state, (list, tuple)):
+            shares = [self._checked_share(optimizer, s) for s in state]
+            ranks = sorted(int(s["share.rank"]) for s in shares)
+            sizes = {int(s["share.world_size"]) for s in shares}
+            if len(sizes) != 1 or ranks != list(range(sizes.pop())):
+                every = sorted({int(s["share.world_size"]) for s in shares})
+                raise ValueError(f"For '{owner}', the shares must be those of every rank of one run: got "
+                                 f"ranks {ranks} of world sizes {every}")
+            merged: dict[str, np.ndarray] = {}
+            for share in shares:
+                for key, value in share.items():
+                    if key.startswith(_SHARE):
+                        continue
+                    if key in merged and merged[key].tobytes() != value.tobytes():
+                        raise ValueError(f"For '{owner}', the shares' {key!r} differ across their ranks")
+                    merged.setdefault(key, value)
+            return merged
+        if hasattr(state, "keys") and "share.rank" in state.keys():
+            share = self._checked_share(optimizer, state)
+            size, rank = int(share["share.world_size"]), int(share["share.rank"])
+            if (size, rank) != (self.size, self.rank):
+                raise ValueError(f"For '{owner}', the state is the share of rank {rank} of {size}; this is "
+                                 f"rank {self.rank} of {self.size}: load every rank's share as a list to "
+                                 "reshard, or give each rank its own file")
+            return {k: v for k, v in share.items() if not k.startswith(_SHARE)}
+        return state
+
+    def _checked_share(self, optimizer: Any, state: Any) -> dict[str, np.ndarray]:
+        owner = self._owner
+        if not hasattr(state, "keys") or "share.rank" not in state.keys() \
+                or "share.world_size" not in state.keys():
+            raise TypeError(f"For '{owner}', a share must be a mapping from a parallel optimizer's "
+                            f"state_dict() (with 'share.rank' and 'share.world_size'), got "
+                            f"{type(state).__name__}")
+        share = {key: np.asarray(state[key]) for key in state.keys()}
+        mine = self.share_metadata(optimizer)["share.fingerprint"]
+        if "share.fingerprint" in share and share["share.fingerprint"].tobytes() != mine.tobytes():
+            raise ValueError(f"For '{owner}', the share's configuration fingerprint differs from this "
+                             "optimizer's (another rule or hyper-parameters); drop its 'share.fingerprint' "
+                             "entry to load it anyway")
+        return share
 
     def shard_bytes(self, rank: int | None = None) -> int:
         """The bytes of parameters owned by ``rank`` (default: this rank)."""
@@ -218,7 +280,8 @@ class ParallelOptimizer:
         found = _agree.agree(self.comm, "flag", f"{self._owner} (a flag over the ranks)", finite=bool(flag),
                              obj=self.obj)
         if found:
-            self.last_nonfinite = f"For '{self._owner}', a False flag on ranks {found} ({origin(self.comm, found)})"
+            self.last_nonfinite = (f"For '{self._owner}', a False flag on ranks {found} "
+                                   f"({origin(self.comm, found)})")
         return not found
 
     def consolidated_state_dict(self, optimizer: Any, root: int | None) -> dict | None:
@@ -232,7 +295,7 @@ class ParallelOptimizer:
                                f"got {root!r}")
         _agree.agree(self.comm, "consolidated_state_dict", f"{self._owner}.consolidated_state_dict",
                      error=error, obj=self.obj, fields={"root": root})
-        mine = optimizer.state_dict()
+        mine = {k: v for k, v in optimizer.state_dict().items() if not k.startswith(_SHARE)}
         if self.size == 1:
             return mine
         states = self.comm.allgather(mine) if root is None else self.comm.gather(mine, root=root)

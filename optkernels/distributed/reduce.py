@@ -109,7 +109,8 @@ def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True,
     if nonfinite != "off":
         _produced[comm.py2f()] = found
     if found and nonfinite == "raise":
-        which = comm.allgather(None if finite else [k for k, g in enumerate(grads) if not _local_all_finite(g)])
+        which = comm.allgather(None if finite else
+                               [k for k, g in enumerate(grads) if not _local_all_finite(g)])
         listed = ", ".join(f"rank {r}: grads{which[r]}" for r in found)
         raise FloatingPointError(f"For 'reduce_gradients', non-finite gradients ({listed}); nothing was "
                                  "summed")

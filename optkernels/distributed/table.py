@@ -53,6 +53,8 @@ class ShardedTable:
         local: this rank's rows, a ``(local_rows, dim)`` array (the optimizer's :class:`Parameter` data).
         rows: the global ids of this rank's rows.
         optimizer: the optimizer of this rank's rows.
+        steps: the number of :meth:`step` calls so far (compared across ranks at every step).
+        last_nonfinite: the message of the last non-finite gradients found (None: none yet).
 
     Raises:
         TypeError: arguments of the wrong type; an optimizer that does not take row-sparse gradients.
@@ -204,11 +206,11 @@ class ShardedTable:
                 raise TypeError(f"For 'ShardedTable', 'gradient' must be a NumPy RowSparse, got "
                                 f"{type(gradient).__name__}")
             if tuple(gradient.dense_shape) != (self.num_rows, self.dim):
-                raise ValueError(f"For 'ShardedTable', 'gradient' has dense_shape {tuple(gradient.dense_shape)}"
-                                 f", the table is {(self.num_rows, self.dim)}")
+                raise ValueError(f"For 'ShardedTable', 'gradient' has dense_shape "
+                                 f"{tuple(gradient.dense_shape)}, the table is {(self.num_rows, self.dim)}")
             if gradient.values.dtype != self.dtype:
-                raise TypeError(f"For 'ShardedTable', 'gradient' has dtype {gradient.values.dtype}, the table "
-                                f"{self.dtype}")
+                raise TypeError(f"For 'ShardedTable', 'gradient' has dtype {gradient.values.dtype}, the "
+                                f"table {self.dtype}")
             ids = self._checked_ids(gradient.indices, "gradient.indices")
             if self._nonfinite != "off":
                 finite = local_all_finite(gradient.values)
@@ -269,7 +271,8 @@ class ShardedTable:
         (:meth:`fingerprint`). Loads back into the same rank (:meth:`load_state_dict`), or, with the other
         ranks' files, into a table of any number of ranks. Not a collective call."""
         out = self.optimizer.state_dict()
-        out.update({"shard.world_size": np.array(self.size, np.int64), "shard.rank": np.array(self.rank, np.int64),
+        out.update({"shard.world_size": np.array(self.size, np.int64),
+                    "shard.rank": np.array(self.rank, np.int64),
                     "shard.num_rows": np.array(self.num_rows, np.int64), "shard.row_ids": self.rows.copy(),
                     "shard.fingerprint": self.fingerprint(), "shard.values": self.local.copy()})
         return out
@@ -299,8 +302,8 @@ class ShardedTable:
         * this rank's own checkpoint (:meth:`state_dict`): it must come from the same rank of the same number
           of ranks;
         * the checkpoints of every rank of a run at any number of ranks, as a list (resharding): the rows and
-          slots are reassembled by their global ids and this rank takes its own; a continued run is bit-for-bit
-          the run that was never sharded differently.
+          slots are reassembled by their global ids and this rank takes its own; a continued run is
+          bit-for-bit the run that was never sharded differently.
 
         Args:
             state: a mapping (a dict, ``np.load``'s NpzFile) or a list of them (see above).
@@ -322,7 +325,8 @@ class ShardedTable:
             error = caught
 
         def fields() -> dict:
-            return {f"loaded {k}": np.asarray(v) for k, v in arrays.items() if "." not in k and np.size(v) <= 8}
+            return {f"loaded {k}": np.asarray(v) for k, v in arrays.items()
+                    if "." not in k and np.size(v) <= 8}
 
         self._agree("load_state_dict", error, fields=fields,
                     what="the loaded states (step counters, per-step scalars)")
@@ -339,9 +343,9 @@ class ShardedTable:
             shard = _shard(owner, state)
             size, rank = int(shard["shard.world_size"]), int(shard["shard.rank"])
             if (size, rank) != (self.size, self.rank):
-                raise ValueError(f"For '{owner}', the checkpoint holds the shard of rank {rank} of {size}; this "
-                                 f"is rank {self.rank} of {self.size}: load every rank's checkpoint as a list "
-                                 "to reshard, or give each rank its own file")
+                raise ValueError(f"For '{owner}', the checkpoint holds the shard of rank {rank} of {size}; "
+                                 f"this is rank {self.rank} of {self.size}: load every rank's checkpoint as "
+                                 "a list to reshard, or give each rank its own file")
             self._check_shard(shard, strict)
             return {k: v for k, v in shard.items() if not k.startswith("shard.")}, shard["shard.values"]
         elif hasattr(state, "keys"):
@@ -360,15 +364,15 @@ class ShardedTable:
     def _check_shard(self, shard: dict, strict: bool) -> None:
         owner = "ShardedTable"
         if int(shard["shard.num_rows"]) != self.num_rows:
-            raise ValueError(f"For '{owner}', the checkpoint is of a table of {int(shard['shard.num_rows'])} rows, "
-                             f"this one has {self.num_rows}")
+            raise ValueError(f"For '{owner}', the checkpoint is of a table of "
+                             f"{int(shard['shard.num_rows'])} rows, this one has {self.num_rows}")
         if shard["shard.values"].shape[1:] != (self.dim,):
-            raise ValueError(f"For '{owner}', the checkpoint's rows have shape {shard['shard.values'].shape[1:]}, "
-                             f"this table's ({self.dim},)")
+            raise ValueError(f"For '{owner}', the checkpoint's rows have shape "
+                             f"{shard['shard.values'].shape[1:]}, this table's ({self.dim},)")
         if strict and shard["shard.fingerprint"].tobytes() != self.fingerprint().tobytes():
             raise ValueError(f"For '{owner}', the checkpoint's configuration fingerprint differs from this "
-                             "table's (another optimizer rule, hyper-parameters or geometry); pass strict=False "
-                             "to resume with other hyper-parameters")
+                             "table's (another optimizer rule, hyper-parameters or geometry); pass "
+                             "strict=False to resume with other hyper-parameters")
 
     def _reassembled(self, shards: list[dict], strict: bool) -> dict[str, np.ndarray]:
         """The whole-table state from every rank's checkpoint (any number of ranks)."""
@@ -378,8 +382,9 @@ class ShardedTable:
         size = int(shards[0]["shard.world_size"])
         ranks = sorted(int(s["shard.rank"]) for s in shards)
         if any(int(s["shard.world_size"]) != size for s in shards) or ranks != list(range(size)):
-            raise ValueError(f"For '{owner}', the checkpoints must be those of every rank of one run: got ranks "
-                             f"{ranks} of world sizes {sorted({int(s['shard.world_size']) for s in shards})}")
+            every = sorted({int(s["shard.world_size"]) for s in shards})
+            raise ValueError(f"For '{owner}', the checkpoints must be those of every rank of one run: got "
+                             f"ranks {ranks} of world sizes {every}")
         keys = set(shards[0])
         whole: dict[str, np.ndarray] = {}
         for shard in shards:
@@ -410,7 +415,7 @@ class ShardedTable:
         if table.shape != (self.num_rows, self.dim):
             error = ValueError(f"For 'ShardedTable', the table must have shape {(self.num_rows, self.dim)}, "
                                f"got {table.shape}")
-        self._agree("load_state_dict", error)
+        self._agree("load", error)
         self.local[...] = table[self.rank::self.size]
 
     def _gather_rows(self, rows: np.ndarray, root: int | None) -> np.ndarray | None:
@@ -436,7 +441,8 @@ def _shard(owner: str, state: Any) -> dict[str, np.ndarray]:
     out = {key: np.asarray(state[key]) for key in state.keys()}
     missing = [k for k in _SHARD_KEYS if k not in out]
     if missing:
-        raise KeyError(f"For '{owner}', the checkpoint has no {missing[0]!r}: not a ShardedTable.state_dict()")
+        raise KeyError(f"For '{owner}', the checkpoint has no {missing[0]!r}: not a "
+                       "ShardedTable.state_dict()")
     return out
 
 

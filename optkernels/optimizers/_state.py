@@ -53,7 +53,8 @@ class StateDictMixin:
         (``"moment1.fc.weight"``; CUDA slots are copied to the host), and the optimizer's per-step scalars
         (``"beta1_power"``, ``"beta2_power"``: 0-d arrays). Keyed by parameter name, not position, so a state
         can be loaded into an optimizer whose parameters are listed in another order. Learning rates and
-        hyper-parameters are not state: they come from the constructor.
+        hyper-parameters are not state: they come from the constructor. A parallel optimizer's state holds
+        its rank's share, and ``"share.world_size"``, ``"share.rank"``, ``"share.fingerprint"``.
         """
         out = {"global_step": np.array(self._global_step, dtype=np.int64)}
         for slot in self._slot_names:
@@ -65,6 +66,9 @@ class StateDictMixin:
         for key, (array, value) in self._low_precision_state().items():
             out[key] = value.copy() if array is None else (
                 array.copy() if isinstance(array, np.ndarray) else _cuda.to_host(array))
+        parallel = getattr(self, "_parallel", None)
+        if parallel is not None:   # a rank's share says whose it is ("share.rank"...: optkernels.distributed)
+            out.update(parallel.share_metadata(self))
         return out
 
     def consolidated_state_dict(self, root: int | None = 0) -> dict[str, np.ndarray] | None:

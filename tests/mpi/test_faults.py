@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from optkernels.distributed import all_finite, reduce_gradients, set_nonfinite
-from optkernels.optimizers import (Adam, AdamWeightDecay, DynamicLossScaleManager, ExponentialDecayLR, Parameter,
-                                   loss_scaled_step)
+from optkernels.optimizers import (Adam, AdamWeightDecay, DynamicLossScaleManager, ExponentialDecayLR,
+                                   Parameter, loss_scaled_step)
 
 
 def params():
@@ -70,7 +70,7 @@ def test_bad_gradient_on_one_rank_raises_on_every_rank(comm):
     good = [np.ones(p.shape, np.float32) for p in ps]
     before = snapshot(opt, ps)
     grads = [np.ones((3, 3), np.float32) if last_rank(comm) and k == 0 else g for k, g in enumerate(good)]
-    with pytest.raises(ValueError, match=f"Adam.step', rank {size - 1} of {size} failed: .*gradient of w has"):
+    with pytest.raises(ValueError, match=f"Adam.step', rank {size - 1} of {size} failed: .*gradient of w"):
         opt.step(grads)
     assert snapshot(opt, ps) == before
     assert opt.step(good) is True
@@ -117,7 +117,8 @@ def test_hyper_parameters_that_differ_raise_on_every_rank(comm, field, build):
     ps = params()
     good = [np.ones(p.shape, np.float32) for p in ps]
     before = [p.data.tobytes() for p in ps]
-    with pytest.raises(ValueError, match=f"differ across ranks: .*{field}.*rank 0: .*rank {comm.Get_size() - 1}"):
+    last = comm.Get_size() - 1
+    with pytest.raises(ValueError, match=f"differ across ranks: .*{field}.*rank 0: .*rank {last}"):
         build(ps, comm, odd).step(good)
     assert [p.data.tobytes() for p in ps] == before
 

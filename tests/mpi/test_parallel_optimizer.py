@@ -39,7 +39,9 @@ def test_bit_identical_to_one_process(comm, info, name):
     owned = {p.name for p, o in zip(sharded.parameters, sharded._parallel.owners) if o == comm.Get_rank()}
     mine = sharded.state_dict()
     full = single.state_dict()
-    assert {k for k in mine if "." in k} == {k for k in full if "." in k and k.partition(".")[2] in owned}
+    assert {k for k in mine if "." in k and not k.startswith("share.")} == {
+        k for k in full if "." in k and k.partition(".")[2] in owned}
+    assert (int(mine["share.rank"]), int(mine["share.world_size"])) == (comm.Get_rank(), comm.Get_size())
     whole = sharded.consolidated_state_dict(root=None)
     assert list(whole) == list(full)
     for key in full:
@@ -73,7 +75,7 @@ def test_slots_only_for_the_share(comm):
     opt = Adam(params, comm=comm)
     owners = opt._parallel.owners
     assert owners == assign_owners([p.data.nbytes for p in params], size)
-    mine = sum(a.nbytes for a in opt.state_dict().values() if a.ndim)
+    mine = sum(a.nbytes for k, a in opt.state_dict().items() if a.ndim and not k.startswith("share."))
     assert mine == 2 * sum(p.data.nbytes for p, o in zip(params, owners) if o == comm.Get_rank())
     assert len(opt.moment1) == owners.count(comm.Get_rank())
     total = comm.allreduce(mine)
@@ -201,3 +203,39 @@ def test_large_parameters_broadcast_in_place(comm):
         single(g)
     for a, b in zip(params, ref):
         assert a.data.tobytes() == b.data.tobytes(), a.name
+
+
+def test_shares_reshard_and_refuse_the_wrong_rank(comm):
+    """Each rank's own state_dict() (its share) loads back on its rank only; every rank's shares, as a list,
+    load at another world size (P -> 1 -> 2 ranks) and the run continues bit for bit."""
+    init, grads = make_data(np.float32, seed=6, steps=5)
+    names = [n for n, _ in MODEL]
+
+    def run(opt, steps):
+        for g in steps:
+            opt(tuple(g[n] for n in names))
+
+    ref_params = make_params(init)
+    run(Adam(ref_params, learning_rate=0.01), grads)
+    params = make_params(init)
+    a = Adam(params, learning_rate=0.01, comm=comm)
+    run(a, grads[:2])
+    shares = comm.allgather(a.state_dict())
+    before = a.state_dict()
+    with pytest.raises(ValueError, match="the share of rank .* load every rank's share as a list"):
+        a.load_state_dict(shares[(comm.Get_rank() + 1) % comm.Get_size()])
+    assert all(a.state_dict()[k].tobytes() == v.tobytes() for k, v in before.items())
+    other = Adam(make_params(init), learning_rate=0.02, comm=comm)
+    with pytest.raises(ValueError, match="fingerprint differs"):
+        other.load_state_dict(shares)
+    from mpi4py import MPI
+
+    b = Adam(params, learning_rate=0.01, comm=MPI.COMM_SELF)      # every rank alone: 1 rank
+    b.load_state_dict(shares)
+    run(b, grads[2:3])
+    pair = comm.Split(0 if comm.Get_rank() < 2 else 1)
+    c = Adam(params, learning_rate=0.01, comm=pair)                # 2 ranks (and 1 on a third)
+    c.load_state_dict([b.state_dict()])                             # the one share of a 1-rank run
+    run(c, grads[3:])
+    pair.Free()
+    assert all(x.data.tobytes() == y.data.tobytes() for x, y in zip(params, ref_params))
