@@ -15,45 +15,14 @@ def _limit(rows: list[Row], n: int) -> Row | None:
     return _find(rows, "Adam-shaped memory kernel", "limit", n)
 
 
-# Why a target can be missed on this project's 2-core machine, from profiles of the kernels (see README).
-WHY = {
-    "apply_adam N=1e8": "apply_adam, torch's fused kernel and the limit kernel all move the same 28 bytes per "
-                        "element (4 reads, 3 writes) and apply_adam runs at the limit kernel's speed (98-108% of "
-                        "it across runs), so at 1e8 the three are memory-bound within a few percent of each "
-                        "other and the shared host's memory traffic decides their order: in the run of "
-                        "2026-11-21 that missed, torch ran at 107.9% of the limit kernel, which does no "
-                        "arithmetic at all (other full runs: 1.04x, 1.05x, 1.06x, 1.13x torch's speed)",
-    "fused_sparse_lazy_adam": "interleaved, every step starts with cold caches and often with Numba's worker "
-                              "thread asleep: the step is bound by memory (5,957 rows scattered over a 768 MB "
-                              "table, 3 state rows + 2.75 gradient rows each, five cache lines per row in NumPy's "
-                              "16-byte-offset arrays; prefetched, about 0.9 ms at 2 threads) plus the sequential "
-                              "merge plan (about 0.2 ms cold) and the Python checks (about 0.15 ms cold); both "
-                              "times vary from run to run on the shared host (torch 10.5-16 ms, this kernel "
-                              "1.25-1.7 ms; on 2026-11-21 six runs gave 6.78x, 8.42x, 9.20x, 9.20x, 10.30x, 10.38x)",
-    "transformer of 1.84e+06 elements, >= 1.5x": (
-        "at 1.84 million elements a step moves 52 MB, more than the caches keep between two backward "
-        "passes: every Adam is bound by memory (torch's fused Adam at about 23 GB/s). Timed inside the "
-        "step, the kernel launch takes 1.18-1.2 ms (the same launch over flat NumPy arrays: 1.1 ms) and the "
-        "adapter's Python side about 0.3 ms: it reads 101 tensors' gradients, sizes and addresses through "
-        "torch with the caches cold after the backward pass (70 us warm); runs of the group on 2026-11-25 "
-        "gave 1.38x-1.50x"),
-    "within 1.05x of the NumPy Adam class": (
-        "the adapter's Python side reads each torch tensor's .grad, dtype, size and data_ptr: about 58 us "
-        "per step for 101 tensors against the NumPy class's 40 us"),
-}
-
-
-def _why(line: str) -> str:
-    for key, reason in WHY.items():
-        if key in line and "MISSED" in line:
-            return f"{line}. Why: {reason}"
-    return line
+#: Where the known reasons for a MISSED target are written, beside the figures (not in code).
+NOTES = "bench/results/target-notes.md"
 
 
 def check_targets(rows: list[Row]) -> list[str]:
-    """One line per target: the measured ratio and MET / MISSED (or 'not measured'), with the known reason
-    when MISSED."""
-    return [_why(line) for line in _check_targets(rows)]
+    """One line per target: the measured ratio and MET / MISSED (or 'not measured'); a MISSED line points to
+    the notes on why a target can be missed (:data:`NOTES`)."""
+    return [f"{line} (see {NOTES})" if "MISSED" in line else line for line in _check_targets(rows)]
 
 
 def _check_targets(rows: list[Row]) -> list[str]:

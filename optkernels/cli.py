@@ -28,18 +28,27 @@ def _bench(rest: list[str]) -> int:
     return runner["main"](rest)
 
 
+def _bad_request(jobs: int | None, ops: list[str] | None) -> bool:
+    """Print an error and return True if ``jobs`` is below 1 or ``ops`` names an op without a conformance
+    case."""
+    from optkernels.conformance.cases import CASES_BY_NAME
+
+    if jobs is not None and jobs < 1:
+        print("error: --jobs must be at least 1", file=sys.stderr)
+        return True
+    unknown = sorted(set(ops or ()) - set(CASES_BY_NAME))
+    if unknown:
+        print(f"error: unknown op(s) {', '.join(unknown)}; known: {', '.join(sorted(CASES_BY_NAME))}",
+              file=sys.stderr)
+    return bool(unknown)
+
+
 def _warmup(args: argparse.Namespace) -> int:
     import time
 
-    from optkernels.conformance.cases import CASES_BY_NAME
     from optkernels.warmup import warm_up
 
-    if args.jobs is not None and args.jobs < 1:
-        print("error: --jobs must be at least 1", file=sys.stderr)
-        return 2
-    unknown = sorted(set(args.ops or ()) - set(CASES_BY_NAME))
-    if unknown:
-        print(f"error: unknown op(s) {', '.join(unknown)}", file=sys.stderr)
+    if _bad_request(args.jobs, args.ops):
         return 2
     start = time.perf_counter()
     warm_up(args.jobs, args.ops, progress=lambda ops, s: print(f"{s:6.1f} s  {', '.join(ops)}", flush=True))
@@ -62,6 +71,13 @@ def _verify(args: argparse.Namespace) -> int:
         if not (_cuda.simulator_enabled() or _cuda.module().is_available()):
             print("error: no CUDA GPU found (set NUMBA_ENABLE_CUDASIM=1 to use Numba's simulator)", file=sys.stderr)
             return 2
+    if _bad_request(args.jobs, args.ops):
+        return 2
+    if args.jobs and args.jobs > 1 and args.target == "cpu":
+        from optkernels.warmup import warm_up
+
+        print(f"compiling the kernels in {args.jobs} processes first", flush=True)
+        warm_up(args.jobs, args.ops)
     print(f"verifying against optkernels.reference on {args.target}: {args.cases} random cases per op "
           f"(seed {args.seed}), published examples", flush=True)
     print(TABLE_HEADER, flush=True)
@@ -160,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--cases", type=int, default=20, help="random cases per op (default 20)")
     verify.add_argument("--seed", type=int, default=0, help="seed of the random cases")
     verify.add_argument("--ops", nargs="+", metavar="OP", help="only these ops (e.g. apply_adam apply_ftrl)")
+    verify.add_argument("--jobs", type=int, default=None,
+                        help="compile the kernels in this many processes first (an empty cache: less wall time)")
     verify.add_argument("--export", type=Path, metavar="DIR",
                         help="also write golden test vectors (npz + index.json + FORMAT.md) to DIR")
     commands.add_parser("info", help="print the threading layer, threads, kernel cache, CUDA and versions")

@@ -77,3 +77,10 @@ def test_warmup_compiles_into_the_cache(tmp_path):
 def test_warmup_refuses_an_unknown_op():
     result = _run("warmup", "--ops", "apply_nadam")
     assert result.returncode == 2 and "unknown op(s) apply_nadam" in result.stderr
+
+
+def test_verify_compiles_in_worker_processes_first():
+    result = _run("verify", "--ops", "apply_adam", "--cases", "4", "--jobs", "2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("compiling the kernels in 2 processes first")
+    assert "1 passed, 0 failed" in result.stdout

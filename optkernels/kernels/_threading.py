@@ -64,8 +64,8 @@ def _packaged_tbb_candidates() -> list[str]:
 
 def load_packaged_tbb() -> str | None:
     """Load the TBB runtime installed by the ``tbb`` wheel into this process, if the dynamic loader cannot
-    find it by name (it sits in ``<environment>/lib``, not on the loader's path); return the file loaded,
-    or None (already loadable, or no such file). Numba's TBB layer then finds the library already loaded
+    find it by name (it sits in ``<environment>/lib``, not on the loader's path); return the file loaded
+    (by this call or an earlier one), or None (loadable by name already, or no such file). Numba's TBB layer then finds the library already loaded
     (the loader matches its name). Harmless when called again or when TBB is not installed."""
     import ctypes
 
