@@ -87,19 +87,20 @@ def _steps(rng, n, dtype, steps):
 def test_torch_adam_matches_reference(dtype, flags):
     rng = np.random.default_rng(1)
     lr, beta1, beta2, eps = 0.01, flags.get("beta1", 0.9), 0.999, 1e-6
-    wd, decoupled, maximize = flags.get("weight_decay", 0.0), flags.get("decoupled", False), flags.get("maximize", False)
+    wd, decoupled = flags.get("weight_decay", 0.0), flags.get("decoupled", False)
+    maximize = flags.get("maximize", False)
     w = rng.standard_normal(999).astype(dtype)
     arrays = [w, np.zeros_like(w), np.zeros_like(w)] + ([np.zeros_like(w)] if flags.get("amsgrad") else [])
-    ref = [a.astype(np.float64) for a in arrays]
+    expected = [a.astype(np.float64) for a in arrays]
     kernel = K._torch_adam_amsgrad if flags.get("amsgrad") else K._torch_adam
     for step, g in enumerate(_steps(rng, 999, dtype, 5), start=1):
         kernel.launch("cpu", 999, *arrays, g, *K.adam_scalars(np.dtype(dtype), step, lr, beta1, beta2, eps, wd,
                                                               decoupled, maximize))
-        ref = list(ref.torch_adam(*ref[:3], g, lr, beta1, beta2, eps, step, weight_decay=wd,
+        expected = list(ref.torch_adam(*expected[:3], g, lr, beta1, beta2, eps, step, weight_decay=wd,
                                         decoupled_weight_decay=decoupled, maximize=maximize,
-                                        max_exp_avg_sq=ref[3] if len(ref) > 3 else None))
+                                        max_exp_avg_sq=expected[3] if len(expected) > 3 else None))
     tol = 1e-5 if dtype == np.float32 else 1e-13
-    for got, exp in zip(arrays, ref):
+    for got, exp in zip(arrays, expected):
         np.testing.assert_allclose(got, exp, rtol=tol, atol=tol)
 
 
@@ -130,14 +131,14 @@ def test_torch_sparse_adam_matches_reference():
     rng = np.random.default_rng(3)
     w = rng.standard_normal((6, 5))
     arrays = [w.copy(), np.zeros_like(w), np.zeros_like(w)]
-    ref = [w.copy(), np.zeros_like(w), np.zeros_like(w)]
+    expected = [w.copy(), np.zeros_like(w), np.zeros_like(w)]
     rows = np.array([4, 0, 2], np.int64)
     for step in range(1, 4):
         values = rng.standard_normal((3, 5))
         K._torch_sparse_adam.launch("cpu", values.size, *(a.reshape(-1) for a in arrays), values.reshape(-1),
                                     rows, 5, *K.sparse_adam_scalars(np.dtype(np.float64), step, 0.01, 0.9, 0.999,
                                                                     1e-8))
-        ref = list(ref.torch_sparse_adam(*ref, rows, values, 0.01, 0.9, 0.999, 1e-8, step))
-    for got, exp in zip(arrays, ref):
+        expected = list(ref.torch_sparse_adam(*expected, rows, values, 0.01, 0.9, 0.999, 1e-8, step))
+    for got, exp in zip(arrays, expected):
         np.testing.assert_allclose(got, exp, rtol=1e-13, atol=1e-13)
     np.testing.assert_array_equal(arrays[0][[1, 3, 5]], w[[1, 3, 5]])

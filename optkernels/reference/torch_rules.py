@@ -17,7 +17,8 @@ __all__ = ["torch_adagrad", "torch_adam", "torch_adamax", "torch_rms_prop", "tor
 @ieee
 def torch_rms_prop(var: ArrayLike, square_avg: ArrayLike, grad: ArrayLike, lr: ArrayLike, alpha: ArrayLike,
                    epsilon: ArrayLike, *, momentum: ArrayLike = 0.0,
-                   momentum_buffer: Optional[ArrayLike] = None, grad_avg: Optional[ArrayLike] = None) -> tuple[np.ndarray, ...]:
+                   momentum_buffer: Optional[ArrayLike] = None, grad_avg: Optional[ArrayLike] = None
+                   ) -> tuple[np.ndarray, ...]:
     """torch.optim.RMSprop on one tensor::
 
         square_avg = alpha*square_avg + (1 - alpha)*g*g
