@@ -25,15 +25,22 @@ import numpy as np
 
 from ._checks import check_arrays, check_range
 
-from ._elementwise import elementwise, scalar_math
+from numba.extending import register_jitable
+
+from ._elementwise import elementwise
 from ._ieee import nan_max
 from ._intrinsics import fma
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
 
+# The scalar steps shared by several element functions: inlined into compiled code (CPU and CUDA), plain
+# Python under the CUDA simulator, so that float32 stays float32 there (a compiled helper called from Python
+# would return a Python float, and fma needs operands of one type).
+_scalar_helper = register_jitable(inline="always")
 
-@scalar_math
+
+@_scalar_helper
 def torch_grad(g, p, negate, coupled, weight_decay):
     """torch's gradient pre-step: ``g ← −g`` (maximize), then ``g ← fma(p, wd, g)`` (``grad.add(param,
     alpha=wd)``, only where torch applies it: ``weight_decay != 0``)."""
@@ -44,7 +51,7 @@ def torch_grad(g, p, negate, coupled, weight_decay):
     return g
 
 
-@scalar_math
+@_scalar_helper
 def torch_lerp(x, y, w, w_minus_one, small):
     """torch's CPU ``x.lerp_(y, w)``: ``fma(w, y − x, x)`` if ``small`` (``|w| < 0.5``, decided on the
     host), else ``fma(w − 1, y − x, y)``; ``w_minus_one`` is ``w − 1`` in the arrays' dtype."""
@@ -56,7 +63,7 @@ def torch_lerp(x, y, w, w_minus_one, small):
 
 # ------------------------------------------------------------------------------------------- Adam, AdamW
 
-@scalar_math
+@_scalar_helper
 def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2):
     """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)``."""
     return torch_lerp(m, g, w1, w1_minus_one, small1), fma(one_minus_beta2 * g, g, v * beta2)
@@ -118,7 +125,7 @@ def _torch_adagrad(i, var, state_sum, grad, negate, coupled, weight_decay, eps, 
 
 # ----------------------------------------------------------------------------------------------- RMSprop
 
-@scalar_math
+@_scalar_helper
 def torch_square_avg(square_avg, g, alpha, one_minus_alpha):
     """``square_avg.mul_(α).addcmul_(g, g, value=1 − α)``."""
     return fma(one_minus_alpha * g, g, square_avg * alpha)
