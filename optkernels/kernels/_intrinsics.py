@@ -15,13 +15,18 @@
   intrinsic; from Python (the CUDA simulator's element functions) it is computed exactly and rounded once.
   On x86-64 with FMA3 (Haswell and later) and on ARM64 it is one instruction; where the target has none,
   LLVM calls libm's ``fma``, which is correctly rounded too: the same bits, slower.
+* :func:`rsqrt_estimate`: the x86 ``rsqrtss`` estimate of ``1/√x`` (float32, about 12 bits, its bits set
+  by the processor), the first step of MKL's float32 sqrt kernel that torch's CPU ``sqrt`` runs on some
+  CPUs (:mod:`optkernels.kernels.torch_rules`). On other targets (ARM64, CUDA) it is ``1/√x`` rounded.
 """
 from __future__ import annotations
 
 import math
+import platform
 from fractions import Fraction
 from typing import Any
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -144,3 +149,51 @@ def _fma_compiled(a, b, c):
     if isinstance(a, types.Float) and a == b == c:
         return lambda a, b, c: _llvm_fma(a, b, c)
     raise TypingError(f"fma takes three floats of one type, got ({a}, {b}, {c})")
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+@intrinsic
+def _rsqrt_estimate(typingctx, x):
+    """``rsqrtss`` of a float32 on an x86 CPU target; ``1/sqrt(x)`` elsewhere and for float64."""
+    if not isinstance(x, types.Float):
+        raise TypingError(f"rsqrt_estimate takes a float, got {x}")
+
+    def codegen(context, builder, signature, args):
+        from numba.core.cpu import CPUContext
+
+        value, = args
+        if signature.args[0] == types.float32 and _X86 and isinstance(context, CPUContext):
+            vector = ir.VectorType(ir.FloatType(), 4)
+            packed = builder.insert_element(ir.Constant(vector, None), value, _I32(0))
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
+                                                      "llvm.x86.sse.rsqrt.ss")
+            return builder.extract_element(builder.call(function, [packed]), _I32(0))
+        llvm_type = value.type
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llvm_type, [llvm_type]),
+                                                  f"llvm.sqrt.{llvm_type.intrinsic_name}")
+        return builder.fdiv(ir.Constant(llvm_type, 1.0), builder.call(function, [value]))
+
+    return x(x), codegen
+
+
+def rsqrt_estimate(x: float) -> Any:
+    """The processor's estimate of ``1/√x`` for a float32 ``x`` (x86 ``rsqrtss``, relative error below
+    1.5·2⁻¹²; the exact bits differ between processor makers); ``1/√x`` rounded for a float64 ``x`` and on
+    other targets. Called from Python, it runs the compiled CPU version (a NumPy scalar of ``x``'s type)."""
+    if isinstance(x, np.float32):
+        return np.float32(_rsqrt_estimate_cpu(x))
+    return np.float64(_rsqrt_estimate_cpu(np.float64(x)))
+
+
+@overload(rsqrt_estimate, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
+def _rsqrt_estimate_compiled(x):
+    if isinstance(x, types.Float):
+        return lambda x: _rsqrt_estimate(x)
+    raise TypingError(f"rsqrt_estimate takes a float, got {x}")
+
+
+@numba.njit(cache=True)
+def _rsqrt_estimate_cpu(x):
+    return _rsqrt_estimate(x)
