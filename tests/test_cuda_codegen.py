@@ -82,9 +82,9 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
     from optkernels.kernels import torch_rules as T
 
     b, n = types.boolean, types.int64
-    kernels = [(T._torch_adam, 4, "bbfbfffbfffff"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffff"),
-               (T._torch_adamax, 4, "bbfffbfff"), (T._torch_adagrad, 3, "bbfff"),
-               (T._torch_rms_prop, 3, "bbffffbfff"), (T._torch_centered_rms_prop_momentum, 5, "bbffffbfff"),
+    kernels = [(T._torch_adam, 4, "bbfbfffbfffffb"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffffb"),
+               (T._torch_adamax, 4, "bbfffbfff"), (T._torch_adagrad, 3, "bbfffb"),
+               (T._torch_rms_prop, 3, "bbffffbfffb"), (T._torch_centered_rms_prop_momentum, 5, "bbffffbfffb"),
                (T._torch_sgd, 2, "bbff"), (T._torch_sgd_momentum, 3, "bbfbffbf")]
     for f in (types.float32, types.float64):
         arr = f[::1]
@@ -92,4 +92,4 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
             ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple(b if s == "b" else f
                                                                                 for s in scalars))
             assert "llvm.fma" in ir or "fma_compiled" in ir, element.__name__
-        compile_for_cuda(T._torch_sparse_adam.cuda, (n,) + (arr,) * 4 + (types.int64[::1], n) + (f,) * 4)
+        compile_for_cuda(T._torch_sparse_adam.cuda, (n,) + (arr,) * 4 + (types.int64[::1], n) + (f,) * 4 + (b,))

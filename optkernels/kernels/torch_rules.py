@@ -76,6 +76,7 @@ def torch_sqrt(x, mkl):
     result ``s' + (x − s'·s')·h'``, every operation rounded (no FMA). Equal to torch's ``sqrt`` on every
     float32 input of the four binades tried exhaustively (2²⁵ inputs)."""
     if mkl and x >= _FLT_MIN and x < _FLT_INF:
+        x = np.float32(x)       # float32 by contract (a Python float holding one, under the CUDA simulator)
         r = rsqrt_estimate(x)
         s = x * r
         h = r * _HALF
