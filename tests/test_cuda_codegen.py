@@ -73,3 +73,23 @@ def test_sparse_and_shared_math_kernels_lower_for_cuda(compile_for_cuda):
                                        (_ftrl_v2_sqrt, 4, (f,) * 4), (_adam_amsgrad, 5, (f,) * 4),
                                        (_ada_max, 4, (f,) * 4)):
         compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + scalars)
+
+
+def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
+    """The torch-rounded element functions (explicit ``fma``) lower for CUDA, float32 and float64."""
+    from numba.core import types
+
+    from optkernels.kernels import torch_rules as T
+
+    b, n = types.boolean, types.int64
+    kernels = [(T._torch_adam, 4, "bbfbfffbfffffb"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffffb"),
+               (T._torch_adamax, 4, "bbfffbfff"), (T._torch_adagrad, 3, "bbfffb"),
+               (T._torch_rms_prop, 3, "bbffffbfffb"), (T._torch_centered_rms_prop_momentum, 5, "bbffffbfffb"),
+               (T._torch_sgd, 2, "bbff"), (T._torch_sgd_momentum, 3, "bbfbffbf")]
+    for f in (types.float32, types.float64):
+        arr = f[::1]
+        for element, n_arrays, scalars in kernels:
+            ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple(b if s == "b" else f
+                                                                                for s in scalars))
+            assert "llvm.fma" in ir or "fma_compiled" in ir, element.__name__
+        compile_for_cuda(T._torch_sparse_adam.cuda, (n,) + (arr,) * 4 + (types.int64[::1], n) + (f,) * 4 + (b,))

@@ -2,11 +2,13 @@
 each state tensor is ``torch.equal`` to ``torch.optim.<Name>(foreach=False)``'s on the CPU, for every flag
 of the class, float32 and float64, over sizes that cover vector bodies and tails.
 
-The one torch CPU primitive our kernels do not reproduce is ``sqrt``: this wheel's is MKL's vector sqrt,
-which is correctly rounded only on some CPUs (docs/guide/torch_bits.rst). Where torch's sqrt is not IEEE
-on the machine running the tests, the rules that take a square root are compared with torch.optim running
-with an IEEE ``Tensor.sqrt``/``sqrt_`` (NumPy's): every remaining difference then comes from sqrt alone.
-The rules without a square root (SGD, Adamax) are always compared with torch as it is.
+torch's CPU ``sqrt`` is MKL's vector sqrt in this wheel, correctly rounded only on some CPUs
+(docs/guide/torch_bits.rst). optkernels computes IEEE ``sqrt``, or, for float32 where torch's is MKL's
+AVX-path kernel (AMD processors, among others), that kernel. Where torch's sqrt is neither on the machine
+running the tests (float64 there; any dtype on an Intel AVX-512 machine), the rules that take a square root
+are compared with torch.optim running with an IEEE ``Tensor.sqrt``/``sqrt_`` (NumPy's): every remaining
+difference then comes from sqrt alone. The rules without a square root (SGD, Adamax) are always compared
+with torch as it is.
 """
 import contextlib
 
@@ -16,19 +18,29 @@ import pytest
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
+from optkernels.kernels.torch_rules import torch_sqrt_array  # noqa: E402
+from optkernels.torch._sqrt import mkl_float32_sqrt  # noqa: E402
+
 SIZES = (1, 7, 16, 1000, 65539)
 STEPS = 9
 
 
-def _torch_sqrt_is_ieee() -> bool:
-    """True if torch's CPU sqrt is correctly rounded here (checked on a slice of a float32 binade, where
-    MKL's non-IEEE paths differ in 0.5-10 % of inputs, and on random float64 values)."""
-    x32 = (np.arange(0, 1 << 23, 61, dtype=np.uint32) + np.uint32(0x3F800000)).view(np.float32)
-    x64 = np.abs(np.random.default_rng(0).standard_normal(100_003))
-    return all(np.array_equal(torch.from_numpy(x).sqrt().numpy(), np.sqrt(x)) for x in (x32, x64))
+def _binade_and_randoms(dtype):
+    """A slice of the float32 binades [1, 2) and [2, 4) (where MKL's non-IEEE kernels differ from IEEE in
+    0.5-25 % of inputs), and random magnitudes."""
+    binades = (np.arange(0, 1 << 24, 61, dtype=np.uint32) + np.uint32(0x3F800000)).view(np.float32)
+    return np.concatenate([binades, np.abs(np.random.default_rng(0).standard_normal(100_003))]).astype(dtype)
 
 
-TORCH_SQRT_IS_IEEE = _torch_sqrt_is_ieee()
+def _torch_sqrt_is_ieee(dtype) -> bool:
+    x = _binade_and_randoms(dtype)
+    return np.array_equal(torch.from_numpy(x).sqrt().numpy(), np.sqrt(x))
+
+
+#: Per dtype, True where optkernels.torch computes torch's own sqrt on this machine: IEEE, or MKL's float32
+#: AVX-path kernel (reproduced). Elsewhere the rules with a root are compared with an IEEE-sqrt torch.
+SAME_SQRT = {dtype: _torch_sqrt_is_ieee(np.dtype(name)) or (name == "float32" and mkl_float32_sqrt())
+             for dtype, name in ((torch.float32, "float32"), (torch.float64, "float64"))}
 
 
 @contextlib.contextmanager
@@ -99,7 +111,7 @@ def test_every_step_is_torch_bits(case, dtype):
     ours = [t.clone().requires_grad_() for t in init]
     reference = getattr(torch.optim, name)(theirs, foreach=False, **flags)
     optimizer = getattr(okt, name)(ours, **flags)
-    patch = _ieee_sqrt if name in TAKES_SQRT and not TORCH_SQRT_IS_IEEE else contextlib.nullcontext
+    patch = _ieee_sqrt if name in TAKES_SQRT and not SAME_SQRT[dtype] else contextlib.nullcontext
     for step in range(STEPS):
         for a, b in zip(theirs, ours):
             g = torch.randn(a.shape, generator=gen, dtype=torch.float64).to(dtype)
@@ -136,7 +148,7 @@ def test_sparse_gradients_are_torch_bits(case, dtype):
     theirs = [t.clone().requires_grad_() for t in init]
     ours = [t.clone().requires_grad_() for t in init]
     reference, optimizer = getattr(torch.optim, name)(theirs, **flags), getattr(okt, name)(ours, **flags)
-    patch = contextlib.nullcontext if TORCH_SQRT_IS_IEEE else _ieee_sqrt
+    patch = contextlib.nullcontext if SAME_SQRT[dtype] else _ieee_sqrt
     for step in range(STEPS):
         for a, b in zip(theirs, ours):
             nnz = 0 if step == 3 else 2 * a.shape[0]
@@ -152,3 +164,15 @@ def test_sparse_gradients_are_torch_bits(case, dtype):
             for key, value in reference.state[a].items():
                 if isinstance(value, torch.Tensor) and value.dim():
                     assert torch.equal(value, optimizer.state[b][key]), f"step {step + 1}: {key} differs"
+
+
+@pytest.mark.skipif(not mkl_float32_sqrt(), reason="torch's float32 sqrt here is not MKL's AVX-path kernel")
+def test_mkl_float32_sqrt_reproduced_on_a_whole_binade():
+    """Every float32 in [2, 4), plus zeros, infinities, NaN, negatives and subnormals (MKL's special path)."""
+    x = (np.arange(1 << 23, dtype=np.uint32) + np.uint32(0x40000000)).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 1e-45, 1e-40, 2.0 ** -126, 3e38], np.float32)
+    x = np.concatenate([x, special])
+    theirs, ours = torch.from_numpy(x).sqrt().numpy(), torch_sqrt_array(x, True)
+    assert np.array_equal(theirs.view(np.uint32), ours.view(np.uint32)) or np.array_equal(theirs, ours,
+                                                                                          equal_nan=True)
+    assert not np.array_equal(ours[: 1 << 23], np.sqrt(x[: 1 << 23]))

@@ -1,9 +1,12 @@
-"""The kernels of torch's RMSprop and Adamax rules (optkernels.kernels.torch_rules) against their float64
-reference (optkernels.reference.torch_rules); no torch needed."""
+"""The kernels of torch's rules (optkernels.kernels.torch_rules: RMSprop, Adamax, Adam, Adagrad, SGD,
+SparseAdam) against their float64 reference (optkernels.reference.torch_rules), and the fma they round with;
+no torch needed (tests/test_torch_bits.py checks the bits against torch itself)."""
 import numpy as np
 import pytest
 
 from optkernels.kernels.torch_rules import torch_adamax, torch_rms_prop
+from optkernels.kernels import torch_rules as K
+from optkernels.kernels._intrinsics import fma
 from optkernels.reference import torch_rules as ref
 
 
@@ -57,3 +60,85 @@ def test_errors_before_any_write():
         torch_rms_prop(var, sa.astype(np.float32), g, 0.1, 0.9, 1e-8)
     np.testing.assert_array_equal(var, 1.0)
     np.testing.assert_array_equal(sa, 1.0)
+
+
+# ------------------------------------------------------------- torch-rounded element functions vs reference
+
+
+def test_fma_rounds_once():
+    """``fma(a, a, -1)`` keeps the low bits that ``a*a - 1`` rounds away (float32 and float64)."""
+    a32 = np.float32(1 + 2.0 ** -12)
+    assert fma(a32, a32, np.float32(-1)) == 2.0 ** -11 + 2.0 ** -24
+    assert a32 * a32 - np.float32(1) == np.float32(2.0 ** -11)
+    a64 = 1 + 2.0 ** -30
+    assert fma(a64, a64, -1.0) == 2.0 ** -29 + 2.0 ** -60
+    assert a64 * a64 - 1.0 == 2.0 ** -29
+    assert np.isnan(fma(np.inf, 0.0, 1.0)) and fma(np.inf, 1.0, 1.0) == np.inf
+
+
+def _steps(rng, n, dtype, steps):
+    return [rng.standard_normal(n).astype(dtype) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("flags", [dict(), dict(amsgrad=True, weight_decay=0.1, maximize=True),
+                                   dict(weight_decay=0.2, decoupled=True, beta1=0.4)],
+                         ids=["plain", "amsgrad-l2-maximize", "decoupled"])
+def test_torch_adam_matches_reference(dtype, flags):
+    rng = np.random.default_rng(1)
+    lr, beta1, beta2, eps = 0.01, flags.get("beta1", 0.9), 0.999, 1e-6
+    wd, decoupled = flags.get("weight_decay", 0.0), flags.get("decoupled", False)
+    maximize = flags.get("maximize", False)
+    w = rng.standard_normal(999).astype(dtype)
+    arrays = [w, np.zeros_like(w), np.zeros_like(w)] + ([np.zeros_like(w)] if flags.get("amsgrad") else [])
+    expected = [a.astype(np.float64) for a in arrays]
+    kernel = K._torch_adam_amsgrad if flags.get("amsgrad") else K._torch_adam
+    for step, g in enumerate(_steps(rng, 999, dtype, 5), start=1):
+        kernel.launch("cpu", 999, *arrays, g, *K.adam_scalars(np.dtype(dtype), step, lr, beta1, beta2, eps, wd,
+                                                              decoupled, maximize))
+        expected = list(ref.torch_adam(*expected[:3], g, lr, beta1, beta2, eps, step, weight_decay=wd,
+                                        decoupled_weight_decay=decoupled, maximize=maximize,
+                                        max_exp_avg_sq=expected[3] if len(expected) > 3 else None))
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    for got, exp in zip(arrays, expected):
+        np.testing.assert_allclose(got, exp, rtol=tol, atol=tol)
+
+
+def test_torch_adagrad_and_sgd_match_reference():
+    rng = np.random.default_rng(2)
+    d = np.dtype(np.float64)
+    w = rng.standard_normal(257)
+    a = [w.copy(), np.full_like(w, 0.1)]
+    ra = [w.copy(), np.full_like(w, 0.1)]
+    s = [w.copy(), np.zeros_like(w)]
+    rs = [w.copy(), None]
+    for step, g in enumerate(_steps(rng, 257, np.float64, 4), start=1):
+        K._torch_adagrad.launch("cpu", 257, *a, g, *K.adagrad_scalars(d, step, 0.1, 0.01, 1e-8, 0.1, True))
+        ra = list(ref.torch_adagrad(*ra, g, 0.1, 1e-8, step, lr_decay=0.01, weight_decay=0.1, maximize=True))
+        K._torch_sgd_momentum.launch("cpu", 257, *s, g, *K.sgd_scalars(d, step == 1, 0.05, 0.9, 0.0, 0.01, True,
+                                                                       False))
+        rs = list(ref.torch_sgd(rs[0], g, 0.05, momentum=0.9, momentum_buffer=rs[1], nesterov=True,
+                                      weight_decay=0.01))
+    for got, exp in zip(a + s, ra + rs):
+        np.testing.assert_allclose(got, exp, rtol=1e-13, atol=1e-13)
+    plain = w.copy()
+    K._torch_sgd.launch("cpu", 257, plain, g, *K.sgd_scalars(d, False, 0.05, 0.0, 0.0, 0.0, False, True))
+    np.testing.assert_allclose(plain, ref.torch_sgd(w, g, 0.05, maximize=True)[0], rtol=1e-15)
+
+
+def test_torch_sparse_adam_matches_reference():
+    """Coalesced rows (unique, any order) of a (6, 5) parameter; the other rows never change."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 5))
+    arrays = [w.copy(), np.zeros_like(w), np.zeros_like(w)]
+    expected = [w.copy(), np.zeros_like(w), np.zeros_like(w)]
+    rows = np.array([4, 0, 2], np.int64)
+    for step in range(1, 4):
+        values = rng.standard_normal((3, 5))
+        K._torch_sparse_adam.launch("cpu", values.size, *(a.reshape(-1) for a in arrays), values.reshape(-1),
+                                    rows, 5, *K.sparse_adam_scalars(np.dtype(np.float64), step, 0.01, 0.9, 0.999,
+                                                                    1e-8))
+        expected = list(ref.torch_sparse_adam(*expected, rows, values, 0.01, 0.9, 0.999, 1e-8, step))
+    for got, exp in zip(arrays, expected):
+        np.testing.assert_allclose(got, exp, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(arrays[0][[1, 3, 5]], w[[1, 3, 5]])

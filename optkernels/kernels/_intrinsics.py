@@ -11,19 +11,28 @@
   read such a counter with ``fetch_add(a, i, 0)`` too (a plain read after a parallel loop may see the value
   from before it).
 * :func:`fma`: ``a*b + c`` rounded once (LLVM's ``llvm.fma``), for element functions that reproduce
-  torch's CPU rounding, whose vector loops fuse multiply-adds. It is an ``njit`` function around the
-  intrinsic, so it also runs from Python (the CUDA simulator's element functions). On x86-64 with FMA3
-  (Haswell and later) and on ARM64 it is one instruction; where the target has none, LLVM calls libm's
-  ``fma``, which is correctly rounded too: the same bits, slower.
+  torch's CPU rounding, whose vector loops fuse multiply-adds. Compiled code (CPU and CUDA) calls the
+  intrinsic; from Python (the CUDA simulator's element functions) it is computed exactly and rounded once.
+  On x86-64 with FMA3 (Haswell and later) and on ARM64 it is one instruction; where the target has none,
+  LLVM calls libm's ``fma``, which is correctly rounded too: the same bits, slower.
+* :func:`rsqrt_estimate`: the x86 ``rsqrtss`` estimate of ``1/√x`` (float32, about 12 bits, its bits set
+  by the processor), the first step of MKL's float32 sqrt kernel that torch's CPU ``sqrt`` runs on some
+  CPUs (:mod:`optkernels.kernels.torch_rules`). On other targets (ARM64, CUDA) it is ``1/√x`` rounded.
 """
 from __future__ import annotations
 
+import math
+import platform
+from fractions import Fraction
+from typing import Any
+
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.errors import TypingError
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 #: Bytes per cache line assumed by the prefetching loops (x86-64 and most ARM64 cores).
 CACHE_LINE_BYTES = 64
@@ -103,8 +112,88 @@ def _llvm_fma(typingctx, a, b, c):
     return a(a, b, c), codegen
 
 
-@numba.njit(inline="always", error_model="numpy", fastmath=False)
-def fma(a, b, c):
-    """``a*b + c`` rounded once (a fused multiply-add); ``a``, ``b``, ``c`` floats of one type (float32 or
-    float64), the result of that type. IEEE 754 ``fusedMultiplyAdd``: NaN and inf as ``a*b + c``."""
-    return _llvm_fma(a, b, c)
+def fma(a: float, b: float, c: float) -> Any:
+    """``a*b + c`` rounded once (IEEE 754 ``fusedMultiplyAdd``, round to nearest even); ``a``, ``b``, ``c``
+    floats of one type (float32 or float64), the result of that type.
+
+    In compiled code (Numba CPU and CUDA) this is LLVM's ``llvm.fma``. Called from Python (the CUDA
+    simulator runs element functions as Python, where a compiled helper's float32 result comes back as a
+    Python float) it is computed exactly with fractions and rounded once: to float32 if any argument is a
+    NumPy float32, else to float64; returned as a NumPy scalar of that type.
+    """
+    dtype = np.float32 if any(isinstance(x, np.float32) for x in (a, b, c)) else np.float64
+    with np.errstate(all="ignore"):
+        return _fma_exact(a, b, c, dtype)
+
+
+def _fma_exact(a: float, b: float, c: float, dtype: type) -> Any:
+    if not all(math.isfinite(x) for x in (a, b, c)):
+        return dtype(np.float64(a) * np.float64(b) + np.float64(c))
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    if exact == 0:      # the sign of an exact zero: a*b and c are exact opposites, float64 arithmetic gets it
+        return dtype(np.float64(a) * np.float64(b) + np.float64(c))
+    try:
+        nearest = dtype(float(exact))       # float() of a Fraction is correctly rounded to float64
+    except OverflowError:
+        return dtype(math.copysign(math.inf, exact))
+    if dtype is np.float64 or not math.isfinite(nearest):
+        return nearest
+    # float64 then float32 may round twice: take the float32 neighbour nearest the exact value (even on a tie)
+    candidates = (nearest, np.nextafter(nearest, np.float32(math.inf)), np.nextafter(nearest, np.float32(-math.inf)))
+    return min((x for x in candidates if math.isfinite(x)),
+               key=lambda x: (abs(Fraction(float(x)) - exact), int(x.view(np.uint32)) & 1))
+
+
+@overload(fma, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
+def _fma_compiled(a, b, c):
+    if isinstance(a, types.Float) and a == b == c:
+        return lambda a, b, c: _llvm_fma(a, b, c)
+    raise TypingError(f"fma takes three floats of one type, got ({a}, {b}, {c})")
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+@intrinsic
+def _rsqrt_estimate(typingctx, x):
+    """``rsqrtss`` of a float32 on an x86 CPU target; ``1/sqrt(x)`` elsewhere and for float64."""
+    if not isinstance(x, types.Float):
+        raise TypingError(f"rsqrt_estimate takes a float, got {x}")
+
+    def codegen(context, builder, signature, args):
+        from numba.core.cpu import CPUContext
+
+        value, = args
+        if signature.args[0] == types.float32 and _X86 and isinstance(context, CPUContext):
+            vector = ir.VectorType(ir.FloatType(), 4)
+            packed = builder.insert_element(ir.Constant(vector, None), value, _I32(0))
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
+                                                      "llvm.x86.sse.rsqrt.ss")
+            return builder.extract_element(builder.call(function, [packed]), _I32(0))
+        llvm_type = value.type
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llvm_type, [llvm_type]),
+                                                  f"llvm.sqrt.{llvm_type.intrinsic_name}")
+        return builder.fdiv(ir.Constant(llvm_type, 1.0), builder.call(function, [value]))
+
+    return x(x), codegen
+
+
+def rsqrt_estimate(x: float) -> Any:
+    """The processor's estimate of ``1/√x`` for a float32 ``x`` (x86 ``rsqrtss``, relative error below
+    1.5·2⁻¹²; the exact bits differ between processor makers); ``1/√x`` rounded for a float64 ``x`` and on
+    other targets. Called from Python, it runs the compiled CPU version (a NumPy scalar of ``x``'s type)."""
+    if isinstance(x, np.float32):
+        return np.float32(_rsqrt_estimate_cpu(x))
+    return np.float64(_rsqrt_estimate_cpu(np.float64(x)))
+
+
+@overload(rsqrt_estimate, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
+def _rsqrt_estimate_compiled(x):
+    if isinstance(x, types.Float):
+        return lambda x: _rsqrt_estimate(x)
+    raise TypingError(f"rsqrt_estimate takes a float, got {x}")
+
+
+@numba.njit(cache=True)
+def _rsqrt_estimate_cpu(x):
+    return _rsqrt_estimate(x)

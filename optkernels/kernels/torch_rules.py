@@ -7,8 +7,9 @@ Each function computes, per element, the sequence of tensor operations of torch'
 * ``x.add(y, alpha=a)`` is ``fma(y, a, x)``; ``x.addcmul_(y, z, value=v)`` is ``fma(v·y, z, x)``;
 * ``x.lerp_(y, w)`` is ``fma(w, y − x, x)`` when ``|w| < 0.5``, else ``fma(w − 1, y − x, y)``;
 * ``x.addcdiv_(y, z, value=v)`` is ``x + (v·y)/z`` and ``x.mul_(c)`` is ``x·c``: each operation rounded;
-* ``sqrt`` is IEEE ``sqrt`` here. torch's CPU ``sqrt`` is MKL's vector sqrt, which is not correctly rounded
-  on every CPU (see ``docs/guide/torch_bits.rst``): where it is not, that is the only difference.
+* ``sqrt`` is :func:`torch_sqrt`: IEEE ``sqrt``, or (the ``mkl`` scalar, float32) MKL's AVX-path kernel,
+  which torch's CPU ``sqrt`` runs on some CPUs; MKL's other non-IEEE kernels are not reproduced
+  (``docs/guide/torch_bits.rst``): where torch runs one, sqrt is the only difference.
 
 The fused steps call :func:`optkernels.kernels._intrinsics.fma` explicitly (no ``fastmath``, so LLVM fuses
 nothing else). Scalars arrive already converted to the arrays' dtype, as torch converts a Python scalar
@@ -25,15 +26,22 @@ import numpy as np
 
 from ._checks import check_arrays, check_range
 
-from ._elementwise import elementwise, scalar_math
+from numba.extending import register_jitable
+
+from ._elementwise import elementwise
 from ._ieee import nan_max
-from ._intrinsics import fma
+from ._intrinsics import fma, rsqrt_estimate
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
 
+# The scalar steps shared by several element functions: inlined into compiled code (CPU and CUDA), plain
+# Python under the CUDA simulator, so that float32 stays float32 there (a compiled helper called from Python
+# would return a Python float, and fma needs operands of one type).
+_scalar_helper = register_jitable(inline="always")
 
-@scalar_math
+
+@_scalar_helper
 def torch_grad(g, p, negate, coupled, weight_decay):
     """torch's gradient pre-step: ``g ← −g`` (maximize), then ``g ← fma(p, wd, g)`` (``grad.add(param,
     alpha=wd)``, only where torch applies it: ``weight_decay != 0``)."""
@@ -44,7 +52,7 @@ def torch_grad(g, p, negate, coupled, weight_decay):
     return g
 
 
-@scalar_math
+@_scalar_helper
 def torch_lerp(x, y, w, w_minus_one, small):
     """torch's CPU ``x.lerp_(y, w)``: ``fma(w, y − x, x)`` if ``small`` (``|w| < 0.5``, decided on the
     host), else ``fma(w − 1, y − x, y)``; ``w_minus_one`` is ``w − 1`` in the arrays' dtype."""
@@ -54,9 +62,35 @@ def torch_lerp(x, y, w, w_minus_one, small):
     return fma(w_minus_one, d, y)
 
 
+#: The smallest normal float32: below it (and for 0, inf, NaN, negative inputs) MKL's kernel takes its
+#: special-case path, which is IEEE ``sqrt``.
+_FLT_MIN = np.float32(2.0 ** -126)
+_HALF = np.float32(0.5)
+_FLT_INF = np.float32(np.inf)
+
+
+@_scalar_helper
+def torch_sqrt(x, mkl):
+    """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt``, or (``mkl``: float32 only) MKL's ``H8``/``EX`` float32
+    kernel, the one MKL runs on CPUs it gives its AVX path (AMD processors among them): the processor's
+    ``rsqrtss`` estimate r, ``s = x·r``, ``h = r/2``, ``t = 1/2 − s·h``, ``s' = s + s·t``, ``h' = h + h·t``,
+    result ``s' + (x − s'·s')·h'``, every operation rounded (no FMA). Equal to torch's ``sqrt`` on every
+    float32 input of the four binades tried exhaustively (2²⁵ inputs)."""
+    if mkl and x >= _FLT_MIN and x < _FLT_INF:
+        x = np.float32(x)       # float32 by contract (a Python float holding one, under the CUDA simulator)
+        r = rsqrt_estimate(x)
+        s = x * r
+        h = r * _HALF
+        t = _HALF - s * h
+        s = s + s * t
+        h = h + h * t
+        return s + (x - s * s) * h
+    return math.sqrt(x)
+
+
 # ------------------------------------------------------------------------------------------- Adam, AdamW
 
-@scalar_math
+@_scalar_helper
 def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2):
     """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)``."""
     return torch_lerp(m, g, w1, w1_minus_one, small1), fma(one_minus_beta2 * g, g, v * beta2)
@@ -64,7 +98,7 @@ def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2
 
 @elementwise
 def _torch_adam(i, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
-                w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size):
+                w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, mkl):
     p = var[i]
     if decoupled:
         p = p * decay
@@ -72,13 +106,13 @@ def _torch_adam(i, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay
     m, v = torch_adam_moments(exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2)
     exp_avg[i] = m
     exp_avg_sq[i] = v
-    var[i] = p + neg_step_size * m / (math.sqrt(v) / bc2_sqrt + eps)
+    var[i] = p + neg_step_size * m / (torch_sqrt(v, mkl) / bc2_sqrt + eps)
 
 
 @elementwise
 def _torch_adam_amsgrad(i, var, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, negate, coupled, weight_decay,
                         decoupled, decay, w1, w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, eps,
-                        neg_step_size):
+                        neg_step_size, mkl):
     p = var[i]
     if decoupled:
         p = p * decay
@@ -88,7 +122,7 @@ def _torch_adam_amsgrad(i, var, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, negat
     exp_avg[i] = m
     exp_avg_sq[i] = v
     max_exp_avg_sq[i] = v_max
-    var[i] = p + neg_step_size * m / (math.sqrt(v_max) / bc2_sqrt + eps)
+    var[i] = p + neg_step_size * m / (torch_sqrt(v_max, mkl) / bc2_sqrt + eps)
 
 
 # ------------------------------------------------------------------------------------------------ Adamax
@@ -108,17 +142,17 @@ def _torch_adamax(i, var, exp_avg, exp_inf, grad, negate, coupled, weight_decay,
 # ----------------------------------------------------------------------------------------------- Adagrad
 
 @elementwise
-def _torch_adagrad(i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr):
+def _torch_adagrad(i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr, mkl):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     s = fma(g, g, state_sum[i])
     state_sum[i] = s
-    var[i] = p + neg_clr * g / (math.sqrt(s) + eps)
+    var[i] = p + neg_clr * g / (torch_sqrt(s, mkl) + eps)
 
 
 # ----------------------------------------------------------------------------------------------- RMSprop
 
-@scalar_math
+@_scalar_helper
 def torch_square_avg(square_avg, g, alpha, one_minus_alpha):
     """``square_avg.mul_(α).addcmul_(g, g, value=1 − α)``."""
     return fma(one_minus_alpha * g, g, square_avg * alpha)
@@ -126,49 +160,49 @@ def torch_square_avg(square_avg, g, alpha, one_minus_alpha):
 
 @elementwise
 def _torch_rms_prop(i, var, square_avg, grad, negate, coupled, weight_decay, alpha, one_minus_alpha,
-                    oma_minus_one, small, eps, momentum, neg_lr):
+                    oma_minus_one, small, eps, momentum, neg_lr, mkl):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
     square_avg[i] = sa
-    var[i] = p + neg_lr * g / (math.sqrt(sa) + eps)
+    var[i] = p + neg_lr * g / (torch_sqrt(sa, mkl) + eps)
 
 
 @elementwise
 def _torch_rms_prop_momentum(i, var, square_avg, momentum_buffer, grad, negate, coupled, weight_decay, alpha,
-                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr):
+                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr, mkl):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
     square_avg[i] = sa
-    buf = momentum_buffer[i] * momentum + g / (math.sqrt(sa) + eps)
+    buf = momentum_buffer[i] * momentum + g / (torch_sqrt(sa, mkl) + eps)
     momentum_buffer[i] = buf
     var[i] = fma(buf, neg_lr, p)
 
 
 @elementwise
 def _torch_centered_rms_prop(i, var, square_avg, grad_avg, grad, negate, coupled, weight_decay, alpha,
-                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr):
+                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr, mkl):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
     ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small)
     square_avg[i] = sa
     grad_avg[i] = ga
-    var[i] = p + neg_lr * g / (math.sqrt(fma(-ga, ga, sa)) + eps)
+    var[i] = p + neg_lr * g / (torch_sqrt(fma(-ga, ga, sa), mkl) + eps)
 
 
 @elementwise
 def _torch_centered_rms_prop_momentum(i, var, square_avg, grad_avg, momentum_buffer, grad, negate, coupled,
                                       weight_decay, alpha, one_minus_alpha, oma_minus_one, small, eps,
-                                      momentum, neg_lr):
+                                      momentum, neg_lr, mkl):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
     ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small)
     square_avg[i] = sa
     grad_avg[i] = ga
-    buf = momentum_buffer[i] * momentum + g / (math.sqrt(fma(-ga, ga, sa)) + eps)
+    buf = momentum_buffer[i] * momentum + g / (torch_sqrt(fma(-ga, ga, sa), mkl) + eps)
     momentum_buffer[i] = buf
     var[i] = fma(buf, neg_lr, p)
 
@@ -202,7 +236,7 @@ def _torch_sgd_momentum(i, var, momentum_buffer, grad, negate, coupled, weight_d
 
 @elementwise
 def _torch_sparse_adam(i, var, exp_avg, exp_avg_sq, values, rows, width, one_minus_beta1, one_minus_beta2,
-                       eps, neg_step_size):
+                       eps, neg_step_size, mkl):
     # element i of a coalesced row-sparse gradient (unique rows): row rows[i // width], column i % width
     j = rows[i // width] * width + i % width
     g = values[i]
@@ -212,17 +246,31 @@ def _torch_sparse_adam(i, var, exp_avg, exp_avg_sq, values, rows, width, one_min
     v = v + (g * g - v) * one_minus_beta2      # exp_avg_sq.add_(sparse((g² − v)·(1 − β2)))
     exp_avg[j] = m
     exp_avg_sq[j] = v
-    var[j] = var[j] + neg_step_size * (m / (math.sqrt(v) + eps))
+    var[j] = var[j] + neg_step_size * (m / (torch_sqrt(v, mkl) + eps))
 
 
 @elementwise
-def _torch_sparse_adagrad(i, var, state_sum, values, rows, width, eps, neg_clr):
+def _torch_sparse_adagrad(i, var, state_sum, values, rows, width, eps, neg_clr, mkl):
     # element i of a coalesced row-sparse gradient (unique rows), as _torch_sparse_adam
     j = rows[i // width] * width + i % width
     g = values[i]
     s = state_sum[j] + g * g                   # state_sum.add_(sparse(g.pow(2)))
     state_sum[j] = s
-    var[j] = fma(g / (math.sqrt(s) + eps), neg_clr, var[j])     # param.add_(sparse(g/std), alpha=−clr)
+    var[j] = fma(g / (torch_sqrt(s, mkl) + eps), neg_clr, var[j])     # param.add_(sparse(g/std), alpha=−clr)
+
+
+@elementwise
+def _torch_sqrt(i, out, x, mkl):
+    out[i] = torch_sqrt(x[i], mkl)
+
+
+def torch_sqrt_array(x: np.ndarray, mkl: bool) -> np.ndarray:
+    """:func:`torch_sqrt` of every element of the float32 or float64 NumPy array ``x``, a new array (to tell
+    which sqrt torch computes on this machine: see :mod:`optkernels.torch`)."""
+    x = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty_like(x)
+    _torch_sqrt.launch("cpu", x.size, out, x, mkl_flag(x.dtype, mkl))
+    return out
 
 
 # ------------------------------------------------------------------------------ host-side scalars (float64)
@@ -236,22 +284,28 @@ def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
     return w, w - dtype.type(1), bool(abs(float(w)) < 0.5)
 
 
+def mkl_flag(dtype: np.dtype, mkl_sqrt: bool) -> bool:
+    """The ``mkl`` scalar of the element functions: MKL's float32 sqrt kernel for float32 arrays where
+    ``mkl_sqrt`` says torch's ``sqrt`` is that kernel (IEEE ``sqrt`` otherwise, and always for float64)."""
+    return bool(mkl_sqrt) and dtype == np.float32
+
+
 def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:
     """``(negate, coupled, weight_decay)``: the scalars of :func:`torch_grad` for a group."""
     return bool(maximize), weight_decay != 0, dtype.type(weight_decay)
 
 
 def adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
-                 weight_decay: float, decoupled: bool, maximize: bool) -> tuple:
+                 weight_decay: float, decoupled: bool, maximize: bool, mkl_sqrt: bool = False) -> tuple:
     """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
     ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
-    ``−lr/bias_correction1``."""
+    ``−lr/bias_correction1``; ``mkl_sqrt``: see :func:`mkl_flag`."""
     t = float(step)
     coupled = weight_decay != 0 and not decoupled
     return (bool(maximize), coupled, dtype.type(weight_decay), weight_decay != 0 and decoupled,
             dtype.type(1 - lr * weight_decay), *lerp_weight(dtype, 1 - beta1), dtype.type(beta2),
             dtype.type(1 - beta2), dtype.type((1 - beta2 ** t) ** 0.5), dtype.type(eps),
-            dtype.type(-(lr / (1 - beta1 ** t))))
+            dtype.type(-(lr / (1 - beta1 ** t))), mkl_flag(dtype, mkl_sqrt))
 
 
 def adamax_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
@@ -262,17 +316,18 @@ def adamax_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: flo
 
 
 def adagrad_scalars(dtype: np.dtype, step: int, lr: Any, lr_decay: float, eps: float, weight_decay: float,
-                    maximize: bool) -> tuple:
+                    maximize: bool, mkl_sqrt: bool = False) -> tuple:
     """The scalars of ``_torch_adagrad``: ``clr = lr/(1 + (t − 1)·lr_decay)``, passed as ``−clr``."""
     clr = lr / (1 + (float(step) - 1) * lr_decay)
-    return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(eps), dtype.type(-clr))
+    return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(eps), dtype.type(-clr),
+            mkl_flag(dtype, mkl_sqrt))
 
 
 def rms_prop_scalars(dtype: np.dtype, lr: Any, alpha: float, eps: float, weight_decay: float,
-                     momentum: float, maximize: bool) -> tuple:
+                     momentum: float, maximize: bool, mkl_sqrt: bool = False) -> tuple:
     """The scalars shared by the four RMSprop element functions."""
     return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(alpha), *lerp_weight(dtype, 1 - alpha),
-            dtype.type(eps), dtype.type(momentum), dtype.type(-lr))
+            dtype.type(eps), dtype.type(momentum), dtype.type(-lr), mkl_flag(dtype, mkl_sqrt))
 
 
 def sgd_scalars(dtype: np.dtype, first: bool, lr: Any, momentum: float, dampening: float,
@@ -286,12 +341,14 @@ def sgd_scalars(dtype: np.dtype, first: bool, lr: Any, momentum: float, dampenin
             dtype.type(-lr))
 
 
-def sparse_adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float) -> tuple:
+def sparse_adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
+                        mkl_sqrt: bool = False) -> tuple:
     """The scalars of ``_torch_sparse_adam`` (after ``rows`` and ``width``): ``step_size = lr·√(1 − β2^t)/(1 −
     β1^t)`` as torch's ``sparse_adam`` computes it (``math.sqrt``, integer ``step``), passed as
     ``−step_size``."""
     step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
-    return dtype.type(1 - beta1), dtype.type(1 - beta2), dtype.type(eps), dtype.type(-step_size)
+    return (dtype.type(1 - beta1), dtype.type(1 - beta2), dtype.type(eps), dtype.type(-step_size),
+            mkl_flag(dtype, mkl_sqrt))
 
 
 def rms_prop_kernel(centered: bool, momentum: bool) -> Any:

@@ -1,5 +1,7 @@
-"""float64 reference of the two ``torch.optim`` update rules that have their own kernels
-(:mod:`optkernels.kernels.torch_rules`): RMSprop and Adamax, as torch computes them."""
+"""float64 reference of the ``torch.optim`` update rules that have their own kernels
+(:mod:`optkernels.kernels.torch_rules`): Adam/AdamW, Adamax, Adagrad, RMSprop, SGD and SparseAdam, one
+step of torch's single-tensor algorithm on one tensor, in plain float64 arithmetic (the kernels reproduce
+torch's own rounding; this reference states the math they round)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -9,13 +11,14 @@ from numpy.typing import ArrayLike
 
 from ._common import as_array, as_scalar, check_same_shape, ieee
 
-__all__ = ["torch_adamax", "torch_rms_prop"]
+__all__ = ["torch_adagrad", "torch_adam", "torch_adamax", "torch_rms_prop", "torch_sgd", "torch_sparse_adam"]
 
 
 @ieee
 def torch_rms_prop(var: ArrayLike, square_avg: ArrayLike, grad: ArrayLike, lr: ArrayLike, alpha: ArrayLike,
                    epsilon: ArrayLike, *, momentum: ArrayLike = 0.0,
-                   momentum_buffer: Optional[ArrayLike] = None, grad_avg: Optional[ArrayLike] = None) -> tuple[np.ndarray, ...]:
+                   momentum_buffer: Optional[ArrayLike] = None, grad_avg: Optional[ArrayLike] = None
+                   ) -> tuple[np.ndarray, ...]:
     """torch.optim.RMSprop on one tensor::
 
         square_avg = alpha*square_avg + (1 - alpha)*g*g
@@ -70,3 +73,116 @@ def torch_adamax(var: ArrayLike, exp_avg: ArrayLike, exp_inf: ArrayLike, grad: A
     m = b1 * m + (1.0 - b1) * g
     u = np.maximum(b2 * u, np.abs(g) + eps)
     return w - lr_ / (1.0 - b1 ** step) * (m / u), m, u
+
+
+def _pre_step(w: np.ndarray, g: np.ndarray, weight_decay: float, maximize: bool) -> np.ndarray:
+    """torch's gradient pre-step: ``g = -g`` (maximize), then ``g = g + wd*w``."""
+    g = -g if maximize else g
+    return g + weight_decay * w if weight_decay != 0 else g
+
+
+@ieee
+def torch_adam(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, grad: ArrayLike, lr: float,
+               beta1: float, beta2: float, eps: float, step: int, *, weight_decay: float = 0.0,
+               decoupled_weight_decay: bool = False, maximize: bool = False,
+               max_exp_avg_sq: Optional[ArrayLike] = None) -> tuple[np.ndarray, ...]:
+    """torch.optim.Adam (AdamW: ``decoupled_weight_decay=True``) on one tensor, step number ``step``::
+
+        var     = var*(1 - lr*wd)                        (decoupled)   or   g = g + wd*var (coupled)
+        exp_avg = exp_avg + (1 - beta1)*(g - exp_avg)
+        exp_avg_sq = beta2*exp_avg_sq + (1 - beta2)*g*g
+        max_exp_avg_sq = max(max_exp_avg_sq, exp_avg_sq)  (amsgrad: max_exp_avg_sq given, used below)
+        var = var - lr/(1 - beta1**step) * exp_avg/(sqrt(exp_avg_sq)/sqrt(1 - beta2**step) + eps)
+
+    Returns new float64 arrays: var, exp_avg, exp_avg_sq[, max_exp_avg_sq].
+    """
+    w, m, v, g = (as_array(x, n) for x, n in ((var, "var"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq"),
+                                              (grad, "grad")))
+    check_same_shape("var", w, exp_avg=m, exp_avg_sq=v, grad=g)
+    if decoupled_weight_decay:
+        w = w * (1.0 - lr * weight_decay)
+        g = _pre_step(w, g, 0.0, maximize)
+    else:
+        g = _pre_step(w, g, weight_decay, maximize)
+    m = m + (1.0 - beta1) * (g - m)
+    v = beta2 * v + (1.0 - beta2) * g * g
+    out = [None, m, v]
+    denominator_v = v
+    if max_exp_avg_sq is not None:
+        vmax = np.maximum(as_array(max_exp_avg_sq, "max_exp_avg_sq"), v)
+        out.append(vmax)
+        denominator_v = vmax
+    denominator = np.sqrt(denominator_v) / np.sqrt(1.0 - beta2 ** step) + eps
+    out[0] = w - lr / (1.0 - beta1 ** step) * m / denominator
+    return tuple(out)
+
+
+@ieee
+def torch_adagrad(var: ArrayLike, state_sum: ArrayLike, grad: ArrayLike, lr: float, eps: float, step: int, *,
+                  lr_decay: float = 0.0, weight_decay: float = 0.0, maximize: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """torch.optim.Adagrad (dense gradient) on one tensor, step number ``step``::
+
+        clr = lr/(1 + (step - 1)*lr_decay)
+        state_sum = state_sum + g*g;   var = var - clr*g/(sqrt(state_sum) + eps)
+
+    Returns ``(var, state_sum)``, new float64 arrays.
+    """
+    w, s, g = as_array(var, "var"), as_array(state_sum, "state_sum"), as_array(grad, "grad")
+    check_same_shape("var", w, state_sum=s, grad=g)
+    g = _pre_step(w, g, weight_decay, maximize)
+    s = s + g * g
+    return w - lr / (1.0 + (step - 1) * lr_decay) * g / (np.sqrt(s) + eps), s
+
+
+@ieee
+def torch_sgd(var: ArrayLike, grad: ArrayLike, lr: float, *, momentum: float = 0.0,
+              momentum_buffer: Optional[ArrayLike] = None, dampening: float = 0.0, nesterov: bool = False,
+              weight_decay: float = 0.0, maximize: bool = False) -> tuple[np.ndarray, ...]:
+    """torch.optim.SGD on one tensor::
+
+        buf = g  (momentum_buffer None: the first step)   or   buf = momentum*buf + (1 - dampening)*g
+        g = g + momentum*buf (nesterov)   or   g = buf;   var = var - lr*g        (momentum != 0)
+        var = var - lr*g                                                          (momentum == 0)
+
+    Returns new float64 arrays: ``(var,)``, or ``(var, momentum_buffer)`` when ``momentum != 0``.
+    """
+    w, g = as_array(var, "var"), as_array(grad, "grad")
+    check_same_shape("var", w, grad=g)
+    g = _pre_step(w, g, weight_decay, maximize)
+    if momentum == 0:
+        return (w - lr * g,)
+    if momentum_buffer is None:
+        buf = g.copy()
+    else:
+        buf = as_array(momentum_buffer, "momentum_buffer")
+        check_same_shape("var", w, momentum_buffer=buf)
+        buf = momentum * buf + (1.0 - dampening) * g
+    g = g + momentum * buf if nesterov else buf
+    return w - lr * g, buf
+
+
+@ieee
+def torch_sparse_adam(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, rows: ArrayLike,
+                      values: ArrayLike, lr: float, beta1: float, beta2: float, eps: float, step: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """torch.optim.SparseAdam on one 2-D tensor: the gradient ``values[k]`` of row ``rows[k]`` (duplicates
+    summed first, torch's ``coalesce``); only those rows change::
+
+        exp_avg[r] += (1 - beta1)*(g - exp_avg[r]);  exp_avg_sq[r] += (1 - beta2)*(g*g - exp_avg_sq[r])
+        var[r] -= lr*sqrt(1 - beta2**step)/(1 - beta1**step) * exp_avg[r]/(sqrt(exp_avg_sq[r]) + eps)
+
+    Returns ``(var, exp_avg, exp_avg_sq)``, new float64 arrays.
+    """
+    w, m, v = as_array(var, "var"), as_array(exp_avg, "exp_avg"), as_array(exp_avg_sq, "exp_avg_sq")
+    check_same_shape("var", w, exp_avg=m, exp_avg_sq=v)
+    r = np.asarray(rows, dtype=np.int64).reshape(-1)
+    x = as_array(values, "values").reshape((len(r),) + w.shape[1:])
+    unique, inverse = np.unique(r, return_inverse=True)
+    g = np.zeros((len(unique),) + w.shape[1:])
+    np.add.at(g, inverse, x)
+    m[unique] = m[unique] + (1.0 - beta1) * (g - m[unique])
+    v[unique] = v[unique] + (1.0 - beta2) * (g * g - v[unique])
+    step_size = lr * np.sqrt(1.0 - beta2 ** step) / (1.0 - beta1 ** step)
+    w[unique] = w[unique] - step_size * m[unique] / (np.sqrt(v[unique]) + eps)
+    return w, m, v
