@@ -292,3 +292,82 @@ def test_lr_scheduler_drives_both_groups():
     sched.step()
     assert [g["lr"] for g in opt.param_groups] == [0.01, 5e-4]
     assert [g["lr"] for inner in opt._inner for g in inner.param_groups] == [0.01, 5e-4]
+
+
+# ------------------------------------------------------------------------ NumPy classes
+
+from optkernels import optimizers as O  # noqa: E402
+
+
+def test_numpy_adafactor_is_the_drop_in_within_rounding_and_resumes():
+    rng = np.random.default_rng(11)
+    shapes = [(), (7,), (3, 5), (2, 3, 4)]
+    init = [rng.standard_normal(s) for s in shapes]
+    params = [O.Parameter(w.copy(), f"p{k}") for k, w in enumerate(init)]
+    opt = O.TorchAdafactor(params, learning_rate=0.02, weight_decay=0.1, maximize=True)
+    tensors = [torch.tensor(w) for w in init]
+    dropin = ot.Adafactor(tensors, lr=0.02, weight_decay=0.1, maximize=True)
+    history = []
+    for step in range(6):
+        grads = [rng.standard_normal(s) for s in shapes]
+        history.append(grads)
+        opt(grads)
+        for t, g in zip(tensors, grads):
+            t.grad = torch.tensor(g)
+        dropin.step()
+        if step == 2:
+            saved, data = copy.deepcopy(opt.state_dict()), [p.data.copy() for p in params]
+    for p, t in zip(params, tensors):
+        np.testing.assert_allclose(p.data, t.numpy(), rtol=1e-13, atol=1e-15)   # reductions: f64 sums vs torch's
+    fresh = [O.Parameter(d, f"p{k}") for k, d in enumerate(data)]
+    again = O.TorchAdafactor(fresh, learning_rate=0.02, weight_decay=0.1, maximize=True)
+    again.load_state_dict(saved)
+    for grads in history[3:]:
+        again(grads)
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(fresh, params))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_muon_matches_the_reference(dtype):
+    rng = np.random.default_rng(12)
+    w0 = rng.standard_normal((6, 4)).astype(dtype)
+    p = O.Parameter(w0.copy(), "w")
+    opt = O.Muon([p], learning_rate=0.02, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    w, buf = w0.astype(np.float64), np.zeros((6, 4))
+    for _ in range(5):
+        g = rng.standard_normal((6, 4)).astype(dtype)
+        opt((g,))
+        w, buf = R.torch_muon(w, buf, g, lr=0.02, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(p.data, w, rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="2-D"):
+        O.Muon([O.Parameter(np.zeros(3, dtype), "b")])
+
+
+def test_numpy_muon_with_adamw_splits_steps_and_loads_all_or_nothing():
+    rng = np.random.default_rng(13)
+    specs = (("embed.weight", (10, 4)), ("l1.weight", (4, 4)), ("l1.bias", (4,)), ("lm_head.weight", (3, 4)))
+    params = [O.Parameter(rng.standard_normal(s), n) for n, s in specs]
+    twins = [O.Parameter(p.data.copy(), p.name) for p in params]
+    opt = O.MuonWithAdamW(params)
+    assert [p.name for p in opt.muon.parameters] == ["l1.weight"]
+    muon = O.Muon([twins[1]], 0.02, 0.01, 0.95)
+    adamw = O.AdamWeightDecay([twins[0], twins[2], twins[3]], 3e-4, 0.9, 0.95, 1e-8, 0.01)
+    for _ in range(3):
+        grads = [rng.standard_normal(p.shape) for p in params]
+        opt(grads)
+        muon([grads[1]])
+        adamw([grads[0], grads[2], grads[3]])
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(params, twins))
+    state = opt.state_dict()
+    before = copy.deepcopy(state)
+    broken = dict(state)
+    broken["adamw/adam_m.l1.bias"] = np.zeros(5)
+    opt.muon.momentum_buffer[0].data[...] = 7.0
+    with pytest.raises(ValueError):
+        opt.load_state_dict(broken)
+    assert np.all(opt.muon.momentum_buffer[0].data == 7.0)      # the Muon part was restored too
+    opt.load_state_dict(before)
+    assert np.array_equal(opt.muon.momentum_buffer[0].data, before["muon/momentum_buffer.l1.weight"])
+    custom = O.MuonWithAdamW(params, split=lambda name, shape: name.endswith("weight") and len(shape) == 2)
+    assert len(custom.muon.parameters) == 3

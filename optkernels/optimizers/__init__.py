@@ -38,6 +38,8 @@ from .schedules import __all__ as _schedules
 from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
 from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
+from .torch_adafactor import TorchAdafactor
+from .muon import Muon, MuonWithAdamW
 
 __all__ = [
     "AdaFactor",
@@ -69,4 +71,7 @@ __all__ = [
     "Adadelta",
     "ASGD",
     "Rprop",
+    "TorchAdafactor",
+    "Muon",
+    "MuonWithAdamW",
 ]
