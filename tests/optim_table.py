@@ -31,7 +31,8 @@ from optkernels.optimizers import (
     ProximalAdagrad,
     RMSProp,
 )
-from optkernels.optimizers import ADOPT, AdEMAMix, Lion
+from optkernels.kernels.torch_family import nadam_mu
+from optkernels.optimizers import ADOPT, Adadelta, AdEMAMix, Lion, NAdam, RAdam
 
 
 def call(backend, name: str, *args, **kwargs) -> tuple:
@@ -427,6 +428,41 @@ OPTIMIZERS = [
               loss_scale=False, counts_always=True),
     OptimInfo("AdEMAMix", AdEMAMix, AdEMAMix_KW, {"m1": 0.0, "m2": 0.0, "nu": 0.0}, _ademamix, decay="decoupled",
               centralizes=False, loss_scale=False, counts_always=True),
+]
+
+
+
+def _nadam(B, w, s, g, c):
+    product = np.float32(1.0)
+    for k in range(1, c.t + 1):  # torch's float32 mu_product
+        product = np.float32(product * np.float32(nadam_mu(0.8, 4e-3, k)))
+    w, s["exp_avg"], s["exp_avg_sq"] = call(
+        B, "torch_nadam", w, s["exp_avg"], s["exp_avg_sq"], g, c.lr, 0.8, 0.99, 1e-6, c.t, float(product)
+    )
+    return w
+
+
+def _radam(B, w, s, g, c):
+    w, s["exp_avg"], s["exp_avg_sq"] = call(
+        B, "torch_radam", w, s["exp_avg"], s["exp_avg_sq"], g, c.lr, 0.8, 0.7, 1e-6, c.t
+    )
+    return w
+
+
+def _adadelta(B, w, s, g, c):
+    w, s["square_avg"], s["acc_delta"] = call(
+        B, "torch_adadelta", w, s["square_avg"], s["acc_delta"], g, c.lr, 0.9, 1e-6
+    )
+    return w
+
+
+# torch.optim's rules as NumPy classes (the step count is the global step)
+OPTIMIZERS += [
+    OptimInfo("NAdam", NAdam, ADAM_KW, {"exp_avg": 0.0, "exp_avg_sq": 0.0}, _nadam, counts_always=True),
+    OptimInfo("RAdam", RAdam, dict(ADAM_KW, beta2=0.7), {"exp_avg": 0.0, "exp_avg_sq": 0.0}, _radam,
+              counts_always=True),
+    OptimInfo("Adadelta", Adadelta, dict(rho=0.9, eps=1e-6), {"square_avg": 0.0, "acc_delta": 0.0}, _adadelta,
+              counts_always=True),
 ]
 
 OPTIMIZERS_BY_ID = {info.id: info for info in OPTIMIZERS}

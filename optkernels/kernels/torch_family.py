@@ -18,9 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from numba import types
+from numba.extending import intrinsic
+
 from ._checks import check_arrays, check_range
 from ._elementwise import ZERO, elementwise, scalar_math
-from ._intrinsics import fma
+from ._intrinsics import fma as _fma
 from .adam import Scalar
 
 __all__ = ["torch_adadelta", "torch_asgd", "torch_muon_momentum", "torch_nadam", "torch_radam", "torch_rprop",
@@ -28,6 +31,27 @@ __all__ = ["torch_adadelta", "torch_asgd", "torch_muon_momentum", "torch_nadam",
 
 
 # ---------------------------------------------------------------------------------------------- shared math
+
+@intrinsic
+def _narrowest(typingctx, x, like_a, like_b):
+    """``x`` converted to the narrowest float type among the three arguments (the identity in compiled
+    kernels, whose operands share one type)."""
+    target = min((t for t in (x, like_a, like_b) if isinstance(t, types.Float)), key=lambda t: t.bitwidth)
+
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[0], signature.args[0], signature.return_type)
+
+    return target(x, like_a, like_b), codegen
+
+
+@scalar_math
+def fma(a, b, c):
+    """``a*b + c`` rounded once (:func:`._intrinsics.fma`). Under the CUDA simulator an element function runs
+    as Python and a compiled helper returns a float32 as a Python float: the operands are brought to their
+    narrowest type first (exact for such a value; a no-op when they share one type, as in every compiled
+    kernel)."""
+    return _fma(_narrowest(a, b, c), _narrowest(b, a, c), _narrowest(c, a, b))
+
 
 @scalar_math
 def torch_gradient(w, grad, wd, maximize, coupled):
@@ -52,6 +76,13 @@ def torch_lerp(x, y, weight, one_minus_weight, small):
 def torch_ema_square(v, g, beta2, one_minus_beta2):
     """torch's ``v.mul_(β2).addcmul_(g, g, value=1 − β2)``: ``fma((1 − β2)·g, g, v·β2)``."""
     return fma(one_minus_beta2 * g, g, v * beta2)
+
+
+@scalar_math
+def ieee_sqrt(x):
+    """The IEEE square root in ``x``'s dtype (a compiled function: under the CUDA simulator too, where a bare
+    ``math.sqrt`` of a float32 would return a Python float)."""
+    return math.sqrt(x)
 
 
 def lerp_scalars(weight: float, dtype: Any) -> tuple:
@@ -86,7 +117,7 @@ def _nadam(i, param, exp_avg, exp_avg_sq, grad, wd, decay, maximize, coupled, de
                                    decoupled, b1w, b1c, b1s, beta2, one_minus_beta2)
     exp_avg[i] = m
     exp_avg_sq[i] = v
-    param[i] = _nadam_step(w, g, m, math.sqrt(v / bias_correction2), eps, c_grad, c_avg)
+    param[i] = _nadam_step(w, g, m, ieee_sqrt(v / bias_correction2), eps, c_grad, c_avg)
 
 
 @elementwise
@@ -224,7 +255,7 @@ def _radam(i, param, exp_avg, exp_avg_sq, grad, wd, decay, maximize, coupled, de
                                 decoupled, b1w, b1c, b1s, beta2, one_minus_beta2)
     exp_avg[i] = m
     exp_avg_sq[i] = v
-    root = math.sqrt(v) if rectified else v
+    root = ieee_sqrt(v) if rectified else v
     param[i] = _radam_step(w, m, root, bias_correction1, lr, rectified, eps, sqrt_bc2, rect, one)
 
 
@@ -321,7 +352,7 @@ def _adadelta(i, param, square_avg, acc_delta, grad, wd, maximize, coupled, rho,
     g = torch_gradient(w, grad[i], wd, maximize, coupled)
     sq = fma(one_minus_rho * g, g, square_avg[i] * rho)
     square_avg[i] = sq
-    w, acc = _adadelta_step(w, acc_delta[i], g, math.sqrt(sq + eps), math.sqrt(acc_delta[i] + eps), rho,
+    w, acc = _adadelta_step(w, acc_delta[i], g, ieee_sqrt(sq + eps), ieee_sqrt(acc_delta[i] + eps), rho,
                             one_minus_rho, neg_lr)
     acc_delta[i] = acc
     param[i] = w

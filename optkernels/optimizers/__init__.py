@@ -43,6 +43,8 @@ from .adopt import ADOPT
 from .ademamix import AdEMAMix
 from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
 from .rowwise_adagrad import RowWiseAdagrad
+from .torch_adafactor import TorchAdafactor
+from .muon import Muon, MuonWithAdamW
 
 __all__ = [
     "AdaFactor",
@@ -85,4 +87,7 @@ __all__ = [
     "RMSprop8bit",
     "Adagrad8bit",
     "RowWiseAdagrad",
+    "TorchAdafactor",
+    "Muon",
+    "MuonWithAdamW",
 ]

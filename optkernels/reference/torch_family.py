@@ -137,14 +137,15 @@ def torch_adafactor(var: ArrayLike, grad: ArrayLike, step: int, *, lr: float = 1
         w = w * (1 - lr * weight_decay)
     if g.ndim > 1:
         r, c = as_array(row_var, "row_var"), as_array(col_var, "col_var")
-        r = _lerp(r, np.sum(g * g, axis=-1, keepdims=True) / g.shape[-1], beta)
-        c = _lerp(c, np.sum(g * g, axis=-2, keepdims=True) / g.shape[-2], beta)
+        # torch's mean squares: torch.norm, then squared (not bit-equal to a mean of g²)
+        r = _lerp(r, np.sqrt(np.sum(g * g, axis=-1, keepdims=True)) ** 2 / g.shape[-1], beta)
+        c = _lerp(c, np.sqrt(np.sum(g * g, axis=-2, keepdims=True)) ** 2 / g.shape[-2], beta)
         v = (r @ c) / np.maximum(np.mean(r, axis=-2, keepdims=True), eps1)
         states = (r, c)
     else:
         v = _lerp(as_array(variance, "variance"), g * g, beta)
         states = (v,)
-    u = g / np.sqrt(np.maximum(v, eps1 * eps1))
+    u = (1 / np.sqrt(np.maximum(v, eps1 * eps1))) * g
     den = max(1.0, np.sqrt(np.sum(u * u)) / (u.size ** 0.5 * d))
     return (w - alpha / den * u, *states)
 

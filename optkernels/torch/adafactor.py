@@ -12,8 +12,9 @@ from typing import Any, Iterable
 
 import torch
 
-from ..kernels import torch_adafactor as K
-from ..kernels.torch_family import lerp_scalars
+from ..kernels.torch_adafactor import (_adafactor_factored, _adafactor_vector, adafactor_denominator,
+                                       adafactor_host)
+from ..kernels.torch_family import _decayed_step, lerp_scalars
 from . import _views
 from ._base import KernelOptimizer
 from .torch_family import check_lr, scalar_dtype
@@ -76,7 +77,7 @@ class Adafactor(KernelOptimizer):
             raise ValueError(f"weight_decay should be >= 0 but is: {group['weight_decay']}")
 
     def _kernel(self, group: dict) -> tuple:
-        return K._adafactor_vector, ()
+        return _adafactor_vector, ()
 
     def _prestep(self, group: dict) -> None:
         return None
@@ -93,7 +94,7 @@ class Adafactor(KernelOptimizer):
             if eps1 is None:
                 eps1 = torch.finfo(p.dtype).eps
             state["step"] += 1
-            w_t, alpha = K.adafactor_host(state["step"].item(), lr, tau, eps2, p.norm(2).item(), p.numel())
+            w_t, alpha = adafactor_host(state["step"].item(), lr, tau, eps2, p.norm(2).item(), p.numel())
             kind = _views.device_kind(p)
             dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
             update = self._pre_buffer(p)
@@ -104,14 +105,14 @@ class Adafactor(KernelOptimizer):
                 rows.lerp_(torch.norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1)), w_t)
                 cols.lerp_(torch.norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2)), w_t)
                 means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
-                K._adafactor_factored.launch(kind, p.numel(), flat[1], flat[2],
+                _adafactor_factored.launch(kind, p.numel(), flat[1], flat[2],
                                              *(_views.view(t, kind, flat=True) for t in (rows, cols, means)),
                                              grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
             else:
-                K._adafactor_vector.launch(kind, p.numel(), _views.view(state["variance"], kind, flat=True),
+                _adafactor_vector.launch(kind, p.numel(), _views.view(state["variance"], kind, flat=True),
                                            flat[1], flat[2], maximize, *lerp_scalars(w_t, dtype), eps1_sq, one)
-            den = K.adafactor_denominator(update.norm(2).item(), update.numel(), d)
-            K._decayed_step.launch(kind, p.numel(), flat[0], flat[1], dtype.type(1 - lr * wd if wd != 0 else 1),
+            den = adafactor_denominator(update.norm(2).item(), update.numel(), d)
+            _decayed_step.launch(kind, p.numel(), flat[0], flat[1], dtype.type(1 - lr * wd if wd != 0 else 1),
                                       dtype.type(-alpha / den))
 
     def _adafactor_state(self, p: torch.Tensor, grad: torch.Tensor) -> dict:

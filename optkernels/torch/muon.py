@@ -7,12 +7,12 @@ the same order (:func:`newton_schulz`), so the results are torch's bits.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Callable, Iterable, Optional
 
 import torch
 
 from ..kernels import torch_family as K
+from ..optimizers.muon import default_muon_split as _split_by_name
 from . import _views
 from ._base import KernelOptimizer
 from .adam import AdamW
@@ -162,16 +162,12 @@ class Muon(KernelOptimizer):
                                    dtype.type(step))
 
 
-#: Names of parameters that the default split gives to AdamW although they are 2-D (embeddings, output heads).
-ADAMW_NAMES = re.compile(r"(^|[._])(embed\w*|emb|wte|wpe|tok_embeddings|lm_head|head|classifier|output|fc_out)"
-                         r"([._]|$)")
-
-
 def default_muon_split(name: str, p: torch.Tensor, module: Optional[torch.nn.Module] = None) -> bool:
     """The usual split (Keller Jordan's Muon README, torch's Muon docstring): Muon for the 2-D hidden
     matrices; AdamW for everything else — parameters that are not 2-D (biases, norms' gains, 4-D
     convolutions), embeddings (a parameter of an ``nn.Embedding``/``nn.EmbeddingBag``, or named like one)
-    and output heads (named ``head``, ``lm_head``, ``classifier``, ``output``...: :data:`ADAMW_NAMES`).
+    and output heads (named ``head``, ``lm_head``, ``classifier``, ``output``...:
+    :data:`optkernels.optimizers.muon.ADAMW_NAMES`).
 
     Parameters
     ----------
@@ -187,11 +183,9 @@ def default_muon_split(name: str, p: torch.Tensor, module: Optional[torch.nn.Mod
     bool
         True for Muon.
     """
-    if p.ndim != 2:
-        return False
     if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
         return False
-    return ADAMW_NAMES.search(name) is None
+    return _split_by_name(name, tuple(p.shape))
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
