@@ -26,6 +26,7 @@ from ._lowp import stochastic_rounding
 from .lion import lion
 from .adopt import adopt
 from .ademamix import ademamix
+from .schedule_free import schedule_free_adamw, schedule_free_eval, schedule_free_sgd, schedule_free_train
 
 __all__ = [
     "adam_no_update_param",
@@ -50,4 +51,8 @@ __all__ = [
     "lion",
     "adopt",
     "ademamix",
+    "schedule_free_adamw",
+    "schedule_free_sgd",
+    "schedule_free_eval",
+    "schedule_free_train",
 ]

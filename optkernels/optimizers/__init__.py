@@ -40,6 +40,7 @@ from .thor import Thor, ThorLayer, thor, thor_inverses
 from .lion import Lion
 from .adopt import ADOPT
 from .ademamix import AdEMAMix
+from .schedule_free import AdamWScheduleFree, SGDScheduleFree
 
 __all__ = [
     "AdaFactor",
@@ -69,4 +70,6 @@ __all__ = [
     "Lion",
     "ADOPT",
     "AdEMAMix",
+    "AdamWScheduleFree",
+    "SGDScheduleFree",
 ]

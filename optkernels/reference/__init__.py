@@ -37,6 +37,7 @@ from .ada_factor import fused_ada_factor
 from .lion import lion
 from .adopt import adopt
 from .ademamix import ademamix
+from .schedule_free import schedule_free_adamw, schedule_free_sgd
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,
@@ -85,4 +86,6 @@ __all__ = [
     "lion",
     "adopt",
     "ademamix",
+    "schedule_free_adamw",
+    "schedule_free_sgd",
 ]

@@ -23,6 +23,7 @@ from .sparse_adam import SparseAdam
 from .lion import Lion
 from .adopt import ADOPT
 from .ademamix import AdEMAMix
+from .schedule_free import AdamWScheduleFree, SGDScheduleFree
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -35,6 +36,8 @@ __all__ = [
     "Lion",
     "ADOPT",
     "AdEMAMix",
+    "AdamWScheduleFree",
+    "SGDScheduleFree",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
