@@ -257,8 +257,9 @@ def make_adopt(rng, shape, dtype):
     return dict(var=normal(rng, shape, dtype), exp_avg=normal(rng, shape, dtype, 0.1),
                 exp_avg_sq=uniform(rng, shape, dtype, 0.0, 0.5), grad=normal(rng, shape, dtype),
                 lr=rng.uniform(1e-4, 0.1), beta1=rng.uniform(0.5, 0.99), beta2=rng.uniform(0.9, 0.9999),
-                epsilon=float(10.0 ** rng.uniform(-8, -3)), weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])),
-                step=step, clip=float(rng.choice([max(step, 1) ** 0.25, np.inf])))
+                epsilon=float(10.0 ** rng.uniform(-8, -3)),
+                weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])), step=step,
+                clip=float(rng.choice([max(step, 1) ** 0.25, np.inf])))
 
 
 def make_ademamix(rng, shape, dtype):
@@ -276,7 +277,8 @@ def _schedule_free_c(rng):
 
 def make_schedule_free_adamw(rng, shape, dtype):
     s = adam_scalars(rng)
-    return dict(y=normal(rng, shape, dtype), z=normal(rng, shape, dtype), exp_avg_sq=uniform(rng, shape, dtype, 0.0, 0.5),
+    return dict(y=normal(rng, shape, dtype), z=normal(rng, shape, dtype),
+                exp_avg_sq=uniform(rng, shape, dtype, 0.0, 0.5),
                 grad=normal(rng, shape, dtype), lr=s["lr"], beta1=s["beta1"], beta2=s["beta2"], epsilon=s["epsilon"],
                 weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])), c=_schedule_free_c(rng),
                 step=int(rng.integers(1, 50)))
