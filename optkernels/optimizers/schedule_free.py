@@ -74,7 +74,9 @@ class _ScheduleFree(Optimizer):
         for plan in self._local_plans:
             z = plan.flats[0]
             _lerp_towards.launch(plan.device, plan.size, plan.flat, z, *lerp_scalars(plan.cdtype, weight))
-        self._write_masters()
+        with self._rounding_context():
+            self.broadcast_params(True)     # the parallel optimizer: each parameter from the rank that owns it
+            self._write_masters()
 
     def step(self, gradients: Any) -> bool:
         """One step (see :meth:`Optimizer.step`); in eval mode a RuntimeError (schedulefree's message)."""
