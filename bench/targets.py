@@ -107,6 +107,10 @@ def _check_targets(rows: list[Row]) -> list[str]:
     if first:
         out.append(f"apply_adam first call with a warm cache < 0.5 s: {first.seconds:.3f} s "
                    f"({verdict(first.seconds < 0.5)})")
+    if any(r.group == "modern" for r in rows):
+        from modern import targets as modern_targets
+
+        out += modern_targets(rows, verdict)
     return out
 
 

@@ -77,6 +77,9 @@ ERRORS = {
     "ademamix": dict(bad_values=[("lr", -0.1), ("beta1", 1.0), ("beta2", -0.1), ("beta3", 1.0), ("alpha", -1.0),
                                  ("epsilon", -1e-8), ("weight_decay", -0.1), ("step", 0)],
                      bad_attrs=[("decay_after_update", "no", TypeError)]),
+    "schedule_free_adamw": dict(bad_values=[("lr", -0.1), ("beta1", 1.0), ("beta2", 1.0), ("epsilon", -1e-8),
+                                            ("weight_decay", -0.1), ("c", 1.5), ("step", 0)]),
+    "schedule_free_sgd": dict(bad_values=[("lr", -0.1), ("momentum", 1.0), ("weight_decay", -0.1), ("c", -0.5)]),
 }
 
 OPS = [OpInfo(CASES_BY_NAME[name], **errors) for name, errors in ERRORS.items()]

@@ -32,7 +32,7 @@ from optkernels.optimizers import (
     RMSProp,
 )
 from optkernels.kernels.torch_family import nadam_mu
-from optkernels.optimizers import ADOPT, Adadelta, AdEMAMix, Lion, NAdam, RAdam
+from optkernels.optimizers import ADOPT, Adadelta, AdamWScheduleFree, AdEMAMix, Lion, NAdam, RAdam, SGDScheduleFree
 
 
 def call(backend, name: str, *args, **kwargs) -> tuple:
@@ -257,6 +257,7 @@ def _adopt(decouple):
     return step
 
 
+SF_KW = dict(warmup_steps=2, r=0.5, weight_lr_power=1.0)
 AdEMAMix_KW = dict(beta1=0.8, beta2=0.99, beta3=0.999, alpha=4.0, t_alpha=3, t_beta3=3)
 
 
@@ -267,6 +268,31 @@ def _ademamix(B, w, s, g, c):
     w, s["m1"], s["m2"], s["nu"] = call(B, "ademamix", w, s["m1"], s["m2"], s["nu"], g, c.lr, 0.8, 0.99, beta3,
                                         alpha, 1e-8, c.decoupled_wd, c.t)
     return w
+
+
+_SCHEDULE_FREE_HOST: dict = {}   # per slots dict: (lr_max, weight_sum), the package's per-group averaging state
+
+
+def _schedule_free(adamw):
+    """Schedule-Free with warmup_steps=2, r=0.5, weight_lr_power=1: z starts at w; the averaging weight is
+    computed here from the parameter's own learning rates (equal per learning rate, as the optimizer's)."""
+
+    def step(B, w, s, g, c):
+        from optkernels.kernels.schedule_free import schedule_free_weight
+
+        k = c.t - 1
+        if k == 0:
+            s["z"], _SCHEDULE_FREE_HOST[id(s)] = np.array(w, copy=True), (-1.0, 0.0)
+        lr_t, lr_max, weight_sum, avg = schedule_free_weight(k, c.lr, 2, 0.5, 1.0, *_SCHEDULE_FREE_HOST[id(s)])
+        _SCHEDULE_FREE_HOST[id(s)] = (lr_max, weight_sum)
+        if adamw:
+            w, s["z"], s["exp_avg_sq"] = call(B, "schedule_free_adamw", w, s["z"], s["exp_avg_sq"], g, lr_t, 0.8,
+                                              0.99, 1e-8, c.decoupled_wd, avg, c.t)
+        else:
+            w, s["z"] = call(B, "schedule_free_sgd", w, s["z"], g, lr_t, 0.8, c.decoupled_wd, avg)
+        return w
+
+    return step
 
 
 def _lamb(B, w, s, g, c):
@@ -428,6 +454,11 @@ OPTIMIZERS = [
               loss_scale=False, counts_always=True),
     OptimInfo("AdEMAMix", AdEMAMix, AdEMAMix_KW, {"m1": 0.0, "m2": 0.0, "nu": 0.0}, _ademamix, decay="decoupled",
               centralizes=False, loss_scale=False, counts_always=True),
+    OptimInfo("AdamWScheduleFree", AdamWScheduleFree, dict(SF_KW, beta1=0.8, beta2=0.99),
+              {"z": 0.0, "exp_avg_sq": 0.0}, _schedule_free(True), decay="decoupled", centralizes=False,
+              loss_scale=False, counts_always=True),
+    OptimInfo("SGDScheduleFree", SGDScheduleFree, dict(SF_KW, momentum=0.8), {"z": 0.0}, _schedule_free(False),
+              decay="decoupled", centralizes=False, loss_scale=False, counts_always=True),
 ]
 
 

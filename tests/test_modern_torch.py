@@ -93,6 +93,26 @@ def _m1_m2(state):
     return torch.stack([state["m1"], state["m2"]])
 
 
+def _schedulefree(name):
+    def canonical(dtype):
+        return getattr(pytest.importorskip("schedulefree", reason="schedulefree is a test dependency"), name)
+
+    return canonical
+
+
+def _sf_adamw_numpy(params, kw):
+    beta1, beta2 = kw.get("betas", (0.9, 0.999))
+    return nko.AdamWScheduleFree(params, learning_rate=kw["lr"], beta1=beta1, beta2=beta2, eps=kw.get("eps", 1e-8),
+                                 weight_decay=kw.get("weight_decay", 0.0), warmup_steps=kw.get("warmup_steps", 0),
+                                 r=kw.get("r", 0.0), weight_lr_power=kw.get("weight_lr_power", 2.0))
+
+
+def _sf_sgd_numpy(params, kw):
+    return nko.SGDScheduleFree(params, learning_rate=kw["lr"], momentum=kw.get("momentum", 0.9),
+                               weight_decay=kw.get("weight_decay", 0.0), warmup_steps=kw.get("warmup_steps", 0),
+                               r=kw.get("r", 0.0), weight_lr_power=kw.get("weight_lr_power", 2.0))
+
+
 RULES = [
     Rule("Lion", _lion_pytorch,
          [dict(lr=0.01, weight_decay=0.1), dict(lr=3e-3, betas=(0.8, 0.95), weight_decay=0.5),
@@ -108,6 +128,14 @@ RULES = [
           dict(lr=0.01, eps=1e-6, t_beta3=10)],
          _ademamix_numpy,
          state_map={"state1": _m1_m2, "m1_m2": _m1_m2, "state2": lambda s: s["nu"], "nu": lambda s: s["nu"]}),
+    Rule("AdamWScheduleFree", _schedulefree("AdamWScheduleFree"),
+         [dict(lr=0.01, weight_decay=0.1, warmup_steps=2),
+          dict(lr=0.005, betas=(0.8, 0.99), r=0.5, weight_lr_power=1.0), dict(lr=0.02, warmup_steps=10, eps=1e-6)],
+         _sf_adamw_numpy, modes=True),
+    Rule("SGDScheduleFree", _schedulefree("SGDScheduleFree"),
+         [dict(lr=0.1, momentum=0.9, weight_decay=0.1, warmup_steps=2), dict(lr=0.05, momentum=0.5, r=1.0,
+                                                                              weight_lr_power=3.0)],
+         _sf_sgd_numpy, modes=True),
 ]
 
 RULES_BY_NAME = {rule.name: rule for rule in RULES}
@@ -210,7 +238,7 @@ def _worked(cls, kwargs, steps, modes=False):
 
 
 def _assert_spec(actual, expected, what):
-    np.testing.assert_allclose(actual.numpy() if torch.is_tensor(actual) else actual, expected, rtol=4e-16,
+    np.testing.assert_allclose(actual.detach().numpy() if torch.is_tensor(actual) else actual, expected, rtol=4e-16,
                                atol=1e-18, err_msg=what)
 
 
@@ -322,3 +350,94 @@ def test_ademamix_errors_are_bitsandbytes():
                             (dict(optim_bits=8), "32-bit state only")):
         with pytest.raises(ValueError, match=message):
             okt.AdEMAMix([p], **kwargs)
+
+
+@pytest.mark.parametrize("name, kwargs, expected", [
+    ("AdamWScheduleFree", dict(lr=0.01, weight_decay=0.1, warmup_steps=2), dict(
+        y1=[0.49475000049999995, -0.99450000016666662, 1.9990000000000001],
+        y2=[0.50471501930054763, -0.99001662482997799, 1.9857671686986216],
+        z2=[0.5069024624518873, -0.98903246926826582, 1.9828624008519775],
+        x2=[0.5044719700615099, -0.99012597544794601, 1.9860899206815821])),
+    ("SGDScheduleFree", dict(lr=0.1, momentum=0.9, weight_decay=0.1, warmup_steps=2), dict(
+        y1=[0.49249999999999999, -0.97999999999999998, 1.99],
+        y2=[0.50486149999999996, -0.96376399999999995, 1.940882],
+        z2=[0.507575, -0.96019999999999994, 1.9300999999999999],
+        x2=[0.50456000000000001, -0.96415999999999991, 1.94208])),
+])
+def test_schedule_free_worked_examples(name, kwargs, expected):
+    """MODERN §11.5: two steps in train mode (step 1: c = 1, so y = z), then eval() gives x; the group's
+    scheduled_lr and averaging state follow the warmup."""
+    opt, p, out = _worked(getattr(okt, name), kwargs, 2, modes=True)
+    (y1, s1), (y2, s2) = out
+    _assert_spec(y1, expected["y1"], "step 1 y")
+    _assert_spec(s1["z"], expected["y1"], "step 1 z")
+    _assert_spec(y2, expected["y2"], "step 2 y")
+    _assert_spec(s2["z"], expected["z2"], "step 2 z")
+    group = opt.param_groups[0]
+    assert group["k"] == 2 and group["scheduled_lr"] == kwargs["lr"] and group["lr_max"] == kwargs["lr"]
+    opt.eval()
+    _assert_spec(p.detach(), expected["x2"], "eval x")
+    opt.eval()                                        # a no-op in eval mode
+    _assert_spec(p.detach(), expected["x2"], "eval twice")
+    with pytest.raises(Exception, match="Optimizer was not in train mode"):
+        opt.step()
+    opt.train()
+    np.testing.assert_allclose(p.detach().numpy(), expected["y2"], rtol=1e-15)
+
+
+def test_schedule_free_step_needs_train_mode_from_the_start():
+    p = torch.nn.Parameter(torch.zeros(3))
+    p.grad = torch.ones(3)
+    opt = okt.AdamWScheduleFree([p])
+    with pytest.raises(Exception, match="Optimizer was not in train mode"):
+        opt.step()
+    assert opt.param_groups[0]["k"] == 0 and "z" not in opt.state[p]
+
+
+def test_schedule_free_failed_step_leaves_group_state():
+    p, q = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
+    opt = okt.SGDScheduleFree([p, q], lr=0.1)
+    opt.train()
+    p.grad, q.grad = torch.ones(3), torch.sparse_coo_tensor([[0]], [1.0], (2,))    # q's: sparse, refused
+    with pytest.raises(RuntimeError, match="does not support sparse gradients"):
+        opt.step()
+    group = opt.param_groups[0]
+    assert (group["k"], group["weight_sum"], group["lr_max"]) == (0, 0.0, -1.0)
+    assert torch.equal(p.detach(), torch.zeros(3))
+
+
+def test_schedule_free_sgd_errors_are_the_packages():
+    p = torch.nn.Parameter(torch.zeros(2))
+    for kwargs, message in ((dict(lr=-1.0), "Invalid learning rate"), (dict(weight_decay=-1.0), "Invalid weight_decay"),
+                            (dict(momentum=1.0), "Momentum must be between 0 and 1 exclusive")):
+        with pytest.raises(ValueError, match=message):
+            okt.SGDScheduleFree([p], **kwargs)
+
+
+def test_numpy_schedule_free_state_round_trip_in_eval_mode():
+    """Save in eval mode, resume into a fresh optimizer: the continued run is bit-identical."""
+    rng = np.random.default_rng(5)
+    init = rng.standard_normal((4, 3))
+    grads = [rng.standard_normal((4, 3)) for _ in range(6)]
+
+    def build(values):
+        p = Parameter(np.array(values), "w")
+        return p, nko.AdamWScheduleFree([p], learning_rate=0.01, warmup_steps=3, weight_decay=0.01)
+
+    p, opt = build(init)
+    for g in grads[:3]:
+        opt([g])
+    opt.eval()
+    saved_state, saved_param = opt.state_dict(), p.data.copy()
+    opt.train()
+    for g in grads[3:]:
+        opt([g])
+    q, other = build(saved_param)
+    other.load_state_dict(saved_state)
+    assert not other.train_mode
+    with pytest.raises(RuntimeError, match="not in train mode"):
+        other([grads[3]])
+    other.train()
+    for g in grads[3:]:
+        other([g])
+    assert np.array_equal(q.data, p.data)

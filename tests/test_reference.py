@@ -291,7 +291,7 @@ EXPECTED_ALL = {
     "fused_sparse_proximal_adagrad",
     "sparse_apply_proximal_adagrad", "sparse_apply_adagrad", "sparse_apply_adagrad_v2", "fused_ada_factor",
 }
-MODERN = {"lion": 2, "adopt": 3, "ademamix": 4}
+MODERN = {"lion": 2, "adopt": 3, "ademamix": 4, "schedule_free_adamw": 3, "schedule_free_sgd": 2}
 EXPECTED_ALL |= set(MODERN)
 N_OUT.update(MODERN)
 

@@ -257,8 +257,9 @@ def make_adopt(rng, shape, dtype):
     return dict(var=normal(rng, shape, dtype), exp_avg=normal(rng, shape, dtype, 0.1),
                 exp_avg_sq=uniform(rng, shape, dtype, 0.0, 0.5), grad=normal(rng, shape, dtype),
                 lr=rng.uniform(1e-4, 0.1), beta1=rng.uniform(0.5, 0.99), beta2=rng.uniform(0.9, 0.9999),
-                epsilon=float(10.0 ** rng.uniform(-8, -3)), weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])),
-                step=step, clip=float(rng.choice([max(step, 1) ** 0.25, np.inf])))
+                epsilon=float(10.0 ** rng.uniform(-8, -3)),
+                weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])), step=step,
+                clip=float(rng.choice([max(step, 1) ** 0.25, np.inf])))
 
 
 def make_ademamix(rng, shape, dtype):
@@ -268,6 +269,25 @@ def make_ademamix(rng, shape, dtype):
                 beta1=s["beta1"], beta2=s["beta2"], beta3=rng.uniform(0.99, 0.9999), alpha=rng.uniform(0.0, 8.0),
                 epsilon=s["epsilon"], weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])),
                 step=int(rng.integers(1, 50)))
+
+
+def _schedule_free_c(rng):
+    return float(rng.choice([1.0, rng.uniform(0.0, 1.0), 0.25 / rng.integers(1, 20)]))
+
+
+def make_schedule_free_adamw(rng, shape, dtype):
+    s = adam_scalars(rng)
+    return dict(y=normal(rng, shape, dtype), z=normal(rng, shape, dtype),
+                exp_avg_sq=uniform(rng, shape, dtype, 0.0, 0.5),
+                grad=normal(rng, shape, dtype), lr=s["lr"], beta1=s["beta1"], beta2=s["beta2"], epsilon=s["epsilon"],
+                weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])), c=_schedule_free_c(rng),
+                step=int(rng.integers(1, 50)))
+
+
+def make_schedule_free_sgd(rng, shape, dtype):
+    return dict(y=normal(rng, shape, dtype), z=normal(rng, shape, dtype), grad=normal(rng, shape, dtype),
+                lr=rng.uniform(1e-3, 0.5), momentum=rng.uniform(0.1, 0.99),
+                weight_decay=float(rng.choice([0.0, rng.uniform(0.0, 0.1)])), c=_schedule_free_c(rng))
 
 
 def nesterov_attr(rng):
@@ -305,6 +325,8 @@ CASES = [
     OpCase("adopt", ("var", "exp_avg", "exp_avg_sq"), make_adopt, lambda rng: dict(decouple=bool(rng.integers(2)))),
     OpCase("ademamix", ("var", "m1", "m2", "nu"), make_ademamix,
            lambda rng: dict(decay_after_update=bool(rng.integers(2)))),
+    OpCase("schedule_free_adamw", ("y", "z", "exp_avg_sq"), make_schedule_free_adamw),
+    OpCase("schedule_free_sgd", ("y", "z"), make_schedule_free_sgd),
 ]
 
 CASES_BY_NAME = {case.name: case for case in CASES}

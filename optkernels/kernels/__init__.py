@@ -31,6 +31,7 @@ from .adopt import adopt
 from .ademamix import ademamix
 from .quantization import dequantize_blockwise, dynamic_map, quantize_blockwise
 from .blockwise_optim import optimizer_update_32bit, optimizer_update_8bit_blockwise
+from .schedule_free import schedule_free_adamw, schedule_free_eval, schedule_free_sgd, schedule_free_train
 
 __all__ = [
     "adam_no_update_param",
@@ -67,4 +68,8 @@ __all__ = [
     "dequantize_blockwise",
     "optimizer_update_8bit_blockwise",
     "optimizer_update_32bit",
+    "schedule_free_adamw",
+    "schedule_free_sgd",
+    "schedule_free_eval",
+    "schedule_free_train",
 ]

@@ -45,6 +45,7 @@ from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RM
 from .rowwise_adagrad import RowWiseAdagrad
 from .torch_adafactor import TorchAdafactor
 from .muon import Muon, MuonWithAdamW
+from .schedule_free import AdamWScheduleFree, SGDScheduleFree
 
 __all__ = [
     "AdaFactor",
@@ -90,4 +91,6 @@ __all__ = [
     "TorchAdafactor",
     "Muon",
     "MuonWithAdamW",
+    "AdamWScheduleFree",
+    "SGDScheduleFree",
 ]

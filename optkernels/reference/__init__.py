@@ -38,6 +38,7 @@ from .lion import lion
 from .adopt import adopt
 from .ademamix import ademamix
 from .lowbit import rowwise_adagrad  # noqa: F401 -- beside optkernels.sparse.rowwise_adagrad (not in __all__)
+from .schedule_free import schedule_free_adamw, schedule_free_sgd
 from .sparse import (
     fused_sparse_adam,
     fused_sparse_ftrl,
@@ -97,4 +98,6 @@ __all__ = [
     "lion",
     "adopt",
     "ademamix",
+    "schedule_free_adamw",
+    "schedule_free_sgd",
 ]

@@ -30,6 +30,7 @@ from .adopt import ADOPT
 from .ademamix import AdEMAMix
 from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
 from .rowwise_adagrad import RowWiseAdagrad
+from .schedule_free import AdamWScheduleFree, SGDScheduleFree
 
 __all__ = [
     # torch.optim's classes, torch's math
@@ -50,6 +51,8 @@ __all__ = [
     "Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit",
     # FBGEMM's row-wise Adagrad for embedding tables
     "RowWiseAdagrad",
+    "AdamWScheduleFree",
+    "SGDScheduleFree",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():

@@ -239,3 +239,21 @@ def test_shares_reshard_and_refuse_the_wrong_rank(comm):
     run(c, grads[3:])
     pair.Free()
     assert all(x.data.tobytes() == y.data.tobytes() for x, y in zip(params, ref_params))
+
+
+@pytest.mark.parametrize("id_", ["AdamWScheduleFree", "SGDScheduleFree"])
+def test_schedule_free_eval_and_train_swap_every_parameter(comm, id_):
+    """eval()/train() swap each parameter on the rank that owns its z, then send it to every rank: the
+    parameters equal one process's after eval() and after train()."""
+    from optim_table import OPTIMIZERS_BY_ID
+
+    info = OPTIMIZERS_BY_ID[id_]
+    init, grads = make_data(np.float32, seed=4)
+    single, want = run_optimizer(info, scenario(info, "plain", np.float32), init, grads)
+    sharded, got = run_optimizer(with_comm(info, comm), scenario(with_comm(info, comm), "plain", np.float32),
+                                 init, grads)
+    for mode in ("eval", "train"):
+        getattr(single, mode)()
+        getattr(sharded, mode)()
+        for pname in want:
+            assert got[pname].data.tobytes() == want[pname].data.tobytes(), (mode, pname)

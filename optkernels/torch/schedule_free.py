@@ -1,0 +1,181 @@
+"""``AdamWScheduleFree`` and ``SGDScheduleFree``: facebookresearch's ``schedulefree`` classes (same
+arguments, defaults, group entries, state and ``train()``/``eval()``) over optkernels' Schedule-Free kernels
+(MODERN §11)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional
+
+import numpy as np
+import torch
+
+from ..kernels._torch_lerp import lerp_scalars
+from ..kernels.schedule_free import (_lerp_towards, _schedule_free_adamw, _schedule_free_sgd,
+                                     schedule_free_adamw_scalars, schedule_free_sgd_scalars,
+                                     schedule_free_weight)
+from ..optimizers.schedule_free import NOT_IN_TRAIN_MODE
+from . import _views
+from ._base import KernelOptimizer, _Plan
+
+__all__ = ["AdamWScheduleFree", "SGDScheduleFree"]
+
+_HOST = ("k", "lr_max", "weight_sum", "scheduled_lr")
+_FOREACH = hasattr(torch, "_foreach_mul_")
+
+
+class _ScheduleFree(KernelOptimizer):
+    """The group bookkeeping (k, lr_max, weight_sum, scheduled_lr; train_mode) and the train/eval swap."""
+
+    counts_steps = False
+    _beta_of: Callable[[dict], float]
+
+    def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
+        if name == "z":
+            return torch.clone(p, memory_format=torch.preserve_format)
+        return super()._new_state(name, p, group)
+
+    def _prestep(self, group: dict) -> Any:
+        return None
+
+    def _private_steps(self, plan: _Plan) -> np.ndarray:
+        steps = getattr(plan, "ones", None)
+        if steps is None:
+            steps = plan.ones = np.ones(len(plan.params), np.int64)
+        return steps
+
+    def _step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        if not self.param_groups[0]["train_mode"]:
+            raise Exception(NOT_IN_TRAIN_MODE)
+        saved = [{key: group[key] for key in _HOST} for group in self.param_groups]
+        self._weights = {}
+        for group in self.param_groups:
+            k = group["k"]
+            lr_t, lr_max, weight_sum, c = schedule_free_weight(
+                k, group["lr"], group["warmup_steps"], group["r"], group["weight_lr_power"], group["lr_max"],
+                group["weight_sum"])
+            group.update(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k + 1)
+            self._weights[id(group)] = (lr_t, c, k + 1)
+        try:
+            return super()._step(closure)
+        except BaseException:
+            for group, values in zip(self.param_groups, saved):   # a failed step changes nothing
+                group.update(values)
+            raise
+
+    def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+        lr_t, c, k1 = self._weights[id(group)]
+        return self._kernel_scalars(group, dtype, lr_t, c, k1)
+
+    @torch.no_grad()
+    def eval(self) -> None:
+        """Parameters y → x: ``p ← lerp(p, z, 1 − 1/β)`` for each parameter with a ``z`` (no-op in eval
+        mode)."""
+        for group in self.param_groups:
+            if group["train_mode"]:
+                self._swap(group, 1.0 - 1.0 / self._beta_of(group))
+                group["train_mode"] = False
+
+    @torch.no_grad()
+    def train(self) -> None:
+        """Parameters x → y: ``p ← lerp(p, z, 1 − β)`` (no-op in train mode)."""
+        for group in self.param_groups:
+            if not group["train_mode"]:
+                self._swap(group, 1.0 - self._beta_of(group))
+                group["train_mode"] = True
+
+    def _swap(self, group: dict, weight: float) -> None:
+        for p in group["params"]:
+            z = self.state[p].get("z") if p in self.state else None
+            if z is None or p.numel() == 0:
+                continue
+            kind = _views.device_kind(p)
+            dtype = _views.FLOAT_DTYPES.get(p.dtype, np.dtype(np.float32))
+            _lerp_towards.launch(kind, p.numel(), _views.view(p, kind, flat=True),
+                                 _views.view(z.to(p.device), kind, flat=True), *lerp_scalars(dtype, weight))
+
+
+class AdamWScheduleFree(_ScheduleFree):
+    r"""``schedulefree.AdamWScheduleFree`` (v1.3+), computed by the ``schedule_free_adamw`` kernel (per
+    group: k counts steps, ``c`` is the averaging weight, see
+    :func:`optkernels.kernels.schedule_free.schedule_free_weight`)::
+
+        lr_t = lr·min(1, (k + 1)/warmup_steps);  v ← β2·v + (1 − β2)·g²
+        ĝ = g/(√(v/(1 − β2^(k+1))) + ε) + wd·y;   y ← lerp(y, z, c) + lr_t·(β1·(1 − c) − 1)·ĝ;   z ← z − lr_t·ĝ
+
+    Call :meth:`train` before training and :meth:`eval` before evaluating or saving, as with the package.
+    ``p.grad`` is left as it was (the package divides it in place).
+
+    Args:
+        params: an iterable of tensors or of parameter-group dicts.
+        lr: default 0.0025.  betas: ``(β1, β2)``, default (0.9, 0.999).  eps: default 1e-8.
+        weight_decay: default 0.  warmup_steps: default 0.  r: default 0.0.  weight_lr_power: default 2.0.
+        foreach: accepted; no effect (optkernels has one implementation).
+
+    State: ``z``, ``exp_avg_sq`` per parameter; group entries ``k``, ``train_mode``, ``weight_sum``,
+    ``lr_max``, ``scheduled_lr``, as the package's.
+
+    Raises:
+        Exception: a step outside train mode (the package's message).
+    """
+
+    def __init__(self, params: Iterable, lr: Any = 0.0025, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0, warmup_steps: int = 0, r: float = 0.0, weight_lr_power: float = 2.0,
+                 foreach: Optional[bool] = _FOREACH):
+        defaults = dict(lr=lr, betas=betas, eps=eps, r=r, k=0, warmup_steps=warmup_steps, train_mode=False,
+                        weight_sum=0.0, lr_max=-1.0, scheduled_lr=0.0, weight_lr_power=weight_lr_power,
+                        weight_decay=weight_decay, foreach=foreach)
+        super().__init__(params, defaults)
+
+    @staticmethod
+    def _beta_of(group: dict) -> float:
+        return group["betas"][0]
+
+    def _kernel(self, group: dict) -> tuple:
+        return _schedule_free_adamw, ("z", "exp_avg_sq")
+
+    def _kernel_scalars(self, group: dict, dtype: np.dtype, lr_t: float, c: float, step: int) -> tuple:
+        beta1, beta2 = group["betas"]
+        return schedule_free_adamw_scalars(dtype, lr_t, beta1, beta2, group["eps"], group["weight_decay"], c,
+                                           step)
+
+
+class SGDScheduleFree(_ScheduleFree):
+    r"""``schedulefree.SGDScheduleFree``, computed by the ``schedule_free_sgd`` kernel::
+
+        g ← g + wd·y;   y ← lerp(y, z, c) + lr_t·(momentum·(1 − c) − 1)·g;   z ← z − lr_t·g
+
+    Args:
+        params: an iterable of tensors or of parameter-group dicts.
+        lr: default 1.0.  momentum: in (0, 1), default 0.9.  weight_decay: default 0.
+        warmup_steps, r, weight_lr_power, foreach: as :class:`AdamWScheduleFree`.
+
+    State: ``z`` per parameter; group entries as :class:`AdamWScheduleFree`.
+
+    Raises:
+        ValueError: the package's messages for ``lr < 0``, ``weight_decay < 0`` and a momentum outside
+            (0, 1).
+        Exception: a step outside train mode.
+    """
+
+    def __init__(self, params: Iterable, lr: Any = 1.0, momentum: float = 0.9, weight_decay: float = 0,
+                 warmup_steps: int = 0, r: float = 0.0, weight_lr_power: float = 2,
+                 foreach: Optional[bool] = _FOREACH):
+        if lr < 0.0:
+            raise ValueError("Invalid learning rate: {}".format(lr))
+        if weight_decay < 0.0:
+            raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
+        if momentum <= 0 or momentum >= 1:
+            raise ValueError("Momentum must be between 0 and 1 exclusive: {}".format(momentum))
+        defaults = dict(lr=lr, momentum=momentum, r=r, k=0, warmup_steps=warmup_steps, train_mode=False,
+                        weight_sum=0.0, lr_max=-1.0, scheduled_lr=0.0, weight_lr_power=weight_lr_power,
+                        weight_decay=weight_decay, foreach=foreach)
+        super().__init__(params, defaults)
+
+    @staticmethod
+    def _beta_of(group: dict) -> float:
+        return group["momentum"]
+
+    def _kernel(self, group: dict) -> tuple:
+        return _schedule_free_sgd, ("z",)
+
+    def _kernel_scalars(self, group: dict, dtype: np.dtype, lr_t: float, c: float, step: int) -> tuple:
+        return schedule_free_sgd_scalars(dtype, lr_t, group["momentum"], group["weight_decay"], c)
