@@ -8,6 +8,7 @@ kernels (:mod:`.blockwise_optim`).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import types
 from typing import Any, Callable
@@ -107,26 +108,124 @@ def block_elementwise(py_func: Callable) -> BlockElementwise:
     return BlockElementwise(py_func)
 
 
+SCRATCH = 1024
+"""float32 elements of the per-iteration scratch of a :class:`ScratchBlockElementwise` (4 x 256)."""
+
+_CPU_SCRATCH_LOOP = """
+def {name}(n, {args}):
+    for i in prange(n):
+        element(i, {args}, np.empty(SCRATCH, np.float32))
+"""
+
+_CUDA_SCRATCH_LOOP = """
+def {name}(n, {args}):
+    scratch = cuda.local.array(SCRATCH, float32)
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < n:
+        element(i, {args}, scratch)
+        i += stride
+"""
+
+
+def _generate_scratch(template: str, prefix: str, py_func: Callable, namespace: dict) -> Callable:
+    """As ``_elementwise._generate``, for an element function whose last parameter is the scratch array
+    the driver provides (so it is not a parameter of the driver)."""
+    params = list(inspect.signature(py_func).parameters)[1:-1]
+    name = f"_{prefix}_{py_func.__name__}"
+    source = template.format(name=name, args=", ".join(params))
+    namespace.update(SCRATCH=SCRATCH, np=np, float32=numba.float32)
+    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)  # noqa: S102 -- a fixed template
+    driver = namespace[name]
+    driver.__module__ = py_func.__module__
+    driver.__qualname__ = name
+    return driver
+
+
+class ScratchBlockElementwise(BlockElementwise):
+    """A :class:`BlockElementwise` whose element function takes, as its last argument, a float32 scratch
+    array of :data:`SCRATCH` elements: a new array per CPU loop iteration, a thread-local array on CUDA."""
+
+    def _cpu_source(self) -> Callable:
+        element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
+        return _generate_scratch(_CPU_SCRATCH_LOOP, "cpu", self.py_func,
+                                 {"prange": numba.prange, "element": element})
+
+    @functools.cached_property
+    def cuda(self) -> Callable:
+        cuda = _cuda.module()
+        element = cuda.jit(device=True)(_device_version(self.py_func))
+        return cuda.jit(_generate_scratch(_CUDA_SCRATCH_LOOP, "cuda", self.py_func,
+                                          {"cuda": cuda, "element": element}))
+
+    def many(self, n_arrays: int, prologue: Any = None) -> Callable:
+        raise NotImplementedError(f"{self.__name__}: no multi-tensor loop")
+
+    many_uncached = many
+
+
+def scratch_block_elementwise(py_func: Callable) -> ScratchBlockElementwise:
+    """Decorator: a :class:`ScratchBlockElementwise`."""
+    return ScratchBlockElementwise(py_func)
+
+
+GRID = 65536
+"""Cells of the uniform grid over [-1, 1] that starts the nearest-code search (:func:`search_tables`)."""
+GRID_SCALE = np.float32(GRID // 2)
+
+
+def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mids = ((code[:-1] + code[1:]) * HALF).astype(np.float32)
+    k = np.arange(GRID, dtype=np.float64)
+    below = -1.0 + 2.0 * (np.maximum(k, 1) - 1) / GRID          # the start of the cell before cell k
+    start = np.searchsorted(mids.astype(np.float64), below, side="left")   # midpoints strictly below it
+    return np.append(mids, np.float32(np.nan)), start.astype(np.uint8)   # NaN: the walk stops at 255
+
+
+@functools.lru_cache(maxsize=16)
+def _host_search_tables(code_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    return _build_search_tables(np.frombuffer(code_bytes, np.float32))
+
+
+@functools.lru_cache(maxsize=16)
+def _device_search_tables(code_bytes: bytes) -> tuple[Any, Any]:
+    cuda = _cuda.module()
+    return tuple(cuda.to_device(t) for t in _host_search_tables(code_bytes))
+
+
+def search_tables(code: Any, device: str) -> tuple[Any, Any]:
+    """``(mids, start)`` of the table ``code`` for :func:`nearest_code` on ``device`` (cached per table):
+    ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (and NaN at 255), ``start[k]`` the number of midpoints
+    below the start of grid cell ``k − 1`` (a lower bound of the nearest code of any value in cell k)."""
+    host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
+    key = host.tobytes()
+    return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
+
+
 @table_math
-def nearest_code(x, code):
-    """Index of the entry of the ascending 256-entry table ``code`` nearest to ``x``: ties (``x`` exactly on
-    the float32 midpoint ``(code[c] + code[c+1])·0.5``) go to the even index; below ``code[0]`` (and NaN)
-    → 0, above ``code[255]`` → 255 (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``)."""
-    c = 0
-    step = 128
-    while step > 0:      # the largest c with code[c] <= x (0 if none)
-        if code[c + step] <= x:
-            c += step
-        step >>= 1
-    if c < 255:
-        mid = (code[c] + code[c + 1]) * HALF
-        if x > mid or (x == mid and (c & 1) == 1):
-            c += 1
+def nearest_code(x, mids, start):
+    """Index of the entry nearest to ``x`` of the ascending 256-entry table whose :func:`search_tables`
+    are ``(mids, start)``: ties (``x`` exactly on a midpoint) go to the even index; below the first
+    midpoint (and NaN) → 0, above the last → 255 (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
+
+    A uniform grid over [-1, 1] gives a lower bound of the answer, then the midpoints are walked up (a
+    step or two; up to a few near 0, where the map is dense): the result is exactly the nearest entry."""
+    if x != x:
+        return 0
+    f = (x + ONE) * GRID_SCALE
+    k = GRID - 1
+    if f < ONE:
+        k = 0
+    elif f < GRID_SCALE + GRID_SCALE:
+        k = int(f)
+    c = int(start[k])
+    while x > mids[c] or (x == mids[c] and (c & 1) == 1):
+        c += 1
     return c
 
 
 @block_elementwise
-def _quantize_block(b, codes, absmax, a, code, size, blocksize):
+def _quantize_block(b, codes, absmax, a, mids, start_code, size, blocksize):
     # Block b: absmax = max |a| (NaN ignored, from -FLT_MAX), then codes = nearest(a·(1/absmax)).
     start = b * blocksize
     stop = min(start + blocksize, size)
@@ -138,7 +237,7 @@ def _quantize_block(b, codes, absmax, a, code, size, blocksize):
     absmax[b] = top
     r = ONE / top
     for i in range(start, stop):
-        codes[i] = nearest_code(a[i] * r, code)
+        codes[i] = nearest_code(a[i] * r, mids, start_code)
 
 
 @block_elementwise
@@ -257,7 +356,7 @@ def quantize_blockwise(A: Any, code: Any = None, absmax: Any = None, out: Any = 
     if dtype != np.float32:
         from ._upcast import _widened
         flat = _widened(flat)
-    _quantize_block.launch(device, blocks, flat_codes, flat_absmax, flat, table, n, size)
+    _quantize_block.launch(device, blocks, flat_codes, flat_absmax, flat, *search_tables(table, device), n, size)
     return codes, absmax
 
 
