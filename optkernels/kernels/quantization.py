@@ -23,6 +23,7 @@ from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
 _F32 = np.float32
 HALF = np.float32(0.5)
 ONE = np.float32(1.0)
+ZERO_F = np.float32(0.0)
 NEG_MAX = np.float32(-3.4028234663852886e38)   # -FLT_MAX: where bitsandbytes' absmax reductions start
 CUDA_BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -170,16 +171,32 @@ def scratch_block_elementwise(py_func: Callable) -> ScratchBlockElementwise:
 
 
 GRID = 65536
-"""Cells of the uniform grid over [-1, 1] that starts the nearest-code search (:func:`search_tables`)."""
+"""Cells of each of the two uniform grids that start the nearest-code search (:func:`search_tables`)."""
 GRID_SCALE = np.float32(GRID // 2)
+FINE = np.float32(2.0 ** -7)
+"""Values with ``|x| < FINE`` use the fine grid over ``[-FINE, FINE]`` (the maps are dense near 0)."""
+FINE_SCALE = np.float32(GRID // 2 * 2 ** 7)
+STEPS = 2
+"""Midpoint steps after the grid's lower bound: enough for bitsandbytes' maps (checked per table)."""
 
 
 def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mids = ((code[:-1] + code[1:]) * HALF).astype(np.float32)
+    wide = mids.astype(np.float64)
     k = np.arange(GRID, dtype=np.float64)
-    below = -1.0 + 2.0 * (np.maximum(k, 1) - 1) / GRID          # the start of the cell before cell k
-    start = np.searchsorted(mids.astype(np.float64), below, side="left")   # midpoints strictly below it
-    return np.append(mids, np.float32(np.nan)), start.astype(np.uint8)   # NaN: the walk stops at 255
+    starts, walk = [], 0
+    for half_width in (1.0, float(FINE)):
+        cell = 2.0 * half_width / GRID
+        below = -half_width + cell * (np.maximum(k, 1) - 1)       # the start of the cell before cell k
+        above = -half_width + cell * np.minimum(k + 2, GRID)      # the end of the cell after it
+        start = np.searchsorted(wide, below, side="left")        # midpoints below: <= the nearest code
+        steps = np.searchsorted(wide, above, side="right") - start   # >= the steps any value can need
+        if half_width == 1.0:                                     # values with |x| < FINE use the fine grid
+            steps = steps[(below <= -float(FINE) + cell) | (above >= float(FINE) - cell)]
+        walk = max(walk, int(steps.max()))
+        starts.append(start.astype(np.uint8))
+    flag = np.array([1 if walk <= STEPS else 0], np.uint8)       # 0: the grids cannot bound the walk
+    return np.append(mids, np.float32(np.nan)), np.concatenate(starts + [flag])
 
 
 @functools.lru_cache(maxsize=16)
@@ -195,8 +212,10 @@ def _device_search_tables(code_bytes: bytes) -> tuple[Any, Any]:
 
 def search_tables(code: Any, device: str) -> tuple[Any, Any]:
     """``(mids, start)`` of the table ``code`` for :func:`nearest_code` on ``device`` (cached per table):
-    ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (and NaN at 255), ``start[k]`` the number of midpoints
-    below the start of grid cell ``k − 1`` (a lower bound of the nearest code of any value in cell k)."""
+    ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255); ``start``: for each cell k of the coarse
+    grid over [-1, 1], then of the fine grid over [-2^-7, 2^-7], the number of midpoints below the start of
+    cell k − 1 (a lower bound of the nearest code of any value in cell k); last, 1 if :data:`STEPS`
+    midpoint steps from there always reach the answer (true of bitsandbytes' maps), else 0."""
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     key = host.tobytes()
     return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
@@ -208,20 +227,25 @@ def nearest_code(x, mids, start):
     are ``(mids, start)``: ties (``x`` exactly on a midpoint) go to the even index; below the first
     midpoint (and NaN) → 0, above the last → 255 (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
 
-    A uniform grid over [-1, 1] gives a lower bound of the answer, then the midpoints are walked up (a
-    step or two; up to a few near 0, where the map is dense): the result is exactly the nearest entry."""
+    A grid cell gives a lower bound of the answer, then two midpoint steps without branches reach it; for
+    a table where two steps may not suffice, an 8-step binary search over the midpoints. No loop of
+    data-dependent length, so the loops that call it can be vectorised."""
     if x != x:
         return 0
-    f = (x + ONE) * GRID_SCALE
-    k = GRID - 1
-    if f < ONE:
-        k = 0
-    elif f < GRID_SCALE + GRID_SCALE:
-        k = int(f)
-    c = int(start[k])
-    while x > mids[c] or (x == mids[c] and (c & 1) == 1):
-        c += 1
-    return c
+    if start[2 * GRID] == 1:
+        fine = abs(x) < FINE
+        f = (x + FINE) * FINE_SCALE if fine else (x + ONE) * GRID_SCALE
+        k = min(max(int(max(f, ZERO_F)), 0), GRID - 1)
+        c = int(start[k + GRID if fine else k])
+        m = mids[c]
+        c += int(x > m) | (int(x == m) & (c & 1))
+        m = mids[c]
+        c += int(x > m) | (int(x == m) & (c & 1))
+        return c
+    c = 0
+    for step in (128, 64, 32, 16, 8, 4, 2, 1):
+        c += step * int(mids[c + step - 1] < x)
+    return c + (int(x == mids[c]) & (c & 1))
 
 
 @block_elementwise
