@@ -104,46 +104,52 @@ def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, 
     o1 = a1[b]
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
-    top1 = NEG_MAX
-    top2 = NEG_MAX
-    top3 = NEG_MAX
-    for i in range(start, stop + (1 if stop - start < 256 else 0)):
-        if i < stop:
-            x, gi = p[i], g[i]
-            m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
-            if two:
-                v = q2[c2[i]] * o2
-            if algo == ADEMAMIX:
-                m2 = q1[c3[i]] * o3
-        else:       # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0) join the maxima
-            x, gi = ZERO, ZERO
-            m1, m2, v = q1[128] * o1, q1[128] * o3, q2[0] * o2
-        x, m1, m2, v = _rule(algo, x, gi, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr,
-                             wd, eps, step_size, corr1, corr2, eps_corr2, decay, False, i < stop)
+    # Simple loops, one job each, so that the compiler can vectorise them (the codes are gathered from
+    # the maps, the maxima taken apart: a float maximum that ignores NaN cannot be vectorised).
+    for i in range(start, stop):
         k = i - start
+        m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
+        if two:
+            v = q2[c2[i]] * o2
+        if algo == ADEMAMIX:
+            m2 = q1[c3[i]] * o3
+        x, m1, m2, v = _rule(algo, p[i], g[i], m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
+                             lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False, True)
         scratch[k] = x
         scratch[256 + k] = m1
         scratch[512 + k] = m2
         scratch[768 + k] = v
-        if abs(m1) > top1:
-            top1 = abs(m1)
-        if abs(m2) > top3:
-            top3 = abs(m2)
-        if abs(v) > top2:
-            top2 = abs(v)
+    count = stop - start
+    top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
+    if count < 256:         # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
+        _, top1, top3, top2 = _rule(algo, ZERO, ZERO, q1[128] * o1, q1[128] * o3, q2[0] * o2, first, decayed,
+                                    b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps, step_size, corr1, corr2,
+                                    eps_corr2, decay, False, False)
+        top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX        # fmaxf: a NaN does not count
+        top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
+        top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
+    for k in range(count):
+        if abs(scratch[256 + k]) > top1:
+            top1 = abs(scratch[256 + k])
     a1[b] = top1
+    for k in range(count):
+        p[start + k] = scratch[k]
+    for k in range(count):
+        c1[start + k] = _signed_code(scratch[256 + k], top1, q1, mids1, start1)
     if two:
+        for k in range(count):
+            if abs(scratch[768 + k]) > top2:
+                top2 = abs(scratch[768 + k])
         a2[b] = top2
+        for k in range(count):
+            c2[start + k] = nearest_code(scratch[768 + k] / top2, mids2, start2)
     if algo == ADEMAMIX:
+        for k in range(count):
+            if abs(scratch[512 + k]) > top3:
+                top3 = abs(scratch[512 + k])
         a3[b] = top3
-    for i in range(start, stop):
-        k = i - start
-        p[i] = scratch[k]
-        c1[i] = _signed_code(scratch[256 + k], top1, q1, mids1, start1)
-        if two:
-            c2[i] = nearest_code(scratch[768 + k] / top2, mids2, start2)
-        if algo == ADEMAMIX:
-            c3[i] = _signed_code(scratch[512 + k], top3, q1, mids1, start1)
+        for k in range(count):
+            c3[start + k] = _signed_code(scratch[512 + k], top3, q1, mids1, start1)
 
 
 @elementwise
