@@ -90,10 +90,10 @@ def _signed_code(s, top, code, mids, start):
 
 @scratch_block_elementwise
 def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, algo, first,
-                 decayed, hyper, scratch):
+                 decayed, hyper, scratch, base):
     # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax); hyper: the
     # float32 scalars of step_scalars (an array: a call of more than 30 arguments could not be inlined);
-    # scratch: 4 x 256 float32 of the driver, the block's new p, m1, m2, v between the two passes.
+    # scratch[base:base + 1024] (the driver's): the block's new p, m1, m2, v between the passes.
     b1, b2, b3, omb1, omb2, omb3, alpha, lr = hyper[0], hyper[1], hyper[2], hyper[3], hyper[4], hyper[5], \
         hyper[6], hyper[7]
     wd, eps, step_size, corr1, corr2, eps_corr2, decay = hyper[8], hyper[9], hyper[10], hyper[11], hyper[12], \
@@ -115,10 +115,10 @@ def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, 
             m2 = q1[c3[i]] * o3
         x, m1, m2, v = _rule(algo, p[i], g[i], m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
                              lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False, True)
-        scratch[k] = x
-        scratch[256 + k] = m1
-        scratch[512 + k] = m2
-        scratch[768 + k] = v
+        scratch[base + k] = x
+        scratch[base + 256 + k] = m1
+        scratch[base + 512 + k] = m2
+        scratch[base + 768 + k] = v
     count = stop - start
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:         # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
@@ -129,27 +129,27 @@ def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, 
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
     for k in range(count):
-        if abs(scratch[256 + k]) > top1:
-            top1 = abs(scratch[256 + k])
+        if abs(scratch[base + 256 + k]) > top1:
+            top1 = abs(scratch[base + 256 + k])
     a1[b] = top1
     for k in range(count):
-        p[start + k] = scratch[k]
+        p[start + k] = scratch[base + k]
     for k in range(count):
-        c1[start + k] = _signed_code(scratch[256 + k], top1, q1, mids1, start1)
+        c1[start + k] = _signed_code(scratch[base + 256 + k], top1, q1, mids1, start1)
     if two:
         for k in range(count):
-            if abs(scratch[768 + k]) > top2:
-                top2 = abs(scratch[768 + k])
+            if abs(scratch[base + 768 + k]) > top2:
+                top2 = abs(scratch[base + 768 + k])
         a2[b] = top2
         for k in range(count):
-            c2[start + k] = nearest_code(scratch[768 + k] / top2, mids2, start2)
+            c2[start + k] = nearest_code(scratch[base + 768 + k] / top2, mids2, start2)
     if algo == ADEMAMIX:
         for k in range(count):
-            if abs(scratch[512 + k]) > top3:
-                top3 = abs(scratch[512 + k])
+            if abs(scratch[base + 512 + k]) > top3:
+                top3 = abs(scratch[base + 512 + k])
         a3[b] = top3
         for k in range(count):
-            c3[start + k] = _signed_code(scratch[512 + k], top3, q1, mids1, start1)
+            c3[start + k] = _signed_code(scratch[base + 512 + k], top3, q1, mids1, start1)
 
 
 @elementwise

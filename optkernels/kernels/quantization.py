@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import threading
 import types
 from typing import Any, Callable
 
@@ -19,6 +20,7 @@ import numpy as np
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
+from ._threading import for_this_process, parallel_launch
 
 _F32 = np.float32
 HALF = np.float32(0.5)
@@ -113,9 +115,9 @@ SCRATCH = 1024
 """float32 elements of the per-iteration scratch of a :class:`ScratchBlockElementwise` (4 x 256)."""
 
 _CPU_SCRATCH_LOOP = """
-def {name}(n, {args}):
+def {name}(n, {args}, _workspace):
     for i in prange(n):
-        element(i, {args}, np.empty(SCRATCH, np.float32))
+        element(i, {args}, _workspace, get_thread_id() * SCRATCH)
 """
 
 _CUDA_SCRATCH_LOOP = """
@@ -124,18 +126,18 @@ def {name}(n, {args}):
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     while i < n:
-        element(i, {args}, scratch)
+        element(i, {args}, scratch, 0)
         i += stride
 """
 
 
 def _generate_scratch(template: str, prefix: str, py_func: Callable, namespace: dict) -> Callable:
-    """As ``_elementwise._generate``, for an element function whose last parameter is the scratch array
-    the driver provides (so it is not a parameter of the driver)."""
-    params = list(inspect.signature(py_func).parameters)[1:-1]
+    """As ``_elementwise._generate``, for an element function whose last two parameters are the scratch
+    array and the offset of its own part, which the driver provides."""
+    params = list(inspect.signature(py_func).parameters)[1:-2]
     name = f"_{prefix}_{py_func.__name__}"
     source = template.format(name=name, args=", ".join(params))
-    namespace.update(SCRATCH=SCRATCH, np=np, float32=numba.float32)
+    namespace.update(SCRATCH=SCRATCH, np=np, float32=numba.float32, get_thread_id=numba.get_thread_id)
     exec(compile(source, inspect.getfile(py_func), "exec"), namespace)  # noqa: S102 -- a fixed template
     driver = namespace[name]
     driver.__module__ = py_func.__module__
@@ -143,9 +145,31 @@ def _generate_scratch(template: str, prefix: str, py_func: Callable, namespace: 
     return driver
 
 
+_WORKSPACES = threading.local()
+
+
+def _workspace() -> np.ndarray:
+    """:data:`SCRATCH` float32 elements per Numba thread, in one flat array kept per Python thread (the
+    CPU loop's scratch is this argument and an offset: with an allocation inside the loop, or a row view,
+    the compiler does not vectorise the loops that use it)."""
+    shape = (numba.config.NUMBA_NUM_THREADS * SCRATCH,)
+    cached = getattr(_WORKSPACES, "array", None)
+    if cached is None or cached.shape != shape:
+        cached = _WORKSPACES.array = np.empty(shape, np.float32)
+    return cached
+
+
 class ScratchBlockElementwise(BlockElementwise):
-    """A :class:`BlockElementwise` whose element function takes, as its last argument, a float32 scratch
-    array of :data:`SCRATCH` elements: a new array per CPU loop iteration, a thread-local array on CUDA."""
+    """A :class:`BlockElementwise` whose element function takes, as its last two arguments, a float32
+    scratch array and the offset of its :data:`SCRATCH` elements there: the per-thread workspace on the
+    CPU, a thread-local array (offset 0) on CUDA."""
+
+    def launch(self, device: str, n: int, *args: Any) -> None:
+        if device != "cpu" or n == 0:
+            super().launch(device, n, *args)
+            return
+        with parallel_launch():
+            for_this_process(self.cpu)(n, *args, _workspace())
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
