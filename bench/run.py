@@ -20,6 +20,7 @@ import dense  # noqa: E402
 import modern  # noqa: E402
 import distributed  # noqa: E402
 import gpu  # noqa: E402
+import lowbit  # noqa: E402
 import optimizer_step  # noqa: E402
 import sparse  # noqa: E402
 import torch_step  # noqa: E402
@@ -27,7 +28,8 @@ from harness import Suite, environment, machine_name  # noqa: E402
 from targets import check_targets  # noqa: E402
 
 GROUPS = {"dense": dense.run, "model": optimizer_step.run, "sparse": sparse.run, "cold": cold.run,
-          "gpu": gpu.run, "distributed": distributed.run, "torch": torch_step.run, "modern": modern.run}
+          "gpu": gpu.run, "distributed": distributed.run, "torch": torch_step.run, "modern": modern.run,
+          "lowbit": lowbit.run}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

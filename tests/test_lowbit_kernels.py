@@ -283,3 +283,18 @@ def test_errors_leave_every_array_unchanged(change, error, match):
         bo.optimizer_update_8bit_blockwise(args.pop("name"), *args.values())
     for x, y in zip((p, s1, s2, a1, a2), before):
         assert np.array_equal(x, y)
+
+
+def test_a_map_too_dense_for_the_grid_takes_the_binary_search():
+    from optkernels.kernels.quantization import search_tables
+
+    code = np.unique(np.concatenate([np.linspace(-1e-6, 1e-6, 200), np.linspace(-1, 1, 56)]).astype(f32))
+    assert code.size == 256
+    assert search_tables(code, "cpu")[1][-1] == 0            # the grids cannot bound the walk here
+    rng = np.random.default_rng(2)
+    a = np.concatenate([rng.uniform(-2e-6, 2e-6, 300), rng.uniform(-1, 1, 200),
+                        (code[:-1] + code[1:]) * f32(0.5), [f32(1)]]).astype(f32)
+    codes, absmax = quantize_blockwise(a, code=code, blocksize=64)
+    rc, ra = ref.quantize_blockwise(a, code=code, blocksize=64)
+    assert np.array_equal(codes, rc) and np.array_equal(absmax, ra)
+    assert search_tables(dynamic_map(True), "cpu")[1][-1] == 1 and search_tables(dynamic_map(False), "cpu")[1][-1] == 1

@@ -19,7 +19,8 @@ from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import ZERO, elementwise, scalar_math
 from ._upcast import via_float32
-from .quantization import NEG_MAX, block_elementwise, check_code, nearest_code, table_math
+from .quantization import (NEG_MAX, check_code, nearest_code, scratch_block_elementwise, search_tables,
+                           table_math)
 
 BLOCK = 256
 """Elements per quantization block of the 8-bit optimizers (bitsandbytes >= 0.44)."""
@@ -32,17 +33,21 @@ _F32 = np.float32
 
 @scalar_math
 def _rule(algo, p, g, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps,
-          step_size, corr1, corr2, eps_corr2, decay, fold_all):
-    """One element: (p, m1, m2, v) -> (p', m1', m2', v') in float32 (bitsandbytes' kernel order)."""
+          step_size, corr1, corr2, eps_corr2, decay, fold_all, param):
+    """One element: (p, m1, m2, v) -> (p', m1', m2', v') in float32 (bitsandbytes' kernel order); with
+    ``param`` False the parameter's own arithmetic is skipped (p' is then meaningless)."""
     if algo <= ADEMAMIX:                                    # the 2-state kernel
         if math.isinf(g) or g != g:
             return p, ZERO, ZERO, ZERO
         v = v * b2 + (omb2 * g) * g
         m1 = m1 * b1 + omb1 * g
+        if algo == ADEMAMIX:
+            m2 = m2 * b3 + omb3 * g
+        if not param:
+            return p, m1, m2, v
         if algo == ADAM:
             p = p + step_size * (m1 / (math.sqrt(v) + eps_corr2))
         else:
-            m2 = m2 * b3 + omb3 * g
             p = p - lr * ((m1 / corr1 + alpha * m2) / (math.sqrt(v) / corr2 + eps))
         if decayed:
             p = p * decay
@@ -64,83 +69,99 @@ def _rule(algo, p, g, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, a
         p = p - u
     elif algo == RMSPROP:
         m1 = m1 * b1 + omb1 * (gs * gs)
-        p = p - lr * (numerator / (math.sqrt(m1) + eps))
+        if param:
+            p = p - lr * (numerator / (math.sqrt(m1) + eps))
     else:
         m1 = m1 + gs * gs
-        p = p - lr * (numerator / (math.sqrt(m1) + eps))
+        if param:
+            p = p - lr * (numerator / (math.sqrt(m1) + eps))
     return p, m1, m2, v
 
 
 @table_math
-def _signed_code(s, top, code):
+def _signed_code(s, top, code, mids, start):
     """State-1 code of ``s`` in a block of maximum ``top``: the nearest code of ``s/top``, then moved one
     step where its sign differs from ``s``'s (bitsandbytes' sign fix; uint8 wrap-around)."""
-    c = nearest_code(s / top, code)
+    c = nearest_code(s / top, mids, start)
     if (math.copysign(1.0, code[c]) < 0.0) != (math.copysign(1.0, s) < 0.0):
         c = (c + 1) & 255 if s > ZERO else (c - 1) & 255
     return c
 
 
-@block_elementwise
-def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, size, algo, first, decayed, b1, b2, b3, omb1, omb2,
-                 omb3, alpha, lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay):
-    # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax).
+@scratch_block_elementwise
+def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, algo, first,
+                 decayed, hyper, scratch, base):
+    # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax); hyper: the
+    # float32 scalars of step_scalars (an array: a call of more than 30 arguments could not be inlined);
+    # scratch[base:base + 1024] (the driver's): the block's new p, m1, m2, v between the passes.
+    b1, b2, b3, omb1, omb2, omb3, alpha, lr = hyper[0], hyper[1], hyper[2], hyper[3], hyper[4], hyper[5], \
+        hyper[6], hyper[7]
+    wd, eps, step_size, corr1, corr2, eps_corr2, decay = hyper[8], hyper[9], hyper[10], hyper[11], hyper[12], \
+        hyper[13], hyper[14]
     two = algo <= ADEMAMIX
     start = b * 256
     stop = min(start + 256, size)
     o1 = a1[b]
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
-    top1 = NEG_MAX
-    top2 = NEG_MAX
-    top3 = NEG_MAX
-    for i in range(start, stop + (1 if stop - start < 256 else 0)):
-        if i < stop:
-            x, gi = p[i], g[i]
-            m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
-            if two:
-                v = q2[c2[i]] * o2
-            if algo == ADEMAMIX:
-                m2 = q1[c3[i]] * o3
-        else:       # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0) join the maxima
-            x, gi = ZERO, ZERO
-            m1, m2, v = q1[128] * o1, q1[128] * o3, q2[0] * o2
-        _, m1, m2, v = _rule(algo, x, gi, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr,
-                             wd, eps, step_size, corr1, corr2, eps_corr2, decay, False)
-        if abs(m1) > top1:
-            top1 = abs(m1)
-        if abs(m2) > top3:
-            top3 = abs(m2)
-        if abs(v) > top2:
-            top2 = abs(v)
-    a1[b] = top1
-    if two:
-        a2[b] = top2
-    if algo == ADEMAMIX:
-        a3[b] = top3
+    # Simple loops, one job each, so that the compiler can vectorise them (the codes are gathered from
+    # the maps, the maxima taken apart: a float maximum that ignores NaN cannot be vectorised).
     for i in range(start, stop):
+        k = i - start
         m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
         if two:
             v = q2[c2[i]] * o2
         if algo == ADEMAMIX:
             m2 = q1[c3[i]] * o3
         x, m1, m2, v = _rule(algo, p[i], g[i], m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
-                             lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False)
-        p[i] = x
-        c1[i] = _signed_code(m1, top1, q1)
-        if two:
-            c2[i] = nearest_code(v / top2, q2)
-        if algo == ADEMAMIX:
-            c3[i] = _signed_code(m2, top3, q1)
+                             lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False, True)
+        scratch[base + k] = x
+        scratch[base + 256 + k] = m1
+        scratch[base + 512 + k] = m2
+        scratch[base + 768 + k] = v
+    count = stop - start
+    top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
+    if count < 256:         # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
+        _, top1, top3, top2 = _rule(algo, ZERO, ZERO, q1[128] * o1, q1[128] * o3, q2[0] * o2, first, decayed,
+                                    b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps, step_size, corr1, corr2,
+                                    eps_corr2, decay, False, False)
+        top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX        # fmaxf: a NaN does not count
+        top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
+        top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
+    for k in range(count):
+        if abs(scratch[base + 256 + k]) > top1:
+            top1 = abs(scratch[base + 256 + k])
+    a1[b] = top1
+    for k in range(count):
+        p[start + k] = scratch[base + k]
+    for k in range(count):
+        c1[start + k] = _signed_code(scratch[base + 256 + k], top1, q1, mids1, start1)
+    if two:
+        for k in range(count):
+            if abs(scratch[base + 768 + k]) > top2:
+                top2 = abs(scratch[base + 768 + k])
+        a2[b] = top2
+        for k in range(count):
+            c2[start + k] = nearest_code(scratch[base + 768 + k] / top2, mids2, start2)
+    if algo == ADEMAMIX:
+        for k in range(count):
+            if abs(scratch[base + 512 + k]) > top3:
+                top3 = abs(scratch[base + 512 + k])
+        a3[b] = top3
+        for k in range(count):
+            c3[start + k] = _signed_code(scratch[base + 512 + k], top3, q1, mids1, start1)
 
 
 @elementwise
-def _update_32bit(i, p, g, s1, s2, s3, algo, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps,
-                  step_size, corr1, corr2, eps_corr2, decay):
+def _update_32bit(i, p, g, s1, s2, s3, algo, first, decayed, hyper):
+    b1, b2, b3, omb1, omb2, omb3, alpha, lr = hyper[0], hyper[1], hyper[2], hyper[3], hyper[4], hyper[5], \
+        hyper[6], hyper[7]
+    wd, eps, step_size, corr1, corr2, eps_corr2, decay = hyper[8], hyper[9], hyper[10], hyper[11], hyper[12], \
+        hyper[13], hyper[14]
     m2 = s3[i] if algo == ADEMAMIX else ZERO
     v = s2[i] if algo <= ADEMAMIX else ZERO
     x, m1, m2, v = _rule(algo, p[i], g[i], s1[i], m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
-                         lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, True)
+                         lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, True, True)
     p[i] = x
     s1[i] = m1
     if algo <= ADEMAMIX:
@@ -158,8 +179,10 @@ def _algo(name: Any) -> int:
 
 
 def step_scalars(algo: int, step: Any, lr: Any, beta1: Any, beta2: Any, beta3: Any, alpha: Any, eps: Any,
-                 weight_decay: Any) -> tuple:
-    """The kernels' float32 scalars of one step, as bitsandbytes' kernels compute them::
+                 weight_decay: Any, device: str = "cpu") -> tuple:
+    """``(first step, decayed, hyper)``: the kernels' scalars of one step, ``hyper`` a float32 array (on
+    ``device``) of ``β1, β2, β3, 1−β1, 1−β2, 1−β3, α, lr, wd, ε, step_size, corr1, corr2, corr2·ε, decay``,
+    computed as bitsandbytes' kernels compute them::
 
         corr1 = 1 − β1^t        corr2 = sqrt(1 − β2^t)        step_size = (−lr·corr2)/corr1
         1 − β (float32 subtraction of float32 β)              decay = 1 − lr·wd
@@ -185,8 +208,11 @@ def step_scalars(algo: int, step: Any, lr: Any, beta1: Any, beta2: Any, beta3: A
     corr1 = one - _F32(float(b1) ** int(step))
     corr2 = _F32(math.sqrt(one - _F32(float(b2) ** int(step))))
     step_size = _F32(-lr_ * corr2) / corr1 if algo <= ADEMAMIX else _F32(0)
-    return (int(step) == 1, bool(wd > 0), b1, b2, b3, one - b1, one - b2, one - b3, values["alpha"], lr_, wd,
-            values["eps"], _F32(step_size), corr1, corr2, _F32(corr2 * values["eps"]), one - _F32(lr_ * wd))
+    hyper = np.array([b1, b2, b3, one - b1, one - b2, one - b3, values["alpha"], lr_, wd, values["eps"],
+                      step_size, corr1, corr2, _F32(corr2 * values["eps"]), one - _F32(lr_ * wd)], _F32)
+    if device != "cpu":
+        hyper = _cuda.module().to_device(hyper)
+    return int(step) == 1, bool(wd > 0), hyper
 
 
 def _facts(name: str, x: Any, device: str | None = None) -> tuple:
@@ -297,7 +323,7 @@ def optimizer_update_8bit_blockwise(optimizer_name: str, g: Any, p: Any, state1:
     n = math.prod(shape)
     blocks = -(-n // BLOCK)
     two = algo <= ADEMAMIX
-    scalars = step_scalars(algo, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay)
+    scalars = step_scalars(algo, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, device)
     q1 = check_code("qmap1", qmap1, device)
     if algo == ADEMAMIX:
         s1 = _state("state1", state1, device, (2,) + shape, np.uint8)
@@ -314,7 +340,8 @@ def optimizer_update_8bit_blockwise(optimizer_name: str, g: Any, p: Any, state1:
     else:
         c2, a2, q2 = _dummy(device, np.uint8), _dummy(device, np.float32), q1
     if n:
-        _update_8bit.launch(device, blocks, flat_p, flat_g, c1, c2, c3, a1, a2, a3, q1, q2, n, algo, *scalars)
+        _update_8bit.launch(device, blocks, flat_p, flat_g, c1, c2, c3, a1, a2, a3, q1, q2,
+                            *search_tables(q1, device), *search_tables(q2, device), n, algo, *scalars)
     return p
 
 
@@ -358,7 +385,7 @@ def optimizer_update_32bit(optimizer_name: str, g: Any, p: Any, state1: Any, bet
     algo = _algo(optimizer_name)
     device, shape, flat_p, flat_g = _param_and_grad(p, g)
     n = math.prod(shape)
-    scalars = step_scalars(algo, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay)
+    scalars = step_scalars(algo, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, device)
     if algo == ADEMAMIX:
         s = _state("state1", state1, device, (2,) + shape, np.float32)
         s1, s3 = s[:n], s[n:]

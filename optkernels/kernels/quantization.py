@@ -8,7 +8,9 @@ kernels (:mod:`.blockwise_optim`).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import threading
 import types
 from typing import Any, Callable
 
@@ -18,10 +20,12 @@ import numpy as np
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
+from ._threading import for_this_process, parallel_launch
 
 _F32 = np.float32
 HALF = np.float32(0.5)
 ONE = np.float32(1.0)
+ZERO_F = np.float32(0.0)
 NEG_MAX = np.float32(-3.4028234663852886e38)   # -FLT_MAX: where bitsandbytes' absmax reductions start
 CUDA_BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -107,26 +111,169 @@ def block_elementwise(py_func: Callable) -> BlockElementwise:
     return BlockElementwise(py_func)
 
 
+SCRATCH = 1024
+"""float32 elements of the per-iteration scratch of a :class:`ScratchBlockElementwise` (4 x 256)."""
+
+_CPU_SCRATCH_LOOP = """
+def {name}(n, {args}, _workspace):
+    for i in prange(n):
+        element(i, {args}, _workspace, get_thread_id() * SCRATCH)
+"""
+
+_CUDA_SCRATCH_LOOP = """
+def {name}(n, {args}):
+    scratch = cuda.local.array(SCRATCH, float32)
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < n:
+        element(i, {args}, scratch, 0)
+        i += stride
+"""
+
+
+def _generate_scratch(template: str, prefix: str, py_func: Callable, namespace: dict) -> Callable:
+    """As ``_elementwise._generate``, for an element function whose last two parameters are the scratch
+    array and the offset of its own part, which the driver provides."""
+    params = list(inspect.signature(py_func).parameters)[1:-2]
+    name = f"_{prefix}_{py_func.__name__}"
+    source = template.format(name=name, args=", ".join(params))
+    namespace.update(SCRATCH=SCRATCH, np=np, float32=numba.float32, get_thread_id=numba.get_thread_id)
+    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)  # noqa: S102 -- a fixed template
+    driver = namespace[name]
+    driver.__module__ = py_func.__module__
+    driver.__qualname__ = name
+    return driver
+
+
+_WORKSPACES = threading.local()
+
+
+def _workspace() -> np.ndarray:
+    """:data:`SCRATCH` float32 elements per Numba thread, in one flat array kept per Python thread (the
+    CPU loop's scratch is this argument and an offset: with an allocation inside the loop, or a row view,
+    the compiler does not vectorise the loops that use it)."""
+    shape = (numba.config.NUMBA_NUM_THREADS * SCRATCH,)
+    cached = getattr(_WORKSPACES, "array", None)
+    if cached is None or cached.shape != shape:
+        cached = _WORKSPACES.array = np.empty(shape, np.float32)
+    return cached
+
+
+class ScratchBlockElementwise(BlockElementwise):
+    """A :class:`BlockElementwise` whose element function takes, as its last two arguments, a float32
+    scratch array and the offset of its :data:`SCRATCH` elements there: the per-thread workspace on the
+    CPU, a thread-local array (offset 0) on CUDA."""
+
+    def launch(self, device: str, n: int, *args: Any) -> None:
+        if device != "cpu" or n == 0:
+            super().launch(device, n, *args)
+            return
+        with parallel_launch():
+            for_this_process(self.cpu)(n, *args, _workspace())
+
+    def _cpu_source(self) -> Callable:
+        element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
+        return _generate_scratch(_CPU_SCRATCH_LOOP, "cpu", self.py_func,
+                                 {"prange": numba.prange, "element": element})
+
+    @functools.cached_property
+    def cuda(self) -> Callable:
+        cuda = _cuda.module()
+        element = cuda.jit(device=True)(_device_version(self.py_func))
+        return cuda.jit(_generate_scratch(_CUDA_SCRATCH_LOOP, "cuda", self.py_func,
+                                          {"cuda": cuda, "element": element}))
+
+    def many(self, n_arrays: int, prologue: Any = None) -> Callable:
+        raise NotImplementedError(f"{self.__name__}: no multi-tensor loop")
+
+    many_uncached = many
+
+
+def scratch_block_elementwise(py_func: Callable) -> ScratchBlockElementwise:
+    """Decorator: a :class:`ScratchBlockElementwise`."""
+    return ScratchBlockElementwise(py_func)
+
+
+GRID = 65536
+"""Cells of each of the two uniform grids that start the nearest-code search (:func:`search_tables`)."""
+GRID_SCALE = np.float32(GRID // 2)
+FINE = np.float32(2.0 ** -7)
+"""Values with ``|x| < FINE`` use the fine grid over ``[-FINE, FINE]`` (the maps are dense near 0)."""
+FINE_SCALE = np.float32(GRID // 2 * 2 ** 7)
+STEPS = 2
+"""Midpoint steps after the grid's lower bound: enough for bitsandbytes' maps (checked per table)."""
+
+
+def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mids = ((code[:-1] + code[1:]) * HALF).astype(np.float32)
+    wide = mids.astype(np.float64)
+    k = np.arange(GRID, dtype=np.float64)
+    starts, walk = [], 0
+    for half_width in (1.0, float(FINE)):
+        cell = 2.0 * half_width / GRID
+        below = -half_width + cell * (np.maximum(k, 1) - 1)       # the start of the cell before cell k
+        above = -half_width + cell * np.minimum(k + 2, GRID)      # the end of the cell after it
+        start = np.searchsorted(wide, below, side="left")        # midpoints below: <= the nearest code
+        steps = np.searchsorted(wide, above, side="right") - start   # >= the steps any value can need
+        if half_width == 1.0:                                     # values with |x| < FINE use the fine grid
+            steps = steps[(below <= -float(FINE) + cell) | (above >= float(FINE) - cell)]
+        walk = max(walk, int(steps.max()))
+        starts.append(start.astype(np.uint8))
+    flag = np.array([1 if walk <= STEPS else 0], np.uint8)       # 0: the grids cannot bound the walk
+    return np.append(mids, np.float32(np.nan)), np.concatenate(starts + [flag])
+
+
+@functools.lru_cache(maxsize=16)
+def _host_search_tables(code_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    return _build_search_tables(np.frombuffer(code_bytes, np.float32))
+
+
+@functools.lru_cache(maxsize=16)
+def _device_search_tables(code_bytes: bytes) -> tuple[Any, Any]:
+    cuda = _cuda.module()
+    return tuple(cuda.to_device(t) for t in _host_search_tables(code_bytes))
+
+
+def search_tables(code: Any, device: str) -> tuple[Any, Any]:
+    """``(mids, start)`` of the table ``code`` for :func:`nearest_code` on ``device`` (cached per table):
+    ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255); ``start``: for each cell k of the coarse
+    grid over [-1, 1], then of the fine grid over [-2^-7, 2^-7], the number of midpoints below the start of
+    cell k − 1 (a lower bound of the nearest code of any value in cell k); last, 1 if :data:`STEPS`
+    midpoint steps from there always reach the answer (true of bitsandbytes' maps), else 0."""
+    host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
+    key = host.tobytes()
+    return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
+
+
 @table_math
-def nearest_code(x, code):
-    """Index of the entry of the ascending 256-entry table ``code`` nearest to ``x``: ties (``x`` exactly on
-    the float32 midpoint ``(code[c] + code[c+1])·0.5``) go to the even index; below ``code[0]`` (and NaN)
-    → 0, above ``code[255]`` → 255 (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``)."""
+def nearest_code(x, mids, start):
+    """Index of the entry nearest to ``x`` of the ascending 256-entry table whose :func:`search_tables`
+    are ``(mids, start)``: ties (``x`` exactly on a midpoint) go to the even index; below the first
+    midpoint (and NaN) → 0, above the last → 255 (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
+
+    A grid cell gives a lower bound of the answer, then two midpoint steps without branches reach it; for
+    a table where two steps may not suffice, an 8-step binary search over the midpoints. No loop of
+    data-dependent length, so the loops that call it can be vectorised."""
+    if x != x:
+        return 0
+    if start[2 * GRID] == 1:
+        fine = abs(x) < FINE
+        f = (x + FINE) * FINE_SCALE if fine else (x + ONE) * GRID_SCALE
+        k = min(max(int(max(f, ZERO_F)), 0), GRID - 1)
+        c = int(start[k + GRID if fine else k])
+        m = mids[c]
+        c += int(x > m) | (int(x == m) & (c & 1))
+        m = mids[c]
+        c += int(x > m) | (int(x == m) & (c & 1))
+        return c
     c = 0
-    step = 128
-    while step > 0:      # the largest c with code[c] <= x (0 if none)
-        if code[c + step] <= x:
-            c += step
-        step >>= 1
-    if c < 255:
-        mid = (code[c] + code[c + 1]) * HALF
-        if x > mid or (x == mid and (c & 1) == 1):
-            c += 1
-    return c
+    for step in (128, 64, 32, 16, 8, 4, 2, 1):
+        c += step * int(mids[c + step - 1] < x)
+    return c + (int(x == mids[c]) & (c & 1))
 
 
 @block_elementwise
-def _quantize_block(b, codes, absmax, a, code, size, blocksize):
+def _quantize_block(b, codes, absmax, a, mids, start_code, size, blocksize):
     # Block b: absmax = max |a| (NaN ignored, from -FLT_MAX), then codes = nearest(a·(1/absmax)).
     start = b * blocksize
     stop = min(start + blocksize, size)
@@ -138,7 +285,7 @@ def _quantize_block(b, codes, absmax, a, code, size, blocksize):
     absmax[b] = top
     r = ONE / top
     for i in range(start, stop):
-        codes[i] = nearest_code(a[i] * r, code)
+        codes[i] = nearest_code(a[i] * r, mids, start_code)
 
 
 @block_elementwise
@@ -257,7 +404,7 @@ def quantize_blockwise(A: Any, code: Any = None, absmax: Any = None, out: Any = 
     if dtype != np.float32:
         from ._upcast import _widened
         flat = _widened(flat)
-    _quantize_block.launch(device, blocks, flat_codes, flat_absmax, flat, table, n, size)
+    _quantize_block.launch(device, blocks, flat_codes, flat_absmax, flat, *search_tables(table, device), n, size)
     return codes, absmax
 
 

@@ -1,0 +1,218 @@
+"""Memory-lean optimizer state: 8-bit blockwise Adam and row-wise Adagrad against their full-size rivals.
+
+    python bench/lowbit.py [--n 1e8] [--torch-n 1e7] [--rss-n 1e8] [--rounds 5] [--out bench/results]
+
+Measured side by side in one run (interleaved rounds, medians): state bytes per parameter (Adam8bit: codes
+and absmax, against float32 Adam's 8 B); the 8-bit Adam step (``optimizer_update_8bit_blockwise``)
+against float32 ``apply_adam`` at ``--n``; ``optkernels.torch.Adam8bit`` against
+``bitsandbytes.optim.Adam8bit`` (its CPU path) and torch's Adam at ``--torch-n``; ``optkernels.torch.
+RowWiseAdagrad`` against ``torch.optim.Adagrad`` on the same sparse gradient of a 1e6 x 64 embedding table
+with 16 384 Zipf-distributed indices; peak RSS of one training step of a ``--rss-n`` parameter model with
+Adam8bit against float32 Adam, each in a fresh process. Also run as the ``lowbit`` group of bench/run.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from harness import Row, Suite, environment, machine_name, optional  # noqa: E402
+
+import optkernels.kernels as K  # noqa: E402
+from optkernels.optimizers import Adam8bit  # noqa: E402
+
+F = np.float32
+
+
+def state_bytes_per_parameter(n: int = 1_000_000) -> dict[str, float]:
+    """Bytes of optimizer state per parameter: Adam8bit's arrays after a step, float32 Adam's two moments."""
+    p = np.zeros(n, F)
+    opt = Adam8bit([p])
+    opt.step([np.ones(n, F)])
+    eight = sum(v.nbytes for k, v in opt.state[0].items() if k in ("state1", "state2", "absmax1", "absmax2"))
+    return {"Adam8bit (codes + absmax)": eight / n, "float32 Adam (m, v)": 8.0}
+
+
+def kernel_steps(suite: Suite, n: int, rounds: int) -> None:
+    rng = np.random.default_rng(0)
+    g = (rng.standard_normal(n, dtype=F) * F(0.01))
+    p32, m, v = rng.standard_normal(n, dtype=F), np.zeros(n, F), np.zeros(n, F)
+    p8 = p32.copy()
+    blocks = -(-n // 256)
+    s1, s2, a1, a2 = np.zeros(n, np.uint8), np.zeros(n, np.uint8), np.zeros(blocks, F), np.zeros(blocks, F)
+    q1, q2 = K.dynamic_map(True), K.dynamic_map(False)
+    impls = {
+        "apply_adam float32 (28 B/elem)": lambda: K.apply_adam(p32, m, v, 0.9, 0.999, 1e-3, 0.9, 0.999, 1e-8, g),
+        "8-bit Adam step (10 B/elem)": lambda: K.optimizer_update_8bit_blockwise(
+            "adam", g, p8, s1, s2, 0.9, 0.999, 0.0, 0.0, 1e-8, 10, 1e-3, q1, q2, a1, a2),
+    }
+    med = suite.time_interleaved(impls, repeats=rounds)
+    for name, sec in med.items():
+        nbytes = 28 if "28" in name else 10 + 16 / 256
+        suite.add(Row("lowbit", "Adam step", name, n, sec, nbytes * n))
+
+
+def torch_steps(suite: Suite, n: int, rounds: int) -> None:
+    torch = optional("torch")
+    if torch is None:
+        suite.note("lowbit: torch not installed, optimizer comparison skipped")
+        return
+    import optkernels.torch as okt
+
+    torch.manual_seed(0)
+    w0, grad = torch.randn(n), torch.randn(n) * 0.01
+
+    def make(cls, **kw):
+        p = torch.nn.Parameter(w0.clone())
+        p.grad = grad.clone()
+        return cls([p], **kw).step
+
+    impls = {"optkernels.torch.Adam8bit": make(okt.Adam8bit),
+             "torch.optim.Adam (float32, foreach=False)": make(torch.optim.Adam, foreach=False)}
+    bnb = optional("bitsandbytes")
+    if bnb is not None:
+        impls["bitsandbytes.optim.Adam8bit (CPU)"] = make(bnb.optim.Adam8bit)
+    else:
+        suite.note("lowbit: bitsandbytes not installed, its Adam8bit skipped")
+    med = suite.time_interleaved(impls, repeats=rounds)
+    for name, sec in med.items():
+        suite.add(Row("lowbit", "Adam8bit optimizer step (torch)", name, n, sec))
+
+
+def zipf_indices(rows: int, count: int, seed: int = 0) -> np.ndarray:
+    """``count`` Zipf(1.1)-distributed row indices in ``[0, rows)`` (popular rows repeat)."""
+    rng = np.random.default_rng(seed)
+    return ((rng.zipf(1.1, count) - 1) % rows).astype(np.int64)
+
+
+def rowwise_steps(suite: Suite, rows: int, dim: int, count: int, rounds: int) -> None:
+    torch = optional("torch")
+    if torch is None:
+        return
+    import optkernels.torch as okt
+
+    idx = torch.from_numpy(zipf_indices(rows, count))
+    values = torch.randn(count, dim) * 0.01
+    grad = torch.sparse_coo_tensor(idx[None], values, (rows, dim))     # uncoalesced, as nn.Embedding gives
+    table = torch.randn(rows, dim) * 0.1
+
+    def make(cls, **kw):
+        p = torch.nn.Parameter(table.clone())
+        p.grad = grad
+        return cls([p], **kw).step
+
+    impls = {"optkernels.torch.RowWiseAdagrad": make(okt.RowWiseAdagrad, lr=0.01),
+             "torch.optim.Adagrad (sparse)": make(torch.optim.Adagrad, lr=0.01)}
+    med = suite.time_interleaved(impls, repeats=rounds)
+    for name, sec in med.items():
+        suite.add(Row("lowbit", f"row-wise Adagrad {rows:.0e}x{dim}, {count} Zipf indices", name, rows * dim,
+                      sec))
+    if optional("fbgemm_gpu") is None:
+        suite.note("lowbit: fbgemm-gpu-cpu not installed, FBGEMM's CPU row-wise Adagrad not measured")
+
+
+def _rss_child(kind: str, n: int) -> None:
+    """One training step of an n-parameter model (parameter, gradient, optimizer state) after a warm-up
+    step on 5000 parameters (compilation), then print the peak RSS (VmHWM: ``ru_maxrss`` survives
+    ``exec`` from the parent) before and after, in bytes."""
+    def hwm() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmHWM in /proc/self/status")
+
+    def step(size: int) -> None:
+        rng = np.random.default_rng(0)
+        p = rng.standard_normal(size, dtype=F)
+        g = rng.standard_normal(size, dtype=F) * F(0.01)
+        if kind == "adam8bit":
+            Adam8bit([p]).step([g])
+        else:
+            m, v = np.zeros(size, F), np.zeros(size, F)
+            K.apply_adam(p, m, v, 0.9, 0.999, 1e-3, 0.9, 0.999, 1e-8, g)
+
+    step(5000)
+    warm = hwm()
+    step(n)
+    peak = hwm()
+    print(json.dumps({"warm": warm, "peak": peak}))
+
+
+def peak_rss(suite: Suite, n: int) -> dict[str, dict]:
+    out = {}
+    for kind in ("adam8bit", "adam32"):
+        res = subprocess.run([sys.executable, __file__, "--rss-child", kind, "--rss-n", str(n)],
+                             capture_output=True, text=True, check=True)
+        out[kind] = json.loads(res.stdout.strip().splitlines()[-1])
+    mib = {k: ((v["peak"]) / 2**20, (v["peak"] - v["warm"]) / 2**20) for k, v in out.items()}
+    suite.note(f"lowbit: peak RSS of one training step (parameter, gradient, state), {n:.0e} parameters: "
+               f"Adam8bit {mib['adam8bit'][0]:.0f} MiB ({mib['adam8bit'][1]:.0f} MiB above the warmed-up "
+               f"process), float32 Adam {mib['adam32'][0]:.0f} MiB ({mib['adam32'][1]:.0f} MiB above)")
+    return out
+
+
+def run(suite: Suite, n: int | None = None, torch_n: int | None = None, rss_n: int | None = None,
+        rounds: int | None = None) -> None:
+    """The ``lowbit`` group of bench/run.py."""
+    quick = suite.quick
+    n = n or (int(1e5) if quick else int(1e8))
+    torch_n = torch_n or (int(1e5) if quick else int(1e7))
+    rss_n = rss_n or (int(1e5) if quick else int(1e8))
+    rounds = rounds or (2 if quick else 5)
+    for name, b in state_bytes_per_parameter().items():
+        suite.note(f"lowbit: state bytes per parameter, {name}: {b:.4f}")
+    kernel_steps(suite, n, rounds)
+    torch_steps(suite, torch_n, rounds)
+    rowwise_steps(suite, int(1e4) if quick else int(1e6), 64, 16384, rounds)
+    peak_rss(suite, rss_n)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=float, default=1e8)
+    parser.add_argument("--torch-n", type=float, default=1e7)
+    parser.add_argument("--rss-n", type=float, default=1e8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rss-child", choices=("adam8bit", "adam32"))
+    parser.add_argument("--out", type=Path, default=None, help="folder for lowbit-<machine>.md")
+    args = parser.parse_args(argv)
+    if args.rss_child:
+        _rss_child(args.rss_child, int(args.rss_n))
+        return 0
+    suite = Suite()
+    run(suite, int(args.n), int(args.torch_n), int(args.rss_n), args.rounds)
+    lines = [f"# Low-bit state benchmark ({machine_name()})", "", environment(), "",
+             f"{args.rounds} interleaved rounds, medians.", "", "| case | implementation | N | ms | GB/s |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r.case} | {r.impl} | {r.n:.0e} | {r.seconds * 1e3:.1f} | {r.gbs:.1f} |" for r in suite.rows]
+    lines += ["", *[f"* {t}" for t in suite.notes]]
+    by = {(r.case, r.impl): r.seconds for r in suite.rows}
+    ratios = [("8-bit Adam step vs apply_adam float32", "Adam step", "apply_adam float32 (28 B/elem)",
+               "8-bit Adam step (10 B/elem)", ">= 1.0"),
+              ("Adam8bit vs bitsandbytes Adam8bit (CPU)", "Adam8bit optimizer step (torch)",
+               "bitsandbytes.optim.Adam8bit (CPU)", "optkernels.torch.Adam8bit", ">= 10"),
+              ("RowWiseAdagrad vs torch Adagrad (sparse)", next((r.case for r in suite.rows
+                                                                 if r.case.startswith("row-wise")), ""),
+               "torch.optim.Adagrad (sparse)", "optkernels.torch.RowWiseAdagrad", ">= 8")]
+    lines += ["", "| speed ratio (theirs / ours) | measured | target |", "|---|---|---|"]
+    for label, case, theirs, ours, target in ratios:
+        if (case, theirs) in by and (case, ours) in by:
+            lines.append(f"| {label} | {by[(case, theirs)] / by[(case, ours)]:.2f}x | {target} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"lowbit-{machine_name()}.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
