@@ -3,14 +3,16 @@ each state tensor is ``torch.equal`` to ``torch.optim.<Name>(foreach=False)``'s 
 of the class, float32 and float64, over sizes that cover vector bodies and tails.
 
 torch's CPU ``sqrt`` is MKL's vector sqrt in this wheel, correctly rounded only on some CPUs
-(docs/guide/torch_bits.rst). optkernels computes IEEE ``sqrt``, or, for float32 where torch's is MKL's
-AVX-path kernel (AMD processors, among others), that kernel. Where torch's sqrt is neither on the machine
-running the tests (float64 there; any dtype on an Intel AVX-512 machine), the rules that take a square root
+(docs/guide/torch_bits.rst). optkernels computes IEEE ``sqrt``, or, for float32 where torch's is one of
+MKL's AVX-path (AMD processors, among others) and AVX-512 (Intel) kernels, that kernel. Where torch's sqrt
+is none of these on the machine running the tests (float64 on those CPUs), the rules that take a root
 are compared with torch.optim running with an IEEE ``Tensor.sqrt``/``sqrt_`` (NumPy's): every remaining
 difference then comes from sqrt alone. The rules without a square root (SGD, Adamax) are always compared
 with torch as it is.
 """
 import contextlib
+import ctypes
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,7 +41,7 @@ def _torch_sqrt_is_ieee(dtype) -> bool:
 
 #: Per dtype, True where optkernels.torch computes torch's own sqrt on this machine: IEEE, or MKL's float32
 #: AVX-path kernel (reproduced). Elsewhere the rules with a root are compared with an IEEE-sqrt torch.
-SAME_SQRT = {dtype: _torch_sqrt_is_ieee(np.dtype(name)) or (name == "float32" and mkl_float32_sqrt())
+SAME_SQRT = {dtype: _torch_sqrt_is_ieee(np.dtype(name)) or (name == "float32" and mkl_float32_sqrt() != 0)
              for dtype, name in ((torch.float32, "float32"), (torch.float64, "float64"))}
 
 
@@ -166,13 +168,44 @@ def test_sparse_gradients_are_torch_bits(case, dtype):
                     assert torch.equal(value, optimizer.state[b][key]), f"step {step + 1}: {key} differs"
 
 
-@pytest.mark.skipif(not mkl_float32_sqrt(), reason="torch's float32 sqrt here is not MKL's AVX-path kernel")
-def test_mkl_float32_sqrt_reproduced_on_a_whole_binade():
+@pytest.mark.skipif(not mkl_float32_sqrt(), reason="torch's float32 sqrt here is IEEE, or an MKL kernel we do "
+                                                   "not reproduce")
+def test_torch_float32_sqrt_reproduced_on_a_whole_binade():
     """Every float32 in [2, 4), plus zeros, infinities, NaN, negatives and subnormals (MKL's special path)."""
     x = (np.arange(1 << 23, dtype=np.uint32) + np.uint32(0x40000000)).view(np.float32)
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 1e-45, 1e-40, 2.0 ** -126, 3e38], np.float32)
     x = np.concatenate([x, special])
-    theirs, ours = torch.from_numpy(x).sqrt().numpy(), torch_sqrt_array(x, True)
-    assert np.array_equal(theirs.view(np.uint32), ours.view(np.uint32)) or np.array_equal(theirs, ours,
-                                                                                          equal_nan=True)
+    theirs, ours = torch.from_numpy(x).sqrt().numpy(), torch_sqrt_array(x, mkl_float32_sqrt())
+    assert np.array_equal(theirs, ours, equal_nan=True)
+    assert np.array_equal(np.signbit(theirs), np.signbit(ours))
     assert not np.array_equal(ours[: 1 << 23], np.sqrt(x[: 1 << 23]))
+
+
+def _mkl_kernel(name):
+    """MKL's float32 sqrt kernel ``name`` as this torch wheel exports it (``(n, in, out)``), or None."""
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        function = getattr(library, name)
+    except (OSError, AttributeError):
+        return None
+
+    def run(x):
+        out = np.zeros_like(x)
+        function(ctypes.c_int(x.size), x.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p))
+        return out
+
+    return run
+
+
+@pytest.mark.parametrize("kernel,name,flag", [(1, "mkl_vml_kernel_sSqrt_H8HAynn", "avx"),
+                                              (2, "mkl_vml_kernel_sSqrt_Z0HAynn", "avx512f")], ids=["H8", "Z0"])
+def test_mkl_float32_sqrt_kernels_reproduced(kernel, name, flag):
+    """Both reproduced MKL kernels, called directly, on a whole binade, tiny inputs (Z0's scaled path) and all
+    subnormals, whichever one torch runs here."""
+    cpu_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    mkl = _mkl_kernel(name)
+    if mkl is None or flag not in cpu_flags:
+        pytest.skip(f"{name} is not exported by this torch wheel or this CPU lacks {flag}")
+    for first in (0x3F800000, 0x05000000, 0x00000001):      # [1, 2), [2^-117, 2^-116), subnormals
+        x = (np.arange(1 << 23, dtype=np.uint32) + np.uint32(first)).view(np.float32)
+        assert np.array_equal(mkl(x).view(np.uint32), torch_sqrt_array(x, kernel).view(np.uint32))

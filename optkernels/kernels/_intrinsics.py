@@ -15,16 +15,17 @@
   intrinsic; from Python (the CUDA simulator's element functions) it is computed exactly and rounded once.
   On x86-64 with FMA3 (Haswell and later) and on ARM64 it is one instruction; where the target has none,
   LLVM calls libm's ``fma``, which is correctly rounded too: the same bits, slower.
-* :func:`rsqrt_estimate`: the x86 ``rsqrtss`` estimate of ``1/√x`` (float32, about 12 bits, its bits set
-  by the processor), the first step of MKL's float32 sqrt kernel that torch's CPU ``sqrt`` runs on some
-  CPUs (:mod:`optkernels.kernels.torch_rules`). On other targets (ARM64, CUDA) it is ``1/√x`` rounded.
+* :func:`rsqrt_estimate`, :func:`rsqrt14`: the x86 ``rsqrtss`` (about 12 bits, its bits set by the
+  processor) and AVX-512 ``vrsqrt14ss`` (14 bits) estimates of ``1/√x`` for a float32, the first step of
+  MKL's float32 sqrt kernels that torch's CPU ``sqrt`` runs (:mod:`optkernels.kernels.torch_rules`). Where
+  the instruction is missing (ARM64, CUDA, no AVX-512) they are ``1/√x`` rounded.
 """
 from __future__ import annotations
 
 import math
 import platform
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 import numba
 import numpy as np
@@ -154,28 +155,52 @@ def _fma_compiled(a, b, c):
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
 
 
-@intrinsic
-def _rsqrt_estimate(typingctx, x):
-    """``rsqrtss`` of a float32 on an x86 CPU target; ``1/sqrt(x)`` elsewhere and for float64."""
-    if not isinstance(x, types.Float):
-        raise TypingError(f"rsqrt_estimate takes a float, got {x}")
+def _avx512() -> bool:
+    from llvmlite import binding
 
-    def codegen(context, builder, signature, args):
-        from numba.core.cpu import CPUContext
+    return _X86 and "+avx512f" in binding.get_host_cpu_features().flatten()
 
-        value, = args
-        if signature.args[0] == types.float32 and _X86 and isinstance(context, CPUContext):
+
+def _reciprocal_sqrt(builder: Any, value: Any) -> Any:
+    llvm_type = value.type
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llvm_type, [llvm_type]),
+                                              f"llvm.sqrt.{llvm_type.intrinsic_name}")
+    return builder.fdiv(ir.Constant(llvm_type, 1.0), builder.call(function, [value]))
+
+
+def _estimate_intrinsic(name: str, extra_args: int, available: Callable[[], bool]) -> Any:
+    """An intrinsic calling the x86 scalar estimate ``name`` on lane 0 of a float32 vector (``extra_args``
+    further vector operands equal to it, then an all-ones mask if any), ``1/sqrt`` where unavailable."""
+
+    def typer(typingctx, x):
+        if not isinstance(x, types.Float):
+            raise TypingError(f"a reciprocal square root estimate takes a float, got {x}")
+
+        def codegen(context, builder, signature, args):
+            from numba.core.cpu import CPUContext
+
+            value, = args
+            if signature.args[0] != types.float32 or not isinstance(context, CPUContext) or not available():
+                return _reciprocal_sqrt(builder, value)
             vector = ir.VectorType(ir.FloatType(), 4)
             packed = builder.insert_element(ir.Constant(vector, None), value, _I32(0))
-            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
-                                                      "llvm.x86.sse.rsqrt.ss")
-            return builder.extract_element(builder.call(function, [packed]), _I32(0))
-        llvm_type = value.type
-        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llvm_type, [llvm_type]),
-                                                  f"llvm.sqrt.{llvm_type.intrinsic_name}")
-        return builder.fdiv(ir.Constant(llvm_type, 1.0), builder.call(function, [value]))
+            operands = [packed] * (1 + extra_args)
+            types_ = [vector] * (1 + extra_args)
+            if extra_args:
+                operands.append(ir.IntType(8)(0xFF))
+                types_.append(ir.IntType(8))
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, types_), name)
+            return builder.extract_element(builder.call(function, operands), _I32(0))
 
-    return x(x), codegen
+        return x(x), codegen
+
+    typer.__name__ = name.replace(".", "_")
+    return intrinsic(typer)
+
+
+_rsqrt_estimate = _estimate_intrinsic("llvm.x86.sse.rsqrt.ss", 0, lambda: _X86)
+# vrsqrt14ss(a, b, passthru, mask): lane 0 is rsqrt14(b[0])
+_rsqrt14 = _estimate_intrinsic("llvm.x86.avx512.rsqrt14.ss", 2, _avx512)
 
 
 def rsqrt_estimate(x: float) -> Any:
@@ -187,6 +212,15 @@ def rsqrt_estimate(x: float) -> Any:
     return np.float64(_rsqrt_estimate_cpu(np.float64(x)))
 
 
+def rsqrt14(x: float) -> Any:
+    """AVX-512's ``vrsqrt14ss`` estimate of ``1/√x`` for a float32 ``x`` (relative error below 2⁻¹⁴);
+    ``1/√x`` rounded for a float64 ``x`` and on targets without AVX-512. From Python: as
+    :func:`rsqrt_estimate`."""
+    if isinstance(x, np.float32):
+        return np.float32(_rsqrt14_cpu(x))
+    return np.float64(_rsqrt14_cpu(np.float64(x)))
+
+
 @overload(rsqrt_estimate, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
 def _rsqrt_estimate_compiled(x):
     if isinstance(x, types.Float):
@@ -194,6 +228,18 @@ def _rsqrt_estimate_compiled(x):
     raise TypingError(f"rsqrt_estimate takes a float, got {x}")
 
 
+@overload(rsqrt14, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
+def _rsqrt14_compiled(x):
+    if isinstance(x, types.Float):
+        return lambda x: _rsqrt14(x)
+    raise TypingError(f"rsqrt14 takes a float, got {x}")
+
+
 @numba.njit(cache=True)
 def _rsqrt_estimate_cpu(x):
     return _rsqrt_estimate(x)
+
+
+@numba.njit(cache=True)
+def _rsqrt14_cpu(x):
+    return _rsqrt14(x)

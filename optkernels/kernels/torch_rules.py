@@ -30,7 +30,7 @@ from numba.extending import register_jitable
 
 from ._elementwise import elementwise
 from ._ieee import nan_max
-from ._intrinsics import fma, rsqrt_estimate
+from ._intrinsics import fma, rsqrt14, rsqrt_estimate
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
@@ -62,21 +62,33 @@ def torch_lerp(x, y, w, w_minus_one, small):
     return fma(w_minus_one, d, y)
 
 
-#: The smallest normal float32: below it (and for 0, inf, NaN, negative inputs) MKL's kernel takes its
-#: special-case path, which is IEEE ``sqrt``.
+#: ``mkl`` values of :func:`torch_sqrt`: IEEE sqrt, MKL's AVX-path (``H8``/``EX``) and AVX-512 (``Z0``)
+#: float32 kernels.
+IEEE_SQRT, MKL_AVX_SQRT, MKL_AVX512_SQRT = 0, 1, 2
+
 _FLT_MIN = np.float32(2.0 ** -126)
 _HALF = np.float32(0.5)
 _FLT_INF = np.float32(np.inf)
+_FLT_ZERO = np.float32(0)
+_R_LARGE = np.float32(2.0 ** 39)
+_X_UP = np.float32(2.0 ** 78)
+_H_DOWN = np.float32(2.0 ** -78)
 
 
 @_scalar_helper
 def torch_sqrt(x, mkl):
-    """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt``, or (``mkl``: float32 only) MKL's ``H8``/``EX`` float32
-    kernel, the one MKL runs on CPUs it gives its AVX path (AMD processors among them): the processor's
-    ``rsqrtss`` estimate r, ``s = x·r``, ``h = r/2``, ``t = 1/2 − s·h``, ``s' = s + s·t``, ``h' = h + h·t``,
-    result ``s' + (x − s'·s')·h'``, every operation rounded (no FMA). Equal to torch's ``sqrt`` on every
-    float32 input of the four binades tried exhaustively (2²⁵ inputs)."""
-    if mkl and x >= _FLT_MIN and x < _FLT_INF:
+    """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt`` (``mkl`` 0), or one of MKL's float32 kernels (float32
+    only), every operation rounded as MKL rounds it:
+
+    * 1, ``H8``/``EX`` (the AVX path MKL gives AMD processors, among others): ``r = rsqrtss(x)``,
+      ``s = x·r``, ``h = r/2``, ``t = 1/2 − s·h``, ``s' = s + s·t``, ``h' = h + h·t``, result
+      ``s' + (x − s'·s')·h'``, no FMA; normal positive inputs only (IEEE ``sqrt`` for the rest, as MKL's
+      special path gives);
+    * 2, ``Z0`` (AVX-512, Intel processors): ``r = vrsqrt14ss(x)``, ``s = x·r``, ``h = r/2``, result
+      ``fma(fma(−s, s, x), h, s)``, scaled by powers of two where ``r > 2³⁹`` (tiny and subnormal ``x``);
+      zeros, infinities, NaN and negative inputs as IEEE ``sqrt``.
+    """
+    if mkl == 1 and x >= _FLT_MIN and x < _FLT_INF:
         x = np.float32(x)       # float32 by contract (a Python float holding one, under the CUDA simulator)
         r = rsqrt_estimate(x)
         s = x * r
@@ -85,6 +97,15 @@ def torch_sqrt(x, mkl):
         s = s + s * t
         h = h + h * t
         return s + (x - s * s) * h
+    if mkl == 2 and x > _FLT_ZERO and x < _FLT_INF:
+        x = np.float32(x)
+        r = rsqrt14(x)
+        h = r * _HALF
+        s = r * x
+        if r > _R_LARGE:
+            scaled = s * _R_LARGE
+            return fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
+        return fma(fma(-s, s, x), h, s)
     return math.sqrt(x)
 
 
@@ -264,7 +285,7 @@ def _torch_sqrt(i, out, x, mkl):
     out[i] = torch_sqrt(x[i], mkl)
 
 
-def torch_sqrt_array(x: np.ndarray, mkl: bool) -> np.ndarray:
+def torch_sqrt_array(x: np.ndarray, mkl: int) -> np.ndarray:
     """:func:`torch_sqrt` of every element of the float32 or float64 NumPy array ``x``, a new array (to tell
     which sqrt torch computes on this machine: see :mod:`optkernels.torch`)."""
     x = np.ascontiguousarray(x).reshape(-1)
@@ -284,10 +305,10 @@ def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
     return w, w - dtype.type(1), bool(abs(float(w)) < 0.5)
 
 
-def mkl_flag(dtype: np.dtype, mkl_sqrt: bool) -> bool:
-    """The ``mkl`` scalar of the element functions: MKL's float32 sqrt kernel for float32 arrays where
-    ``mkl_sqrt`` says torch's ``sqrt`` is that kernel (IEEE ``sqrt`` otherwise, and always for float64)."""
-    return bool(mkl_sqrt) and dtype == np.float32
+def mkl_flag(dtype: np.dtype, mkl_sqrt: int) -> int:
+    """The ``mkl`` scalar of the element functions (:func:`torch_sqrt`): ``mkl_sqrt`` (which MKL float32
+    kernel torch's ``sqrt`` is, 0 for IEEE) for float32 arrays, IEEE ``sqrt`` (0) for float64."""
+    return int(mkl_sqrt) if dtype == np.float32 else IEEE_SQRT
 
 
 def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:
@@ -296,7 +317,7 @@ def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:
 
 
 def adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
-                 weight_decay: float, decoupled: bool, maximize: bool, mkl_sqrt: bool = False) -> tuple:
+                 weight_decay: float, decoupled: bool, maximize: bool, mkl_sqrt: int = IEEE_SQRT) -> tuple:
     """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
     ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
     ``−lr/bias_correction1``; ``mkl_sqrt``: see :func:`mkl_flag`."""
@@ -316,7 +337,7 @@ def adamax_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: flo
 
 
 def adagrad_scalars(dtype: np.dtype, step: int, lr: Any, lr_decay: float, eps: float, weight_decay: float,
-                    maximize: bool, mkl_sqrt: bool = False) -> tuple:
+                    maximize: bool, mkl_sqrt: int = IEEE_SQRT) -> tuple:
     """The scalars of ``_torch_adagrad``: ``clr = lr/(1 + (t − 1)·lr_decay)``, passed as ``−clr``."""
     clr = lr / (1 + (float(step) - 1) * lr_decay)
     return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(eps), dtype.type(-clr),
@@ -324,7 +345,7 @@ def adagrad_scalars(dtype: np.dtype, step: int, lr: Any, lr_decay: float, eps: f
 
 
 def rms_prop_scalars(dtype: np.dtype, lr: Any, alpha: float, eps: float, weight_decay: float,
-                     momentum: float, maximize: bool, mkl_sqrt: bool = False) -> tuple:
+                     momentum: float, maximize: bool, mkl_sqrt: int = IEEE_SQRT) -> tuple:
     """The scalars shared by the four RMSprop element functions."""
     return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(alpha), *lerp_weight(dtype, 1 - alpha),
             dtype.type(eps), dtype.type(momentum), dtype.type(-lr), mkl_flag(dtype, mkl_sqrt))
@@ -342,7 +363,7 @@ def sgd_scalars(dtype: np.dtype, first: bool, lr: Any, momentum: float, dampenin
 
 
 def sparse_adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
-                        mkl_sqrt: bool = False) -> tuple:
+                        mkl_sqrt: int = IEEE_SQRT) -> tuple:
     """The scalars of ``_torch_sparse_adam`` (after ``rows`` and ``width``): ``step_size = lr·√(1 − β2^t)/(1 −
     β1^t)`` as torch's ``sparse_adam`` computes it (``math.sqrt``, integer ``step``), passed as
     ``−step_size``."""
