@@ -153,12 +153,12 @@ class Muon(KernelOptimizer):
             dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
             update = self._pre_buffer(p)
             buf, u, g = (_views.view(t, kind, flat=True) for t in (state["momentum_buffer"], update, grad))
-            K._muon_momentum.launch(kind, p.numel(), buf, u, g,
+            K.launch_small(K._muon_momentum, kind, p.numel(), buf, u, g,
                                     *K.muon_momentum_scalars(dtype, momentum, group["nesterov"]))
             ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
             update.copy_(ortho)                   # bfloat16 -> the parameter's dtype: exact
             step = -adjusted_lr(lr, group["adjust_lr_fn"], p.shape)
-            K._decayed_step.launch(kind, p.numel(), _views.view(p, kind, flat=True), u, dtype.type(decay),
+            K.launch_small(K._decayed_step, kind, p.numel(), _views.view(p, kind, flat=True), u, dtype.type(decay),
                                    dtype.type(step))
 
 
