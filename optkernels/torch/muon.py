@@ -142,6 +142,11 @@ class Muon(KernelOptimizer):
     def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
         lr = float(group["lr"])
         momentum, decay = group["momentum"], 1 - lr * group["weight_decay"]
+        for p in params:                              # a loaded state must fit before anything is written
+            buf = self.state.get(p, {}).get("momentum_buffer")
+            if buf is not None and (buf.shape != p.shape or buf.dtype != p.dtype or not buf.is_contiguous()):
+                raise ValueError(f"Muon: state 'momentum_buffer' must be a contiguous {p.dtype} tensor of shape "
+                                 f"{tuple(p.shape)}, got {buf.dtype} {tuple(buf.shape)}")
         for p, grad in zip(params, grads):
             if grad.ndim != 2:
                 raise ValueError("Param gradient must be a 2D matrix")
