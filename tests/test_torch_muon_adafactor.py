@@ -371,3 +371,19 @@ def test_numpy_muon_with_adamw_splits_steps_and_loads_all_or_nothing():
     assert np.array_equal(opt.muon.momentum_buffer[0].data, before["muon/momentum_buffer.l1.weight"])
     custom = O.MuonWithAdamW(params, split=lambda name, shape: name.endswith("weight") and len(shape) == 2)
     assert len(custom.muon.parameters) == 3
+
+
+@pytest.mark.parametrize("name, shape, key", [("Adafactor", (4, 6), "row_var"), ("Adafactor", (5,), "variance"),
+                                              ("Muon", (4, 6), "momentum_buffer")])
+def test_a_state_that_does_not_fit_is_refused_before_writing(name, shape, key):
+    small, big = torch.zeros(shape), torch.zeros(tuple(2 * n for n in shape))
+    donor = getattr(ot, name)([small])
+    small.grad = torch.ones(shape)
+    donor.step()
+    p = torch.ones(tuple(2 * n for n in shape))
+    opt = getattr(ot, name)([p])
+    opt.load_state_dict(donor.state_dict())          # a smaller model's state
+    p.grad = torch.ones_like(p)
+    with pytest.raises(ValueError, match=key):
+        opt.step()
+    assert torch.equal(p, torch.ones_like(big))

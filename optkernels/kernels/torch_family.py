@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from numba import types
 from numba.extending import intrinsic
 
 from ._checks import check_arrays, check_range
-from ._elementwise import ZERO, elementwise, scalar_math
+from ._elementwise import _CPU_LOOP, _JIT_OPTIONS, ZERO, Elementwise, _generate, _half_kinds, elementwise, scalar_math
 from ._intrinsics import fma as _fma
 from .adam import Scalar
 
@@ -90,6 +91,28 @@ def lerp_scalars(weight: float, dtype: Any) -> tuple:
     tensor's dtype first, then computes ``1 − w`` in it)."""
     w = np.dtype(dtype).type(weight)
     return w, np.dtype(dtype).type(1) - w, bool(abs(float(weight)) < 0.5)
+
+
+#: Below this many elements a per-tensor launch runs serially on the calling thread (torch's own grain size):
+#: waking a parallel region costs more than the loop, and much more on a loaded machine.
+SERIAL_BELOW = 32768
+
+_SERIAL_LOOPS: dict = {}
+
+
+def launch_small(kernel: Elementwise, device: str, n: int, *args: Any) -> None:
+    """``kernel.launch(device, n, *args)``, except that a CPU launch over fewer than :data:`SERIAL_BELOW`
+    float32/float64 elements runs the same element function in a serial compiled loop (the same bits: each
+    element is independent)."""
+    if device != "cpu" or n >= SERIAL_BELOW or _half_kinds(args) is not None:
+        kernel.launch(device, n, *args)
+        return
+    loop = _SERIAL_LOOPS.get(kernel)
+    if loop is None:
+        element = numba.njit(inline="always", **_JIT_OPTIONS)(kernel.py_func)
+        source = _generate(_CPU_LOOP, "serial", kernel.py_func, {"prange": range, "element": element})
+        loop = _SERIAL_LOOPS[kernel] = numba.njit(cache=True, **_JIT_OPTIONS)(source)
+    loop(n, *args)
 
 
 # ---------------------------------------------------------------------------------------------- NAdam

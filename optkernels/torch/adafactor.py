@@ -14,7 +14,7 @@ import torch
 
 from ..kernels.torch_adafactor import (_adafactor_factored, _adafactor_vector, adafactor_denominator,
                                        adafactor_host)
-from ..kernels.torch_family import _decayed_step, lerp_scalars
+from ..kernels.torch_family import _decayed_step, launch_small, lerp_scalars
 from . import _views
 from ._base import KernelOptimizer
 from .torch_family import check_lr, scalar_dtype
@@ -88,6 +88,8 @@ class Adafactor(KernelOptimizer):
         eps1, eps2 = group["eps"]
         lr = float(group["lr"])
         tau, d, wd, maximize = group["beta2_decay"], group["d"], group["weight_decay"], bool(group["maximize"])
+        for p, grad in zip(params, grads):           # every state checked before anything is written
+            self._check_state(p)
         for p, grad in zip(params, grads):
             grad = grad if grad.is_contiguous() else grad.contiguous()
             state = self._adafactor_state(p, grad)
@@ -105,15 +107,33 @@ class Adafactor(KernelOptimizer):
                 rows.lerp_(torch.norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1)), w_t)
                 cols.lerp_(torch.norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2)), w_t)
                 means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
-                _adafactor_factored.launch(kind, p.numel(), flat[1], flat[2],
+                launch_small(_adafactor_factored, kind, p.numel(), flat[1], flat[2],
                                              *(_views.view(t, kind, flat=True) for t in (rows, cols, means)),
                                              grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
             else:
-                _adafactor_vector.launch(kind, p.numel(), _views.view(state["variance"], kind, flat=True),
+                launch_small(_adafactor_vector, kind, p.numel(), _views.view(state["variance"], kind, flat=True),
                                            flat[1], flat[2], maximize, *lerp_scalars(w_t, dtype), eps1_sq, one)
             den = adafactor_denominator(update.norm(2).item(), update.numel(), d)
-            _decayed_step.launch(kind, p.numel(), flat[0], flat[1], dtype.type(1 - lr * wd if wd != 0 else 1),
+            launch_small(_decayed_step, kind, p.numel(), flat[0], flat[1], dtype.type(1 - lr * wd if wd != 0 else 1),
                                       dtype.type(-alpha / den))
+
+    def _check_state(self, p: torch.Tensor) -> None:
+        """A loaded or edited state must fit its parameter (the kernels index it by the parameter's shape)."""
+        state = self.state.get(p)
+        if not state:
+            return
+        if p.dim() > 1:
+            expected = {"row_var": p.shape[:-1] + (1,), "col_var": p.shape[:-2] + (1, p.shape[-1])}
+        else:
+            expected = {"variance": p.shape}
+        for name, shape in expected.items():
+            t = state.get(name)
+            if t is None or tuple(t.shape) != tuple(shape) or t.dtype != p.dtype or not t.is_contiguous():
+                raise ValueError(f"Adafactor: state '{name}' of a parameter of shape {tuple(p.shape)} must be a "
+                                 f"contiguous {p.dtype} tensor of shape {tuple(shape)}, got "
+                                 f"{None if t is None else (t.dtype, tuple(t.shape))}")
+        if "step" not in state:
+            raise ValueError("Adafactor: a parameter's state has no 'step'")
 
     def _adafactor_state(self, p: torch.Tensor, grad: torch.Tensor) -> dict:
         """``self.state[p]``, created as torch creates it on the first step."""

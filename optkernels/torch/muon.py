@@ -142,6 +142,11 @@ class Muon(KernelOptimizer):
     def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
         lr = float(group["lr"])
         momentum, decay = group["momentum"], 1 - lr * group["weight_decay"]
+        for p in params:                              # a loaded state must fit before anything is written
+            buf = self.state.get(p, {}).get("momentum_buffer")
+            if buf is not None and (buf.shape != p.shape or buf.dtype != p.dtype or not buf.is_contiguous()):
+                raise ValueError(f"Muon: state 'momentum_buffer' must be a contiguous {p.dtype} tensor of shape "
+                                 f"{tuple(p.shape)}, got {buf.dtype} {tuple(buf.shape)}")
         for p, grad in zip(params, grads):
             if grad.ndim != 2:
                 raise ValueError("Param gradient must be a 2D matrix")
@@ -153,12 +158,12 @@ class Muon(KernelOptimizer):
             dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
             update = self._pre_buffer(p)
             buf, u, g = (_views.view(t, kind, flat=True) for t in (state["momentum_buffer"], update, grad))
-            K._muon_momentum.launch(kind, p.numel(), buf, u, g,
+            K.launch_small(K._muon_momentum, kind, p.numel(), buf, u, g,
                                     *K.muon_momentum_scalars(dtype, momentum, group["nesterov"]))
             ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
             update.copy_(ortho)                   # bfloat16 -> the parameter's dtype: exact
             step = -adjusted_lr(lr, group["adjust_lr_fn"], p.shape)
-            K._decayed_step.launch(kind, p.numel(), _views.view(p, kind, flat=True), u, dtype.type(decay),
+            K.launch_small(K._decayed_step, kind, p.numel(), _views.view(p, kind, flat=True), u, dtype.type(decay),
                                    dtype.type(step))
 
 
