@@ -167,3 +167,25 @@ def test_bfloat16_parameters_are_rounded_once():
         half.step([g])
         assert np.array_equal(half._arrays[0], wide._arrays[0].astype(ml_dtypes.bfloat16))
         wide._arrays[0][...] = half._arrays[0].astype(f32)      # both carry on from the rounded parameter
+
+
+def test_bfloat16_parameters_with_stochastic_rounding():
+    from optkernels.kernels import stochastic_rounding
+
+    params, grads = _data(1, seed=6)
+    start = params[0].astype(ml_dtypes.bfloat16)
+    wide = O.Adam8bit([start.astype(f32)], lr=1e-2)
+    half = O.Adam8bit([start.copy()], lr=1e-2)
+    g = grads[0][0].astype(ml_dtypes.bfloat16)
+    wide.step([g.astype(f32)])
+    with stochastic_rounding(seed=3):
+        half.step([g])
+    exact, got = wide._arrays[0], half._arrays[0].astype(f32)
+    nearest = exact.astype(ml_dtypes.bfloat16)
+    bits = nearest.view(np.uint16).astype(np.int32)
+    cands = np.stack([(bits + d).astype(np.uint16).view(ml_dtypes.bfloat16).astype(f32) for d in (-1, 0, 1)])
+    lo = np.where(cands <= exact, cands, -np.inf).max(axis=0)
+    hi = np.where(cands >= exact, cands, np.inf).min(axis=0)
+    assert ((got == lo) | (got == hi)).all()                 # one of the two neighbours of the float32 result
+    assert (got != nearest.astype(f32)).any()                # and not always the nearest one
+    assert np.array_equal(half.state[0]["state1"], wide.state[0]["state1"])
