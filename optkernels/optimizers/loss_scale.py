@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import numpy as np
 
@@ -181,7 +181,7 @@ class DynamicLossScaleManager:
                 f"scale_factor={self.scale_factor!r}, scale_window={self.scale_window!r})")
 
 
-Arrays = Union[np.ndarray, tuple, list]
+Arrays = np.ndarray | tuple | list
 
 
 class DynamicLossScaler:
@@ -368,7 +368,7 @@ def _all_finite(name: str, x: Any) -> bool:
                     f"of them, but got {type(x).__name__}")
 
 
-Manager = Union[FixedLossScaleManager, DynamicLossScaleManager, DynamicLossScaler]
+Manager = FixedLossScaleManager | DynamicLossScaleManager | DynamicLossScaler
 
 
 def loss_scaled_step(optimizer: Callable[[Any], Any], scaled_gradients: Any,

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import (HALF_DTYPES, Batch, _array_facts, _c_strides, _flatten, compute_dtype,
+from ..kernels._checks import (Batch, _array_facts, _c_strides, _flatten, compute_dtype,
                                plain_array)
 from ..sparse import RowSparse
 from . import _gradient_steps as steps

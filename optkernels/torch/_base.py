@@ -332,7 +332,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         prestep = self._prestep(group)
         kernel = key[1][0]
         whole = len(plan.cpu) == 1 and not plan.single     # one launch table covering params in order
-        for dtype, positions, tensors, members in plan.cpu:
+        for dtype, positions, tensors, _members in plan.cpu:
             if whole and ptrs is not None:
                 local_grads = grads
                 tensors.addresses[-1, :] = ptrs
