@@ -131,7 +131,7 @@ def torch_rms_prop(var: Any, square_avg: Any, grad: Any, lr: Scalar, alpha: Scal
     check_range("lr", lr_, 0.0)
     check_range("alpha", a, 0.0, 1.0)
     check_range("epsilon", eps, 0.0)
-    scalars = (lr_, a, batch.dtype.type(1) - a, eps)
+    scalars: tuple[Any, ...] = (lr_, a, batch.dtype.type(1) - a, eps)
     if momentum_buffer is not None:
         scalars += (batch.scalar("momentum", momentum),)
     kernel = rms_prop_kernel(grad_avg is not None, momentum_buffer is not None)

@@ -68,11 +68,11 @@ class LowPrecisionMixin:
                                                          stochastic_rounding, seed)
             init(self, *args, **kw)
 
-        __init__._takes_low_precision = True
-        cls.__init__ = __init__
+        __init__._takes_low_precision = True  # type: ignore[attr-defined]  # a marker on the function
+        cls.__init__ = __init__  # type: ignore[method-assign]  # the class's constructor, wrapped on purpose
 
     def _init_low_precision(self) -> None:
-        options = self.__dict__.get(_OPTIONS) or (False, False, 0)
+        options: tuple[bool, bool, int] = self.__dict__.get(_OPTIONS) or (False, False, 0)
         self._master_weights, self._stochastic_rounding, self._rounding_seed = options
         self._rounding_step = 0
         self._masters: list = []     # plans whose ``param`` is a float32 master of a half parameter

@@ -128,7 +128,7 @@ class RMSprop(KernelOptimizer):
                 raise ValueError(f"Invalid {label} value: {group[name]}")
 
     def _kernel(self, group: dict) -> tuple:
-        names = ("square_avg",)
+        names: tuple[str, ...] = ("square_avg",)
         if group["centered"]:
             names += ("grad_avg",)
         if group["momentum"] > 0:
@@ -137,7 +137,7 @@ class RMSprop(KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         alpha = group["alpha"]
-        scalars = (dtype.type(float(group["lr"])), dtype.type(alpha), dtype.type(1.0 - alpha),
+        scalars: tuple[Any, ...] = (dtype.type(float(group["lr"])), dtype.type(alpha), dtype.type(1.0 - alpha),
                    dtype.type(group["eps"]))
         if group["momentum"] > 0:
             scalars += (dtype.type(group["momentum"]),)

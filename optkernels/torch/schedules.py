@@ -28,7 +28,7 @@ class ScheduleLR(torch.optim.lr_scheduler.LRScheduler):
 
     def __init__(self, optimizer: torch.optim.Optimizer,
                  schedule: LearningRateSchedule | Sequence[LearningRateSchedule], last_epoch: int = -1):
-        schedules = list(schedule) if isinstance(schedule, (list, tuple)) else [schedule] * len(
+        schedules: list[Any] = list(schedule) if isinstance(schedule, (list, tuple)) else [schedule] * len(
             optimizer.param_groups)
         if len(schedules) != len(optimizer.param_groups):
             raise TypeError(f"ScheduleLR: {len(schedules)} schedules for {len(optimizer.param_groups)} "
