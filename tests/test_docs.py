@@ -36,3 +36,18 @@ def test_guide_pages_come_in_reading_order_then_by_name(tmp_path):
     assert toc.splitlines()[-4:] == ["   guide/kernels", "   guide/optimizers", "   guide/alpha_topic",
                                      "   guide/zeta_topic"]
     assert "_guide_toc.txt" in (DOCS / "user_guide.rst").read_text()
+
+
+def test_docstring_markup_slips_are_printed_not_fatal():
+    import logging
+
+    from _docstring_warnings import _DocstringWarningsToInfo
+
+    slip = logging.LogRecord("sphinx.docutils", logging.ERROR, "", 0, "Unexpected indentation.", (), None)
+    slip.location = "optkernels/new.py:docstring of optkernels.new.f:3"
+    page = logging.LogRecord("sphinx.docutils", logging.WARNING, "", 0, "Unknown target.", (), None)
+    page.location = "docs/guide/new.rst:12"
+    keep = _DocstringWarningsToInfo()
+    assert keep.filter(slip) and keep.filter(page)
+    assert slip.levelno == logging.INFO and "docstring markup" in slip.getMessage()
+    assert page.levelno == logging.WARNING        # a page's own warning still fails a -W build
