@@ -41,7 +41,8 @@ def test_cuda_suite_under_the_simulator():
 def test_mpi_suite(ranks):
     if importlib.util.find_spec("mpi4py") is None:
         pytest.skip("mpi4py is not installed (pip install 'optkernels[mpi]')")
-    mpiexec = shutil.which("mpiexec")
+    # The mpich wheel puts mpiexec beside the interpreter: found there when the venv is not activated.
+    mpiexec = shutil.which("mpiexec") or shutil.which("mpiexec", path=str(Path(sys.executable).parent))
     if mpiexec is None:
         pytest.skip("no mpiexec on PATH (pip install 'optkernels[mpi]' installs MPICH's)")
     # OpenMPI refuses to run as root without these; MPICH ignores them.
