@@ -61,7 +61,7 @@ class LowPrecisionMixin:
             return
 
         @functools.wraps(init)
-        def __init__(self, *args: Any, master_weights: bool = False, stochastic_rounding: bool = False,
+        def __init__(self: Any, *args: Any, master_weights: bool = False, stochastic_rounding: bool = False,
                      seed: int = 0, **kw: Any) -> None:
             if self.__dict__.get(_OPTIONS) is None:     # the outermost constructor's options win
                 self.__dict__[_OPTIONS] = _check_options(type(self).__name__, master_weights,
