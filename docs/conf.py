@@ -16,6 +16,7 @@ sys.path.insert(0, str(HERE))
 import optkernels  # noqa: E402  (after the path set-up above)
 from _apigen import generate_api_pages  # noqa: E402
 from _docstring_warnings import install_docstring_warning_filter  # noqa: E402
+from _guide import write_guide_toc  # noqa: E402
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "2")
 
@@ -61,21 +62,7 @@ import numpy as np
 
 generate_api_pages(HERE / "api")
 
-#: The user guide's first pages, in reading order; every other ``guide/*.rst`` follows in name order.
-GUIDE_ORDER = ["kernels", "sparse", "optimizers", "schedules", "low_precision", "torch", "distributed",
-               "verify", "threads", "demo"]
-
-
-def _write_guide_toc() -> None:
-    present = {p.stem for p in (HERE / "guide").glob("*.rst")}
-    pages = [p for p in GUIDE_ORDER if p in present] + sorted(present - set(GUIDE_ORDER))
-    text = ".. toctree::\n   :maxdepth: 2\n\n" + "".join(f"   guide/{p}\n" for p in pages)
-    path = HERE / "_guide_toc.txt"
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-
-
-_write_guide_toc()
+write_guide_toc(HERE)
 
 
 def setup(app):  # noqa: ANN001, ANN201

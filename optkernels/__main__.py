@@ -5,6 +5,7 @@ import sys
 from optkernels.cli import main
 
 try:
+    code: str | int | None
     try:
         code = main()
     except SystemExit as done:  # argparse's --help and usage errors

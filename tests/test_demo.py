@@ -369,5 +369,6 @@ def test_progress_bar_on_a_terminal():
     progress.end_task("spirals: done")
     text = stream.getvalue()
     assert "\rspirals [2/2] SGD              [----------] 0/4" in text
-    assert "\rspirals [2/2] SGD              [#####-----] 2/4  loss 0.2500" in text
-    assert text.endswith("\rspirals: done\n")
+    assert "\rspirals [2/2] SGD              [#####-----] 2/4, loss=0.2500" in text
+    assert text.endswith("spirals: done\n")
+    assert "\n" not in text[: -len("spirals: done\n")]   # the bar is redrawn in place, then cleared

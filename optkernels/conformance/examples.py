@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def load(module: str) -> list[dict]:
 
 def build_inputs(entry: dict) -> dict:
     """The example's inputs as float32 arrays (indices as int32) and float32 scalars."""
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in entry["inputs"].items():
         if isinstance(value, str) and value.startswith("ones["):
             shape = [int(d) for d in re.findall(r"\d+", value)]

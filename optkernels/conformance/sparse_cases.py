@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import OpCase, adam_scalars, moments, nesterov_attr, normal, uniform
+from .opcase import OpCase, adam_scalars, moments, nesterov_attr, normal, uniform
 
 
 def _row_sparse(rng, shape, dtype) -> dict:

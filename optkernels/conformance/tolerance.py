@@ -48,6 +48,7 @@ class Comparison:
     def message(self, what: str) -> str:
         if self.ok:
             return f"{what}: ok, worst {self.worst_ulps:.3g} ulps"
+        assert self.first_bad is not None   # set whenever ok is False
         k, actual, expected = self.first_bad
         return (f"{what}: {self.bad} elements differ by more than {self.allowed_ulps:g} ulps (worst "
                 f"{self.worst_ulps:.3g}); first at flat index {k}: actual {actual!r}, expected {expected!r}")

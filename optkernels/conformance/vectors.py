@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -70,7 +70,7 @@ def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = No
     """Write golden vectors for every op (or those in ``only``) to ``directory``; return the index path."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    index = {"format": FORMAT_VERSION, "cases": []}
+    index: dict[str, Any] = {"format": FORMAT_VERSION, "cases": []}
     for number, case in enumerate(CASES):
         if only and case.name not in only:
             continue
@@ -81,7 +81,8 @@ def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = No
                 inputs = draw_stored(case, rng, shape, dtype)
                 attrs = {a: (v.item() if isinstance(v, np.generic) else v)
                          for a, v in draw_attrs(case, rng, dtype).items()}
-                arrays, scalars = {}, []
+                arrays: dict[str, Any] = {}
+                scalars: list[dict] = []
                 for step in range(STEPS):
                     if step:
                         fresh = draw_stored(case, rng, shape, dtype)

@@ -99,9 +99,9 @@ def verify_examples(case: OpCase, report: OpReport) -> None:
         problems = [examples.mismatch(result if name == "output" else inputs[name], value, entry["compare"],
                                       f"{entry['op']} example {name}")
                     for name, value in entry["expected"].items()]
-        problems = [p for p in problems if p]
-        report.failures.extend(problems)
-        report.examples_passed += not problems
+        failed = [p for p in problems if p is not None]
+        report.failures.extend(failed)
+        report.examples_passed += not failed
 
 
 def verify(target: str = "cpu", cases: int = 20, seed: int = 0, only: list[str] | None = None,
@@ -124,7 +124,7 @@ def verify(target: str = "cpu", cases: int = 20, seed: int = 0, only: list[str] 
     unknown = sorted(set(only or ()) - known)
     if unknown:
         raise ValueError(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    reports = []
+    reports: list[OpReport] = []
     for case in CASES:
         if only and case.name not in only:
             continue

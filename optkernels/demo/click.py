@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from ..optimizers import Parameter
 from ..sparse import RowSparse
@@ -36,7 +37,7 @@ class ClickModel:
             and ``head.bias`` ``(1,)``.
     """
 
-    def __init__(self, rows: int, dim: int, rng: np.random.Generator, dtype: np.dtype = np.float32):
+    def __init__(self, rows: int, dim: int, rng: np.random.Generator, dtype: npt.DTypeLike = np.float32):
         self.dtype = np.dtype(dtype)
         table = (0.05 * rng.standard_normal((rows, dim))).astype(self.dtype)
         self.table = Parameter(table, "embedding.table")

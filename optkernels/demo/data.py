@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["ClickLogs", "click_logs", "hash_features", "spirals", "batch_order", "FIELD_SIZES"]
 
@@ -20,7 +21,7 @@ BASE_LOG_ODDS = -1.5
 
 
 def spirals(n: int, rng: np.random.Generator, *, turns: float = 1.5, noise: float = 0.03,
-            dtype: np.dtype = np.float32) -> tuple[np.ndarray, np.ndarray]:
+            dtype: npt.DTypeLike = np.float32) -> tuple[np.ndarray, np.ndarray]:
     r"""``n`` points of two interleaved spirals in the plane, half of each class (in random order).
 
     A point of class ``c`` (0 or 1) at position ``t ~ U(0.05, 1)`` along its arm is::

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from ..optimizers import Parameter
 from .metrics import accuracy, softmax_cross_entropy
@@ -28,7 +29,7 @@ class MLP:
         input_gain: factor on the first layer's initial weights. Default 1.0.
     """
 
-    def __init__(self, sizes: tuple[int, ...], rng: np.random.Generator, dtype: np.dtype = np.float32,
+    def __init__(self, sizes: tuple[int, ...], rng: np.random.Generator, dtype: npt.DTypeLike = np.float32,
                  input_gain: float = 1.0):
         if len(sizes) < 2:
             raise ValueError(f"sizes needs an input and an output width, got {sizes}")

@@ -1,10 +1,12 @@
-"""A one-line progress bar on stderr (no dependency): redrawn in place with ``\\r`` on a terminal; off a
-terminal, one line as each optimizer starts and one summary line per model."""
+"""The demo's progress display on stderr, drawn by ``tqdm``: a bar redrawn in place on a terminal; off a
+terminal (a pipe, a file, a CI log), one line as each optimizer starts and one summary line per model."""
 from __future__ import annotations
 
+import math
 import sys
-import time
 from typing import TextIO
+
+from tqdm import tqdm
 
 __all__ = ["Progress"]
 
@@ -12,9 +14,10 @@ __all__ = ["Progress"]
 class Progress:
     """Progress of the demo's training runs.
 
-    On a terminal (``stream.isatty()``) one line is redrawn in place, at most every ``interval`` seconds::
+    On a terminal (``stream.isatty()``) one ``tqdm`` bar per run is redrawn in place, at most every
+    ``interval`` seconds, and cleared when the run ends::
 
-        spirals MLP [3/9] Adam             [##########----------]  1000/2000  loss 0.1234
+        spirals MLP [3/9] Adam             [##########----------] 1000/2000, loss=0.1234
 
     When the stream is not a terminal (a pipe, a file, a CI log) nothing is drawn: :meth:`begin_run` writes
     one line per optimizer instead (``spirals MLP [3/9] Adam: 2000 steps``); in both cases :meth:`end_task`
@@ -38,10 +41,7 @@ class Progress:
         self.interval = interval
         self._task = ""
         self._runs = 0
-        self._prefix = ""
-        self._steps = 1
-        self._last_draw = 0.0
-        self._drawn = 0
+        self._bar: tqdm | None = None
 
     def begin_task(self, title: str, runs: int) -> None:
         """A model starts: ``runs`` optimizers will be trained on it."""
@@ -49,40 +49,33 @@ class Progress:
 
     def begin_run(self, index: int, label: str, steps: int) -> None:
         """Run ``index`` (1-based) of the task starts: ``label`` (the optimizer) for ``steps`` steps."""
-        self._prefix = f"{self._task} [{index}/{self._runs}] {label:<16}"
-        self._steps = max(steps, 1)
-        self._last_draw = 0.0
+        self._close_bar()
         if not self.interactive:
-            self._write(f"{self._task} [{index}/{self._runs}] {label}: {steps} steps\n")
+            self.stream.write(f"{self._task} [{index}/{self._runs}] {label}: {steps} steps\n")
+            self.stream.flush()
             return
-        self.update(0, float("nan"), force=True)
+        self._bar = tqdm(total=max(steps, 1), desc=f"{self._task} [{index}/{self._runs}] {label:<16}",
+                         file=self.stream, leave=False, mininterval=self.interval, ascii="-#",
+                         bar_format=f"{{desc}} [{{bar:{self.width}}}] {{n_fmt}}/{{total_fmt}}{{postfix}}")
 
-    def update(self, step: int, loss: float, force: bool = False) -> None:
+    def update(self, step: int, loss: float) -> None:
         """``step`` steps of the current run are done and ``loss`` is the loss to show (the training loop
-        passes the mean of the last 50 batches). Redraws if the bar is interactive and ``interval`` has passed
-        (or ``force``)."""
-        if not self.interactive:
+        passes the mean of the last 50 batches; NaN shows none). tqdm redraws when ``interval`` has
+        passed."""
+        if self._bar is None:
             return
-        now = time.perf_counter()
-        if not force and step < self._steps and now - self._last_draw < self.interval:
-            return
-        self._last_draw = now
-        filled = self.width * step // self._steps
-        digits = len(str(self._steps))
-        loss_text = "" if loss != loss else f"  loss {loss:.4f}"   # nothing before the first step (NaN)
-        line = (f"{self._prefix} [{'#' * filled}{'-' * (self.width - filled)}] "
-                f"{step:>{digits}}/{self._steps}{loss_text}")
-        self._write("\r" + line + " " * max(self._drawn - len(line), 0))
-        self._drawn = len(line)
+        if not math.isnan(loss):
+            self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        self._bar.update(step - self._bar.n)
 
     def end_task(self, summary: str) -> None:
         """The model is done: clear the bar and write ``summary`` on its own line (also when not
         interactive)."""
-        if self.interactive and self._drawn:
-            self._write("\r" + " " * self._drawn + "\r")
-            self._drawn = 0
-        self._write(summary + "\n")
-
-    def _write(self, text: str) -> None:
-        self.stream.write(text)
+        self._close_bar()
+        self.stream.write(summary + "\n")
         self.stream.flush()
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

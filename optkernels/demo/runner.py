@@ -125,7 +125,7 @@ def run(steps: int = DEFAULT_STEPS, seed: int = 0, optimizers: Sequence[str] | N
     progress = Progress() if progress is None else progress
     if plot is not None:
         require_matplotlib()
-    done = []
+    done: list[tuple[Task, list[RunResult]]] = []
     for task_class in (SpiralsTask, ClickTask):
         recipes = select(task_class.recipes, optimizers)
         if not recipes:
@@ -147,9 +147,9 @@ def run(steps: int = DEFAULT_STEPS, seed: int = 0, optimizers: Sequence[str] | N
                   "times are of the only step, which loads (or compiles) the kernels")
         print(f"optkernels demo: seed {seed}, {_steps(steps)} per optimizer, float32, Numba threads "
               f"{numba.get_num_threads()}; {timing}", file=out)
-    for task, results in done:
+    for trained, results in done:
         print(file=out)
-        print(format_table(task, results), file=out)
+        print(format_table(trained, results), file=out)
     out.flush()
     if plot is not None and done:
         write_plot(plot, done)

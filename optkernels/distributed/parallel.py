@@ -260,7 +260,7 @@ class ParallelOptimizer:
         statistics, grouped by ``split_indices``): the sum in rank order divided by the number of ranks, as
         :func:`~optkernels.distributed.reduce_gradients` computes it; the same bits on every rank. Every
         array of a group must share one dtype."""
-        out = []
+        out: list[list[np.ndarray]] = []
         for arrays in groups:
             if not arrays:
                 out.append([])

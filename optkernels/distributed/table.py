@@ -282,7 +282,7 @@ class ShardedTable:
         optimizer over the whole table (a Parameter of the same name) has; None on the other ranks."""
         self._agree("consolidated_state_dict", self._root_error(root), fields={"root": root})
         mine = self.optimizer.state_dict()
-        out = {}
+        out: dict[str, Any] = {}
         for key, value in mine.items():
             if value.ndim == 2 and value.shape[0] == self.local.shape[0]:
                 out[key] = self._gather_rows(value, root)
@@ -420,6 +420,7 @@ class ShardedTable:
 
     def _gather_rows(self, rows: np.ndarray, root: int | None) -> np.ndarray | None:
         counts = np.array([len(range(r, self.num_rows, self.size)) for r in range(self.size)], np.int64)
+        stacked: np.ndarray | None
         if root is None:
             stacked = _comm.concat_rows(self.comm, np.ascontiguousarray(rows), counts)
         else:

@@ -177,7 +177,7 @@ def _checked_batch(state: Mapping[str, Any], inputs: Mapping[str, Any], same_sha
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{first_name} has dtype {dtype}; supported dtypes are float32, float64, float16 "
                         f"and bfloat16")
-    for name, _, is_state, _, shp, dt, contiguous, writeable, _ in facts[1:]:
+    for name, _, _is_state, _, shp, dt, _contiguous, _writeable, _ in facts[1:]:
         if dt != dtype and not (dt in _LOW_FAMILY and dtype in _LOW_FAMILY):
             raise TypeError(f"{name} has dtype {dt} but {first_name} has dtype {dtype}; "
                             f"all arrays of one call must share the dtype")

@@ -252,7 +252,7 @@ def chunked_sums_of_squares(py_func: Callable) -> ChunkedSumsOfSquares:
 ZERO = np.float32(0)
 
 
-def scalar_math(py_func: Callable) -> Callable:
+def scalar_math(py_func: Callable) -> Any:   # a Numba dispatcher (with .py_func)
     """Decorator: a pure scalar update ``f(state_1, ..., state_k, g, scalar_1, ...) -> new states`` that
     several kernels share (a dense element function and the row loop of a sparse op), so that one formula,
     with one order of operations, serves all of them.

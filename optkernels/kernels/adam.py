@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 
 from ._checks import attr_bool, attr_float, check_arrays, check_range, output_like
 from ._ieee import nan_max

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 
 from ._checks import check_arrays, check_range
 from .adam import Scalar, _betas_epsilon

@@ -91,7 +91,7 @@ class LaunchPlan:
         if not self.kernel_groups:
             return
         kept = []                       # arrays whose addresses are used in this step's launches
-        excluded = ()
+        excluded: tuple[int, ...] = ()
         if plain:
             dense = grads
         else:

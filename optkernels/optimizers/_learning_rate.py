@@ -44,7 +44,7 @@ class LearningRate:
     def __init__(self, kind: str, obj: Any):
         self.kind = kind
         self.obj = obj
-        self._table = obj.data if kind == TABLE else None
+        self._table: Any = obj.data if kind == TABLE else None   # the 1-D table of a TABLE rate
         self._warned = False
 
     @property

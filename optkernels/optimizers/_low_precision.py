@@ -61,18 +61,18 @@ class LowPrecisionMixin:
             return
 
         @functools.wraps(init)
-        def __init__(self, *args: Any, master_weights: bool = False, stochastic_rounding: bool = False,
+        def __init__(self: Any, *args: Any, master_weights: bool = False, stochastic_rounding: bool = False,
                      seed: int = 0, **kw: Any) -> None:
             if self.__dict__.get(_OPTIONS) is None:     # the outermost constructor's options win
                 self.__dict__[_OPTIONS] = _check_options(type(self).__name__, master_weights,
                                                          stochastic_rounding, seed)
             init(self, *args, **kw)
 
-        __init__._takes_low_precision = True
-        cls.__init__ = __init__
+        __init__._takes_low_precision = True  # type: ignore[attr-defined]  # a marker on the function
+        cls.__init__ = __init__  # type: ignore[method-assign]  # the class's constructor, wrapped on purpose
 
     def _init_low_precision(self) -> None:
-        options = self.__dict__.get(_OPTIONS) or (False, False, 0)
+        options: tuple[bool, bool, int] = self.__dict__.get(_OPTIONS) or (False, False, 0)
         self._master_weights, self._stochastic_rounding, self._rounding_seed = options
         self._rounding_step = 0
         self._masters: list = []     # plans whose ``param`` is a float32 master of a half parameter

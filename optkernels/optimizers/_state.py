@@ -18,6 +18,11 @@ class StateDictMixin:
     """The state methods of :class:`~optkernels.optimizers.Optimizer` (it provides ``_plans``,
     ``_slot_names``, ``_global_step`` and ``_owner``)."""
 
+    _owner: str
+    _plans: list[Any]
+    _local_plans: list[Any]
+    _slot_names: list[str]
+
     def _low_precision_state(self) -> dict:
         """Master weights and the stochastic-rounding counter (see ``_low_precision``)."""
         return {}

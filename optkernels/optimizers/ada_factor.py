@@ -178,7 +178,7 @@ class AdaFactor(Optimizer):
         """
         self.beta1 = self._check_beta1(beta1)
         self.use_first_moment = self.beta1 > 0.0
-        self._slots = {name: [] for name in _SLOTS}
+        self._slots: dict[str, list[Any]] = {name: [] for name in _SLOTS}
         for plan in self._plans:
             self._add_parameter_slots(plan)
         for name in _SLOTS:
@@ -197,8 +197,9 @@ class AdaFactor(Optimizer):
                             f"{type(eps).__name__}")
         if len(eps) != 2:
             raise ValueError(f"For '{owner}', 'eps' must have 2 values (eps1, eps2), got {len(eps)}")
-        return tuple(check_range(f"eps[{k}]", check_float(f"eps[{k}]", e, owner), owner, 0.0)
-                     for k, e in enumerate(eps))
+        eps1, eps2 = (check_range(f"eps[{k}]", check_float(f"eps[{k}]", e, owner), owner, 0.0)
+                      for k, e in enumerate(eps))
+        return eps1, eps2
 
     def _state_arrays(self, plan: Any) -> list[tuple[str, Any]]:
         return [("the parameter", plan.param.data)] + [

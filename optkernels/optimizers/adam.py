@@ -92,7 +92,7 @@ class Adam(Optimizer):
             either; the base class's errors.
     """
 
-    _target_rules = "platform"
+    _target_rules: str | None = "platform"
     _accepts_sparse = True
 
     def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,

@@ -90,12 +90,12 @@ class LARS(Optimizer):
     is_group_lr = property(lambda self: self.opt.is_group_lr)
     dynamic_lr = property(lambda self: self.opt.dynamic_lr)
 
-    @property
+    @property   # type: ignore[misc]  # read-only on purpose: set the wrapped optimizer's target
     def target(self) -> str:
         """The wrapped optimizer's target (LARS itself has no sparse path)."""
         return self.opt.target
 
-    @property
+    @property   # type: ignore[misc]  # read-only on purpose: set the wrapped optimizer's unique
     def unique(self) -> bool:
         return self.opt.unique
 
@@ -138,7 +138,7 @@ class LARS(Optimizer):
             if self._lars_flags[plan.index]:
                 weight = plan.param.data
                 wd = wds[plan.wd_index] if self._decay_of[plan.index] else 0.0
-                lr = lrs[plan.lr_index] if self.use_clip else 0.0
+                lr = lrs[plan.lr_index] if lrs is not None else 0.0   # a list iff use_clip
                 norm_w, norm_g = square_sum_all(weight, grad)
                 grad = lars_update(weight, grad, norm_w, norm_g, wd, lr, epsilon=self.epsilon,
                                    hyperpara=self.coefficient, use_clip=self.use_clip)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import numpy as np
 
@@ -36,9 +36,10 @@ def _check_scale_number(owner: str, name: str, value: Any) -> float:
     """A real number (Python or NumPy int/float, not bool) that is finite and >= 1; returned as a float."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"For '{owner}', '{name}' must be a float or an int, but got {type(value).__name__}")
-    if not math.isfinite(value) or not value >= 1:
+    number = float(value)
+    if not math.isfinite(number) or not number >= 1:
         raise ValueError(f"For '{owner}', '{name}' must be a finite number >= 1, but got {value}")
-    return float(value)
+    return number
 
 
 def _as_flag(owner: str, name: str, value: Any) -> bool:
@@ -128,6 +129,10 @@ class DynamicLossScaleManager:
     """
 
     bad_step_max = 1000
+    scale_factor: float
+    cur_iter: int
+    last_overflow_iter: int
+    bad_step: int
 
     def __init__(self, init_loss_scale: float = 2 ** 24, scale_factor: float = 2, scale_window: int = 2000):
         owner = type(self).__name__
@@ -181,7 +186,7 @@ class DynamicLossScaleManager:
                 f"scale_factor={self.scale_factor!r}, scale_window={self.scale_window!r})")
 
 
-Arrays = Union[np.ndarray, tuple, list]
+Arrays = np.ndarray | tuple | list
 
 
 class DynamicLossScaler:
@@ -356,7 +361,7 @@ def _all_finite(name: str, x: Any) -> bool:
     if isinstance(x, (bool, np.bool_, numbers.Integral, np.integer)):
         return True
     if isinstance(x, (numbers.Real, np.floating, np.complexfloating)):
-        return bool(np.isfinite(x))
+        return bool(np.isfinite(np.asarray(x)))
     if hasattr(x, "values") and not callable(x.values):
         return _all_finite(f"{name}.values", x.values)
     if hasattr(x, "__cuda_array_interface__") or type(x).__module__.startswith("numba.cuda"):
@@ -368,7 +373,7 @@ def _all_finite(name: str, x: Any) -> bool:
                     f"of them, but got {type(x).__name__}")
 
 
-Manager = Union[FixedLossScaleManager, DynamicLossScaleManager, DynamicLossScaler]
+Manager = FixedLossScaleManager | DynamicLossScaleManager | DynamicLossScaler
 
 
 def loss_scaled_step(optimizer: Callable[[Any], Any], scaled_gradients: Any,
@@ -483,7 +488,7 @@ def _apply_gradients(grads: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
         return type(grads)(_apply_gradients(g, fn) for g in grads)
     if _is_sparse(grads):
         values = fn(grads.values)
-        if dataclasses.is_dataclass(grads):
+        if dataclasses.is_dataclass(grads) and not isinstance(grads, type):
             return dataclasses.replace(grads, values=values)
         return type(grads)(grads.indices, values, grads.dense_shape)
     return fn(grads)

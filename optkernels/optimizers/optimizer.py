@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import (HALF_DTYPES, Batch, _array_facts, _c_strides, _flatten, compute_dtype,
+from ..kernels._checks import (Batch, _array_facts, _c_strides, _flatten, compute_dtype,
                                plain_array)
 from ..sparse import RowSparse
 from . import _gradient_steps as steps
@@ -193,7 +193,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
     _decay_all_ungrouped = False   # FTRL: every ungrouped parameter is decayed (no beta/gamma filter)
     _always_counts_steps = False   # Lamb: the global step advances every step
     _accepts_sparse = False        # row-sparse gradients reach _apply_sparse
-    _target_rules = None           # None: the target cannot be set; 'platform' or 'membership' (§1.7)
+    _target_rules: str | None = None   # None: the target cannot be set; 'platform' or 'membership' (§1.7)
     _multi_tensor = True           # CPU parameters in multi-tensor launches (False: one launch per parameter)
     _distinct_gradients = False    # the kernel refuses a gradient sharing memory with its parameter or slots
 

@@ -295,6 +295,9 @@ def thor_inverses(a_cov: Any, g_cov: Any, damping: float, *, kind: str = "dense"
 class _Damping:
     """The damping: a table indexed by ``cov_step`` (0.0 past its end), a fixed 0-d array, or a schedule."""
 
+    schedule: LearningRateSchedule | None
+    table: Any   # the 1-D damping table, or None with a schedule
+
     def __init__(self, damping: Any, owner: str):
         self._warned = False
         if isinstance(damping, LearningRateSchedule):
@@ -578,7 +581,7 @@ class Thor(Optimizer):
         if [id(getattr(layer, "weight", None)) for layer in layers] != [id(w) for w in self._layer_weights]:
             raise ValueError(f"For '{owner}', net.thor_layers() must return the same layers, in the same "
                              f"order, at every step")
-        out = []
+        out: list[Any] = []
         for layer in layers:
             c_out, k = _check_layer(layer, owner)
             if layer.kind == "layernorm":
@@ -597,7 +600,9 @@ class Thor(Optimizer):
             stats = self._statistics()
         except (TypeError, ValueError) as caught:
             error = caught
-        ok = self._parallel.all_agree(error is None)
+        parallel = self._parallel
+        assert parallel is not None   # called only with a communicator
+        ok = parallel.all_agree(error is None)
         if error is not None:
             raise error
         if not ok:
@@ -607,14 +612,14 @@ class Thor(Optimizer):
         cuts = [i + 1 for i in (self.split_indices or [])]
         bounds = [0] + [c for c in cuts if c < len(having)] + [len(having)]
         groups = [having[a:b] for a, b in zip(bounds, bounds[1:])]
-        averaged = self._parallel.average_groups(
+        averaged = parallel.average_groups(
             [[m for k in g for m in stats[k][1:]] for g in groups])
         for g, arrays in zip(groups, averaged):
             for j, k in enumerate(g):
                 stats[k] = (stats[k][0], arrays[2 * j], arrays[2 * j + 1])
         return stats
 
-    def _refreshed_inverses(self, damping: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _refreshed_inverses(self, damping: float) -> list[tuple[np.ndarray, np.ndarray] | None]:
         stats = self._statistics() if self._parallel is None else self._averaged_statistics()
         out: list[tuple[np.ndarray, np.ndarray] | None] = []
         for item in stats:
@@ -637,7 +642,10 @@ class Thor(Optimizer):
         damping = (self._damping.value(self.cov_step, self._owner)
                    if self.is_thor_step or self._has_layernorm else None)
         ctx.extra["damping"] = damping
-        ctx.extra["inverses"] = self._refreshed_inverses(damping) if self.is_thor_step else self._inverses
+        if self.is_thor_step and damping is not None:   # a THOR step always reads the damping
+            ctx.extra["inverses"] = self._refreshed_inverses(damping)
+        else:
+            ctx.extra["inverses"] = self._inverses
 
     def _commit_step(self, ctx: Any) -> None:
         self._inverses = ctx.extra["inverses"]

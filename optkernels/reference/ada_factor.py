@@ -19,13 +19,16 @@ def _rms(x: np.ndarray) -> np.float64:
     return np.sqrt(np.mean(x * x)) if x.size else np.float64(0.0)
 
 
-def _copy_or_none(x: Any, name: str) -> np.ndarray | None:
+def _copy_or_none(x: Any, name: str) -> Any:   # a float64 copy, or None
     return None if x is None else as_array(x, name)
 
 
-def _expect_shape(name: str, x: np.ndarray, shape: tuple) -> None:
+def _expect_shape(name: str, x: np.ndarray | None, shape: tuple) -> np.ndarray:
+    if x is None:
+        raise ValueError(f"{name} is required here (shape {shape}), got None")
     if x.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
+    return x
 
 
 @ieee
@@ -102,12 +105,12 @@ def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: Array
     v = _copy_or_none(exp_avg_sq, "exp_avg_sq")
     factored = x.ndim >= 2
     if enable_first_moment:
-        _expect_shape("exp_avg", m, x.shape)
+        m = _expect_shape("exp_avg", m, x.shape)
     if factored:
-        _expect_shape("exp_avg_sq_row", r, x.shape[:-1])
-        _expect_shape("exp_avg_sq_col", c, x.shape[:-2] + x.shape[-1:])
+        r = _expect_shape("exp_avg_sq_row", r, x.shape[:-1])
+        c = _expect_shape("exp_avg_sq_col", c, x.shape[:-2] + x.shape[-1:])
     else:
-        _expect_shape("exp_avg_sq", v, x.shape)
+        v = _expect_shape("exp_avg_sq", v, x.shape)
     if x.size == 0:
         return x, m, r, c, v
 

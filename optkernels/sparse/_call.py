@@ -46,7 +46,7 @@ class SparseCall:
         self.indices = indices
         self.drop = drop
         self._plan: MergePlan | None = None
-        self._device_plan = None
+        self._device_plan: Any = None
 
     @property
     def plan(self) -> MergePlan:
@@ -62,6 +62,7 @@ class SparseCall:
                 bad, plan = plan_in_range(self.indices, self.num_rows)
                 if bad >= 0:
                     raise self.out_of_range_error(bad)
+                assert plan is not None   # in range: plan_in_range built it
                 self._plan = plan
         return self._plan
 

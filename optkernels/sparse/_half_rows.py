@@ -102,9 +102,10 @@ def _compact_indices(indices: np.ndarray, num_rows: int, drop: bool) -> tuple | 
     if drop:
         plan = plan_merge(host, num_rows)
     else:
-        bad, plan = plan_in_range(host, num_rows)
-        if bad >= 0:
+        bad, in_range = plan_in_range(host, num_rows)
+        if bad >= 0 or in_range is None:
             return None
+        plan = in_range
     n_rows = plan.rows.shape[0]
     compact = np.full(host.shape[0], n_rows, np.int64)
     compact[plan.order] = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(plan.starts))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numba
 import numpy as np
@@ -40,9 +40,6 @@ from ..kernels._elementwise import _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
 from ..kernels._threading import for_this_process, parallel_launch
 from ._plan import plan_buffers, plan_into, position_example
-
-if TYPE_CHECKING:
-    from ._call import SparseCall
 
 JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -276,8 +273,11 @@ class RowUpdate:
         return cuda.jit(generate(_CUDA_ROWS, f"_cuda_rows_{self.__name__}", self.math.py_func, namespace,
                                  targets=", ".join(f"{s}[i]" for s in self.states), **self._fields()))
 
-    def launch(self, call: "SparseCall", *scalars: Any) -> None:
+    def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
+
+        ``call`` is a checked call (``sparse._call.SparseCall``, a floor above this module: only its
+        ``device``, ``row_len``, ``plan``, arrays and launch tables are read).
 
         Raises:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.

@@ -129,9 +129,10 @@ def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, 
     if drop:
         plan = plan_merge(host, num_rows)
     else:
-        bad, plan = plan_in_range(host, num_rows)
-        if bad >= 0:
+        bad, in_range = plan_in_range(host, num_rows)
+        if bad >= 0 or in_range is None:
             raise out_of_range_error("indices", host, bad, num_rows)
+        plan = in_range
     n_rows = plan.rows.shape[0]
     row_len = math.prod(shape[1:])
     unique = plan.rows.astype(array_shape_dtype(indices)[1])

@@ -11,6 +11,7 @@ from ..kernels import _cuda
 from ..kernels._checks import FLOAT_DTYPES, plain_array
 from ._indices import array_device, array_shape_dtype, check_indices, host_indices, out_of_range_error
 from ._plan import first_out_of_range
+from .merge import merge_duplicates
 
 _SCIPY_FORMATS = ("csr", "coo")
 
@@ -152,8 +153,6 @@ class RowSparse:
         """The dense NumPy array: zeros, plus each distinct row's values summed as :meth:`merged` sums them
         (in order of appearance, in the values' dtype). CUDA arrays are copied to the host first."""
         indices, values = self._host()
-        from .merge import merge_duplicates
-
         rows, summed = merge_duplicates(indices, values, self.dense_shape[0])
         dense = np.zeros(self.dense_shape, values.dtype)
         dense[rows] = summed
@@ -162,8 +161,6 @@ class RowSparse:
     def merged(self) -> "RowSparse":
         """An equivalent RowSparse with unique, ascending indices and each row's values summed, on the same
         device (see :func:`~optkernels.sparse.merge_duplicates` for the order of summation)."""
-        from .merge import merge_duplicates
-
         rows, summed = merge_duplicates(self.indices, self.values, self.dense_shape[0])
         return RowSparse(rows, summed, self.dense_shape)
 

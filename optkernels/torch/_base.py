@@ -62,7 +62,7 @@ def _contiguous(g: torch.Tensor) -> torch.Tensor:
 class _Plan:
     """One group's parameters with gradients, their state arrays and launch tables."""
 
-    def __init__(self, key: tuple, params: list, ptrs: tuple):
+    def __init__(self, key: tuple, params: list, ptrs: list[int]):
         self.key = key
         self.params = params
         self.ptrs = ptrs
@@ -71,6 +71,7 @@ class _Plan:
         self.cpu: list = []        # (dtype, positions array, TensorList, parameters)
         self.single: list = []     # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
         self.kept: list = []       # the state tensors whose addresses the tables hold (kept alive)
+        self.private_steps: Any = None   # int64 step numbers of a state without 'step' (SGD)
 
 
 class KernelOptimizer(torch.optim.Optimizer):
@@ -160,10 +161,11 @@ class KernelOptimizer(torch.optim.Optimizer):
                 return self._hooked_step(closure)
         return self._hooked_step(closure)
 
-    step.hooked = True          # torch.optim.Optimizer.__init__ then leaves it unwrapped
+    step.hooked = True  # type: ignore[attr-defined]  # torch.optim.Optimizer.__init__ then leaves it unwrapped
 
     def _hooked_step(self, closure: Optional[Callable[[], Any]]) -> Any:
-        args, kwargs = (self, closure), {}
+        args: tuple = (self, closure)
+        kwargs: dict[str, Any] = {}
         if _global_pre_hooks or self._optimizer_step_pre_hooks:
             for pre_hook in chain(_global_pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
                 result = pre_hook(self, args, kwargs)
@@ -332,7 +334,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         prestep = self._prestep(group)
         kernel = key[1][0]
         whole = len(plan.cpu) == 1 and not plan.single     # one launch table covering params in order
-        for dtype, positions, tensors, members in plan.cpu:
+        for dtype, positions, tensors, _members in plan.cpu:
             if whole and ptrs is not None:
                 local_grads = grads
                 tensors.addresses[-1, :] = ptrs

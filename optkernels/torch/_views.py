@@ -24,7 +24,7 @@ __all__ = ["device_kind", "device_view", "host_view", "simulate_cuda"]
 _SIMULATED = [False]
 
 #: dtypes of the multi-tensor CPU loop (and of CUDA tensors)
-FLOAT_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+FLOAT_DTYPES: dict[torch.dtype, np.dtype] = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
 #: half dtypes (CPU tensors only: float32 math, each updated tensor rounded once, per-tensor launches)
 HALF_DTYPES = {torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
 #: every parameter dtype optkernels.torch updates
@@ -82,12 +82,12 @@ def device_view(t: torch.Tensor, flat: bool = True) -> Any:
     if t.dtype in HALF_DTYPES:
         raise TypeError(f"optkernels.torch updates {t.dtype} tensors on the CPU only; on CUDA, keep float32 "
                         "parameters (or float32 master weights) for the optimizer")
-    flat = t.detach().reshape(-1) if flat else t.detach()
-    if flat.device.type == "cpu":
+    view = t.detach().reshape(-1) if flat else t.detach()
+    if view.device.type == "cpu":
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-        return FakeCUDAArray(flat.numpy())
-    return _cuda.as_device_array(flat)
+        return FakeCUDAArray(view.numpy())
+    return _cuda.as_device_array(view)
 
 
 def view(t: torch.Tensor, kind: str, flat: bool = False) -> Any:

@@ -135,7 +135,7 @@ class RMSprop(KernelOptimizer):
                 raise ValueError(f"Invalid {label} value: {group[name]}")
 
     def _kernel(self, group: dict) -> tuple:
-        names = ("square_avg",)
+        names: tuple[str, ...] = ("square_avg",)
         if group["centered"]:
             names += ("grad_avg",)
         if group["momentum"] > 0:

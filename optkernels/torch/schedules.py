@@ -3,7 +3,7 @@
 drop-ins included."""
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
 import torch
 
@@ -27,8 +27,8 @@ class ScheduleLR(torch.optim.lr_scheduler.LRScheduler):
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer,
-                 schedule: Union[LearningRateSchedule, Sequence[LearningRateSchedule]], last_epoch: int = -1):
-        schedules = list(schedule) if isinstance(schedule, (list, tuple)) else [schedule] * len(
+                 schedule: LearningRateSchedule | Sequence[LearningRateSchedule], last_epoch: int = -1):
+        schedules: list[Any] = list(schedule) if isinstance(schedule, (list, tuple)) else [schedule] * len(
             optimizer.param_groups)
         if len(schedules) != len(optimizer.param_groups):
             raise TypeError(f"ScheduleLR: {len(schedules)} schedules for {len(optimizer.param_groups)} "
