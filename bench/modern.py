@@ -1,4 +1,5 @@
-"""The modern rules' kernels (float32) against the memory limit of their own bytes.
+"""The modern rules: their kernels (float32) against the memory limit of their own bytes, and their torch
+drop-ins against the canonical packages on the bench's transformer.
 
 Each kernel is timed interleaved with a memory kernel that reads and writes the same arrays (one add per
 write, no other arithmetic): Lion and Schedule-Free SGD read 3 arrays and write 2 (20 B per element), ADOPT
@@ -6,13 +7,14 @@ and Schedule-Free AdamW read 4 and write 3 (28 B), AdEMAMix reads 5 and writes 4
 """
 from __future__ import annotations
 
+import statistics
 from typing import Callable, Iterator
 
 import numba
 import numpy as np
 
 from dense import adam_shaped_memory
-from harness import Row, Suite
+from harness import Row, Suite, optional
 
 import optkernels.kernels as K
 
@@ -66,6 +68,12 @@ def cases(n: int) -> Iterator[tuple[str, int, Callable, Callable]]:
 
 
 def run(suite: Suite) -> None:
+    """The kernels at N=1e8 (quick: 1e5) against their memory limits, then the drop-ins on the transformer."""
+    run_kernels(suite)
+    run_models(suite)
+
+
+def run_kernels(suite: Suite) -> None:
     for n in (QUICK_SIZES if suite.quick else SIZES):
         repeats = 3 if suite.quick else 11
         inner = max(1, int(3e6 // n))
@@ -86,4 +94,90 @@ def targets(rows: list[Row], verdict) -> list[str]:
         limit = next(x for x in rows if x.case == f"{r.case} memory kernel" and x.n == r.n)
         frac = limit.seconds / r.seconds
         out.append(f"{r.case} N=1e8 at >= 90% of its memory limit: {100 * frac:.1f}% ({verdict(frac >= 0.9)})")
-    return out or ["modern rules' kernels N=1e8: not measured (group 'modern')"]
+    return (out or ["modern rules' kernels N=1e8: not measured (group 'modern')"]) + model_targets(rows, verdict)
+
+
+# ------------------------------------------------------------------------ the drop-ins on a torch model
+
+MODEL_CASE = "{} step, torch transformer (101 tensors)"
+
+
+def _canonical(torch, rule: str) -> dict:
+    """label -> constructor(params) of the canonical package's CPU paths for ``rule`` (those installed)."""
+    out = {}
+    if rule == "Lion":
+        lion = optional("lion_pytorch")
+        if lion is not None:
+            from lion_pytorch.foreach import Lion as ForeachLion
+
+            out["lion_pytorch.Lion"] = lambda ps: lion.Lion(ps, lr=1e-4, weight_decay=0.1)
+            out["lion_pytorch.foreach.Lion"] = lambda ps: ForeachLion(ps, lr=1e-4, weight_decay=0.1)
+    elif rule == "ADOPT":
+        adopt = optional("adopt")
+        if adopt is not None:
+            for flag in (False, True):
+                out[f"adopt.ADOPT(foreach={flag})"] = lambda ps, f=flag: adopt.ADOPT(ps, lr=1e-3, foreach=f)
+    elif rule == "AdEMAMix":
+        bnb = optional("bitsandbytes")
+        if bnb is not None:
+            out["bitsandbytes AdEMAMix"] = lambda ps: bnb.optim.AdEMAMix(ps, lr=1e-3, t_alpha=100, t_beta3=100)
+    else:
+        sf = optional("schedulefree")
+        if sf is not None:
+            for flag in (False, True):
+                out[f"schedulefree.{rule}(foreach={flag})"] = (
+                    lambda ps, f=flag: getattr(sf, rule)(ps, foreach=f))
+    return out
+
+
+def _ours(rule: str):
+    import optkernels.torch as okt
+
+    kwargs = {"Lion": dict(lr=1e-4, weight_decay=0.1), "ADOPT": dict(lr=1e-3),
+              "AdEMAMix": dict(lr=1e-3, t_alpha=100, t_beta3=100)}.get(rule, {})
+    return lambda ps: getattr(okt, rule)(ps, **kwargs)
+
+
+def run_models(suite: Suite, width: str = "small") -> None:
+    """Each drop-in against its canonical package's CPU paths, one step after each backward pass of its own
+    copy of the bench's transformer (protocol of ``torch_step``); target: 3x the fastest canonical path."""
+    import copy
+
+    from torch_step import build_model, measure
+
+    torch = optional("torch")
+    if torch is None:
+        suite.note("modern drop-ins skipped: torch is not installed")
+        return
+    base = build_model(torch, "cpu", width)
+    total = sum(p.numel() for p in base.parameters())
+    for rule in ("Lion", "ADOPT", "AdEMAMix", "AdamWScheduleFree", "SGDScheduleFree"):
+        builders = dict(_canonical(torch, rule), **{f"optkernels.torch.{rule}": _ours(rule)})
+        runs = {}
+        for label, build in builders.items():
+            model = copy.deepcopy(base)
+            params = list(model.parameters())
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            opt = build(params)
+            if hasattr(opt, "train") and callable(opt.train):
+                opt.train()
+            runs[label] = (model, opt.step)
+        times = measure(torch, runs, 3 if suite.quick else 10)
+        for label, ts in times.items():
+            suite.add(Row("modern", MODEL_CASE.format(rule), label, total, statistics.median(ts), 0, width))
+
+
+def model_targets(rows: list[Row], verdict) -> list[str]:
+    out = []
+    for rule in ("Lion", "ADOPT", "AdEMAMix", "AdamWScheduleFree", "SGDScheduleFree"):
+        case = MODEL_CASE.format(rule)
+        ours = next((r for r in rows if r.case == case and r.impl.startswith("optkernels")), None)
+        theirs = [r for r in rows if r.case == case and not r.impl.startswith("optkernels")]
+        if ours is None or not theirs:
+            continue
+        fastest = min(theirs, key=lambda r: r.seconds)
+        ratio = fastest.seconds / ours.seconds
+        out.append(f"optkernels.torch.{rule} on the transformer ({ours.n:.2e} elements) >= 3x the fastest "
+                   f"canonical CPU path ({fastest.impl}): {ratio:.2f}x ({verdict(ratio >= 3.0)})")
+    return out
