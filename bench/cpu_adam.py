@@ -34,31 +34,71 @@ CASE = "Adam step vs DeepSpeed CPUAdam, {}"
 DEEPSPEED = "DeepSpeed CPUAdam"
 
 
+#: Elements per non-temporal block: one 64-byte cache line of float32.
+LINE = 16
+
+
 @intrinsic
-def _store_nontemporal(typingctx, array, index, value):
-    """``array[index] = value`` with a non-temporal hint (a streaming store: no read for ownership)."""
-    if not isinstance(array, types.Array) or value != array.dtype:
+def _add_line_nontemporal(typingctx, var, m, v, g, start):
+    """For the 16 float32 at ``start`` (64-byte aligned in all four arrays): ``x ← x + g`` for x in var, m, v,
+    loaded as one vector each and stored with non-temporal hints (streaming stores: the line is not read
+    before it is written)."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (var, m, v, g)):
         return None
 
     def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        store = builder.store(args[2], ptr)
-        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        vec = ir.VectorType(ir.FloatType(), LINE)
+        hint = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        pointers = []
+        for aryty, value in zip(signature.args[:4], args[:4]):
+            ary = context.make_array(aryty)(context, builder, value)
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[4]], wraparound=False)
+            pointers.append(builder.bitcast(ptr, vec.as_pointer()))
+        grad = builder.load(pointers[3], align=64)
+        for ptr in pointers[:3]:
+            total = builder.fadd(builder.load(ptr, align=64), grad)
+            store = builder.store(total, ptr, align=64)
+            store.set_metadata("nontemporal", hint)
         return context.get_dummy_value()
 
-    return types.void(array, index, value), codegen
+    return types.void(var, m, v, g, types.intp), codegen
 
 
 @numba.njit(parallel=True, cache=True)
+def _nt_lines(var, m, v, g, head, lines):
+    for k in numba.prange(lines):
+        _add_line_nontemporal(var, m, v, g, head + k * LINE)
+
+
+@numba.njit(cache=True)
+def _plain_span(var, m, v, g, lo, hi):
+    for i in range(lo, hi):
+        var[i] += g[i]
+        m[i] += g[i]
+        v[i] += g[i]
+
+
 def adam_shaped_memory_nt(var, m, v, g):
-    """:func:`dense.adam_shaped_memory` with non-temporal stores."""
-    for i in numba.prange(var.size):
-        a, b, c, d = var[i], m[i], v[i], g[i]
-        _store_nontemporal(var, i, a + d)
-        _store_nontemporal(m, i, b + d)
-        _store_nontemporal(v, i, c + d)
+    """:func:`dense.adam_shaped_memory` on float32 with non-temporal 64-byte vector stores: plain stores up
+    to the first cache-line boundary and after the last, streaming stores between. The four arrays must
+    share their offset within a cache line (large NumPy allocations do)."""
+    offsets = {a.ctypes.data % 64 for a in (var, m, v, g)}
+    if len(offsets) != 1 or offsets.pop() % 4:
+        raise ValueError("the arrays do not share their offset within a 64-byte line")
+    head = min(var.size, (-var.ctypes.data % 64) // 4)
+    lines = (var.size - head) // LINE
+    _plain_span(var, m, v, g, 0, head)
+    _nt_lines(var, m, v, g, head, lines)
+    _plain_span(var, m, v, g, head + lines * LINE, var.size)
+
+
+def line_aligned(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` whose first element starts a 64-byte cache line."""
+    raw = np.empty(a.nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    out = raw[start:start + a.nbytes].view(a.dtype)
+    out[...] = a
+    return out
 
 
 @numba.njit(parallel=True, cache=True)
@@ -112,7 +152,8 @@ def implementations(n: int, dtype: str, torch, ds_adam) -> dict:
     limit = _arrays(n, np_dtype, 2)
     if dtype == "float32":
         impls["limit (plain stores)"] = (lambda: adam_shaped_memory(*limit), 28)
-        impls["limit (non-temporal stores)"] = (lambda: adam_shaped_memory_nt(*limit), 28)
+        streamed = [line_aligned(a) for a in _arrays(n, np_dtype, 2)]
+        impls["limit (non-temporal stores)"] = (lambda: adam_shaped_memory_nt(*streamed), 28)
     else:
         bits = [a.view(np.uint16) if a.dtype == BF16 else a for a in limit]
         impls["limit (plain stores)"] = (lambda: adam_shaped_memory_mixed(*bits), 22)

@@ -42,8 +42,10 @@ def test_deepspeed_comparison_quick(bench):
 def test_non_temporal_limit_kernel_adds_the_gradient_to_each_array(bench):
     cpu_adam, _, _ = bench
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(1001).astype(np.float32) for _ in range(4)]
+    arrays = [cpu_adam.line_aligned(rng.standard_normal(1001).astype(np.float32))[3:] for _ in range(4)]
     expected = [a + arrays[3] for a in arrays[:3]]
     cpu_adam.adam_shaped_memory_nt(*arrays)
     for a, e in zip(arrays[:3], expected):
         np.testing.assert_array_equal(a, e)
+    with pytest.raises(ValueError, match="offset"):
+        cpu_adam.adam_shaped_memory_nt(arrays[0], arrays[1][1:], arrays[2][1:], arrays[3][1:])
