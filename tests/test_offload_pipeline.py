@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from optkernels.kernels import adam_no_update_param
-from optkernels.optimizers import AdamOffload, Parameter
-from optkernels.optimizers import _offload
 from optkernels.optimizers._offload import HostTransport, chunk_bounds, offload_step
 
 SCALARS = dict(beta1_power=0.9 ** 3, beta2_power=0.999 ** 3, lr=0.01, beta1=0.9, beta2=0.999, epsilon=1e-8)
@@ -117,21 +115,3 @@ def test_a_buffer_rewritten_before_its_copy_left_would_be_seen():
         for run in transport.queued[slot]:
             run()
     assert not np.array_equal(w, expected)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_adam_offload_in_small_chunks_equals_one_chunk(monkeypatch, dtype):
-    rng = np.random.default_rng(4)
-    init = rng.standard_normal((6, 7)).astype(dtype)
-    grads = [rng.standard_normal((6, 7)).astype(dtype) for _ in range(3)]
-
-    def run(chunk):
-        monkeypatch.setattr(_offload, "CHUNK", chunk)
-        p = Parameter(init.copy(), "w")
-        opt = AdamOffload([p], learning_rate=0.01, weight_decay=0.01, loss_scale=2.0)
-        for g in grads:
-            opt((g,))
-        return p.data, opt.moment1[0].data, opt.moment2[0].data
-
-    for chunked, whole in zip(run(5), run(1 << 20)):
-        np.testing.assert_array_equal(chunked, whole)

@@ -20,7 +20,8 @@ from ..kernels.axpy import _axpy
 
 __all__ = ["CHUNK", "CudaTransport", "HostTransport", "chunk_bounds", "offload_step"]
 
-#: Elements per chunk (4 MiB of float32): large against a launch's fixed cost, small against the array.
+#: Elements per chunk of a CUDA parameter (4 MiB of float32): large against a launch's fixed cost, small
+#: against the array. A NumPy parameter has no copy to overlap and runs in one chunk.
 CHUNK = 1 << 20
 
 
@@ -40,15 +41,18 @@ def chunk_bounds(n: int, chunk: int) -> list[tuple[int, int]]:
 
 
 class HostTransport:
-    """The transport for a NumPy parameter: staging buffers in host memory, the add done at once
-    (``_axpy``'s parallel CPU loop: ``w ← 1·delta + w``, the same bits as ``w + delta``)."""
+    """The transport for a NumPy parameter: staging buffers in host memory, the add done at once (NumPy's
+    ``w + delta``; for a float16/bfloat16 parameter ``_axpy``'s ``1·delta + w``, rounded once)."""
 
     def __init__(self, chunk: int, dtype: Any):
         self.chunk = chunk
-        self._staging = [np.empty(chunk, dtype) for _ in range(2)]
+        self._dtype = np.dtype(dtype)
+        self._staging: list = [None, None]   # made on first use: one chunk needs one buffer
 
     def staging(self, slot: int, count: int) -> np.ndarray:
         """Slot ``slot``'s buffer for the step of ``count`` elements."""
+        if self._staging[slot] is None:
+            self._staging[slot] = np.empty(self.chunk, self._dtype)
         return self._staging[slot][:count]
 
     def fetch(self, grad: Any, lo: int, hi: int, slot: int) -> None:
@@ -63,8 +67,11 @@ class HostTransport:
 
     def send_add(self, slot: int, param: Any, lo: int, hi: int) -> None:
         """Queue ``param[lo:hi] ← param[lo:hi] + staging(slot)``."""
-        delta = self._staging[slot][:hi - lo]
-        _axpy.launch("cpu", hi - lo, param[lo:hi], delta, delta.dtype.type(1))
+        delta, target = self._staging[slot][:hi - lo], param[lo:hi]
+        if target.dtype == delta.dtype:
+            np.add(target, delta, out=target)
+        else:
+            _axpy.launch("cpu", hi - lo, target, delta, delta.dtype.type(1))
 
     def finish(self) -> None:
         """Block until every queued copy and add is done."""

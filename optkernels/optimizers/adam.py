@@ -185,8 +185,10 @@ class Adam(Optimizer):
     def _transport(self, plan):
         """The parameter's transport, made on its first step (pinned buffers are costly to allocate)."""
         chunk = max(1, min(_offload.CHUNK, plan.size))
-        if plan.dtype != plan.cdtype and _lowp.stochastic_stream() is not None:
-            chunk = max(1, plan.size)   # the rounding's random stream is indexed by the element: one chunk
+        if plan.device == "cpu" or (plan.dtype != plan.cdtype and _lowp.stochastic_stream() is not None):
+            # a host parameter has no copy to overlap; stochastic rounding's random stream is indexed by
+            # the element: one chunk
+            chunk = max(1, plan.size)
         transport = self._transports.get(plan.index)
         if transport is None or transport.chunk != chunk:
             if plan.device == "cpu":
