@@ -80,21 +80,34 @@ class HostTransport:
 class CudaTransport(HostTransport):
     """The transport for a CUDA parameter: pinned staging and gradient buffers; steps go up on one stream
     (copy, then the add as a kernel on the same stream), gradients come down on another; an event per slot
-    and direction says when a buffer is free (up) or filled (down)."""
+    and direction says when a buffer is free (up) or filled (down). A slot's buffers are made on its first
+    use (one chunk needs one slot)."""
 
     def __init__(self, chunk: int, dtype: Any, grad_dtype: Any = None):
         cuda = _cuda.module()
-        self.chunk = chunk
-        self._staging = [cuda.pinned_array(chunk, dtype) for _ in range(2)]
-        self._device = [cuda.device_array(chunk, dtype) for _ in range(2)]
-        self._grads = [cuda.pinned_array(chunk, grad_dtype or dtype) for _ in range(2)]
+        super().__init__(chunk, dtype)
+        self._grad_dtype = np.dtype(grad_dtype or dtype)
+        self._device: list = [None, None]
+        self._grads: list = [None, None]
         self._up, self._down = cuda.stream(), cuda.stream()
         self._sent = [cuda.event() for _ in range(2)]
         self._got = [cuda.event() for _ in range(2)]
         self._pending = [False, False]
 
+    def _make(self, slot: int) -> None:
+        if self._device[slot] is None:
+            cuda = _cuda.module()
+            self._staging[slot] = cuda.pinned_array(self.chunk, self._dtype)
+            self._device[slot] = cuda.device_array(self.chunk, self._dtype)
+            self._grads[slot] = cuda.pinned_array(self.chunk, self._grad_dtype)
+
+    def staging(self, slot: int, count: int) -> np.ndarray:
+        self._make(slot)
+        return self._staging[slot][:count]
+
     def fetch(self, grad: Any, lo: int, hi: int, slot: int) -> None:
         if not isinstance(grad, np.ndarray):
+            self._make(slot)
             grad[lo:hi].copy_to_host(self._grads[slot][:hi - lo], stream=self._down)
             self._got[slot].record(self._down)
 
