@@ -1,4 +1,5 @@
 """Dense kernels (float32) against the memory limit, torch, TensorFlow's raw ops and in-place NumPy.
+Last, host Adam against DeepSpeed's CPUAdam, float32 and bfloat16 (``cpu_adam.py``).
 
 Each size allocates one state per implementation, then times all of them interleaved. Bytes per element:
 the kernels read 4 arrays and write 3 (28 B in float32), like the limit kernel.
@@ -165,3 +166,6 @@ def run(suite: Suite, sizes: list[int]) -> None:
                 case = "Adam-shaped memory kernel" if impl == "limit" else name
                 suite.add(Row("dense", case, impl, n, seconds, BYTES * n, note))
             del impls
+    import cpu_adam  # here: it imports this module
+
+    cpu_adam.run(suite, sizes)

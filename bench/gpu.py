@@ -9,7 +9,8 @@ launch's), medians:
   data on the GPU (7 x 4 bytes per element: var, m, v, grad read; var, m, v written);
 * ``fused_sparse_lazy_adam`` on a 1,000,000 x 64 table with 16,384 Zipf indices, all on the device (the merge
   plan is built on the host from a copy of the indices), next to ``torch.optim.SparseAdam`` on the GPU;
-* the ``Adam`` class over 100 device tensors totalling 1e6 and 1e7, next to torch's fused CUDA Adam.
+* the ``Adam`` class over 100 device tensors totalling 1e6 and 1e7, next to torch's fused CUDA Adam;
+* the AdamOffload pipeline at the dense sizes, next to its floors (see ``offload.py``).
 
 Under Numba's CUDA simulator it runs too (tests/cuda/test_bench_gpu.py, tiny sizes): a check of the code,
 not of speed.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import offload
 from harness import Row, Suite, optional
 from optimizer_step import model_sizes
 from sparse import zipf_batch
@@ -55,8 +57,9 @@ def _synced(cuda, fn):
 
 def run(suite: Suite, sizes: list[int] | None = None, table: tuple[int, int] = (1_000_000, 64),
         batch: int = 16384, totals: list[int] | None = None, tensors: int = 100,
-        repeats: int | None = None) -> None:
-    """Measure the GPU group into ``suite`` (the defaults are the issue's sizes; quick mode shrinks them)."""
+        repeats: int | None = None, offload_chunk: int | None = None) -> None:
+    """Measure the GPU group into ``suite`` (the defaults are the issue's sizes; quick mode shrinks them;
+    ``offload_chunk``: the offload pipeline's chunk, default ``_offload.CHUNK``)."""
     cuda = _cuda()
     if cuda is None:
         suite.note("no CUDA device: the GPU group was not run")
@@ -75,6 +78,7 @@ def run(suite: Suite, sizes: list[int] | None = None, table: tuple[int, int] = (
     _sparse(suite, cuda, torch, table, batch, repeats)
     for total in totals:
         _model(suite, cuda, torch, total, tensors, repeats)
+    offload.run(suite, cuda, sizes, repeats, offload_chunk)
 
 
 def _dense(suite: Suite, cuda, torch, n: int, repeats: int) -> None:

@@ -100,6 +100,7 @@ def _check_targets(rows: list[Row]) -> list[str]:
     else:
         out.append("GPU apply_adam N=1e8: not measured (no CUDA device in this run)")
     out += _torch_targets(rows, verdict)
+    out += _deepspeed_targets(rows, verdict)
     imp = _find(rows, "import optkernels", "optkernels")
     if imp:
         out.append(f"import optkernels < 0.3 s: {imp.seconds:.3f} s ({verdict(imp.seconds < 0.3)})")
@@ -139,4 +140,21 @@ def _torch_targets(rows: list[Row], verdict) -> list[str]:
             ratio = ours.seconds / numpy_class.seconds
             out.append(f"optkernels.torch.Adam, transformer of {n:.2e} elements, within 1.05x of the NumPy "
                        f"Adam class: {ratio:.3f}x ({verdict(ratio <= 1.05)})")
+    return out
+
+
+def _deepspeed_targets(rows: list[Row], verdict) -> list[str]:
+    """apply_adam and optkernels.torch.Adam at or above DeepSpeed's CPUAdam, per dtype and N."""
+    out = []
+    for dtype in ("float32", "bfloat16"):
+        case = f"Adam step vs DeepSpeed CPUAdam, {dtype}"
+        anchors = {r.n: r for r in rows if r.case == case and r.impl == "DeepSpeed CPUAdam"}
+        if not anchors:
+            out.append(f"host Adam vs DeepSpeed CPUAdam, {dtype}: not measured (needs deepspeed)")
+            continue
+        for r in rows:
+            if r.case == case and r.impl in ("apply_adam", "optkernels.torch.Adam") and r.n in anchors:
+                ratio = anchors[r.n].seconds / r.seconds
+                out.append(f"{r.impl} {dtype} N={r.n:.0e} at or above DeepSpeed CPUAdam: {ratio:.3f}x its speed "
+                           f"({verdict(ratio >= 1.0)})")
     return out

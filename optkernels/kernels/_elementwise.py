@@ -129,23 +129,23 @@ class Elementwise:
         element = cuda.jit(device=True)(self.py_func)
         return cuda.jit(_generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element}))
 
-    def launch(self, device: str, n: int, *args: Any) -> None:
+    def launch(self, device: str, n: int, *args: Any, stream: Any = None) -> None:
         """Run the update over ``n`` elements on ``device`` ('cpu' or 'cuda').
 
         With float16 or bfloat16 arrays among ``args`` (float32 scalars), the float32 math runs on widened
-        copies of each chunk and every written half array is rounded once (see :mod:`._lowp`)."""
+        copies of each chunk and every written half array is rounded once (see :mod:`._lowp`).
+        ``stream``: a CUDA stream to queue the kernel on (CUDA only; None: the default stream)."""
         if n == 0:
             return
         kinds = _half_kinds(args)
         if kinds is not None:
-            _launch_half(self, device, n, kinds, args)
+            _launch_half(self, device, n, kinds, args, stream)
             return
         if device == "cpu":
             with parallel_launch():
                 for_this_process(self.cpu)(n, *args)
             return
-        blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
-        self.cuda[blocks, CUDA_THREADS_PER_BLOCK](n, *args)
+        _cuda_launch(self.cuda, n, stream)(n, *args)
 
     def many(self, n_arrays: int, prologue: "Elementwise | None" = None) -> Callable:
         """The compiled, cached multi-tensor CPU loop for ``n_arrays`` array arguments:
@@ -566,7 +566,15 @@ def _workspace(n_half: int) -> np.ndarray:
     return cached
 
 
-def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple) -> None:
+def _cuda_launch(kernel: Any, n: int, stream: Any) -> Any:
+    """``kernel`` configured for ``n`` elements (a grid-stride loop), on ``stream`` if one is given."""
+    blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
+    if stream is None:
+        return kernel[blocks, CUDA_THREADS_PER_BLOCK]
+    return kernel[blocks, CUDA_THREADS_PER_BLOCK, stream]
+
+
+def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple, stream: Any = None) -> None:
     """Run ``ew`` over arrays some of which are float16/bfloat16 (seen as their uint16 bits)."""
     from . import _lowp
 
@@ -581,5 +589,4 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
             for_this_process(driver)(n, _workspace(sum(kind in ("f16", "bf16") for kind in kinds)), *views,
                                      *extra)
         return
-    blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
-    driver[blocks, CUDA_THREADS_PER_BLOCK](n, *views, *extra)
+    _cuda_launch(driver, n, stream)(n, *views, *extra)

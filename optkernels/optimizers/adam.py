@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import _cuda
-from ..kernels.adam import _adam, _adam_amsgrad, _adam_delta, _betas_epsilon, _bias_corrected_lr
-from ..kernels.axpy import axpy
+from ..kernels import _lowp
+from ..kernels.adam import _adam, _adam_amsgrad, _betas_epsilon, _bias_corrected_lr
 from ..sparse import fused_sparse_adam, fused_sparse_lazy_adam
+from . import _offload
+from ._offload import offload_step
 from ._validators import check_betas_eps, check_bool
 from .optimizer import Optimizer, StepContext, scalar_batch
 
@@ -127,9 +128,9 @@ class Adam(Optimizer):
             slots["vhat"] = 0.0
         self._add_slots(slots, host=self.use_offload)
         if self.use_offload:
-            # float32 steps for float16/bfloat16 parameters: w + delta is then rounded once
-            self._deltas = [np.empty(plan.shape, dtype=plan.cdtype) if plan.owned else None
-                            for plan in self._plans]
+            # per parameter, its transport (see _offload); steps in the compute dtype (float32 for
+            # float16/bfloat16 parameters: w + delta is then rounded once)
+            self._transports: dict[int, Any] = {}
 
     @property
     def beta1_power(self) -> float:
@@ -176,18 +177,26 @@ class Adam(Optimizer):
             super()._apply_dense(plan, grad, scalars, ctx)
 
     def _apply_offload(self, plan, grad, scalars):
-        """AdamNoUpdateParam on the host, then ``w ← w + delta`` where ``w`` lives."""
-        delta = self._deltas[plan.index]
-        host_grad = grad if isinstance(grad, np.ndarray) else _cuda.to_host(grad)
+        """AdamNoUpdateParam on the host, then ``w ← w + delta`` where ``w`` lives, chunk by chunk, the
+        host's next chunk overlapping the copies (:func:`._offload.offload_step`)."""
         m, v = plan.flats
-        _adam_delta.launch("cpu", plan.size, delta.reshape(-1), m, v, host_grad, *scalars)
-        data = plan.param.data
-        if isinstance(data, np.ndarray) and data.dtype == delta.dtype:
-            data += delta
-        elif isinstance(data, np.ndarray):
-            axpy(1.0, delta, data)
-        else:
-            axpy(1.0, _cuda.module().to_device(delta), data)
+        offload_step(self._transport(plan), plan.flat, m, v, grad, scalars)
+
+    def _transport(self, plan):
+        """The parameter's transport, made on its first step (pinned buffers are costly to allocate)."""
+        chunk = max(1, min(_offload.CHUNK, plan.size))
+        if plan.device == "cpu" or (plan.dtype != plan.cdtype and _lowp.stochastic_stream() is not None):
+            # a host parameter has no copy to overlap; stochastic rounding's random stream is indexed by
+            # the element: one chunk
+            chunk = max(1, plan.size)
+        transport = self._transports.get(plan.index)
+        if transport is None or transport.chunk != chunk:
+            if plan.device == "cpu":
+                transport = _offload.HostTransport(chunk, plan.cdtype)
+            else:
+                transport = _offload.CudaTransport(chunk, plan.cdtype, plan.grad_dtype)
+            self._transports[plan.index] = transport
+        return transport
 
     def _apply_sparse(self, plan, grad, ctx):
         kernel = fused_sparse_lazy_adam if self.use_lazy else fused_sparse_adam

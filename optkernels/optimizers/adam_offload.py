@@ -18,10 +18,13 @@ class AdamOffload(Adam):
                 (host: m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;  delta = −lr_t·m/(sqrt(v) + eps))
         w ← w + delta
 
-    The parameters may be NumPy arrays or CUDA arrays; for a CUDA parameter the gradient is copied to the
-    host, the step computed there, copied back and added in place on the device (``axpy``). With NumPy
-    parameters this is :class:`Adam` up to the moment form (``β·m + (1−β)·g`` here, the delta form
-    ``m + (g−m)·(1−β)`` there: the last bits may differ). Dense gradients only; ``target`` cannot be set.
+    The parameters may be NumPy arrays or CUDA arrays. For a CUDA parameter the step runs in chunks
+    (``optimizers._offload``): each chunk of the gradient comes to a pinned host buffer, the chunk's step is
+    computed on the host into another and goes back to the device, where a kernel adds it in place; the copies
+    run on CUDA streams, double-buffered, so the host computes the next chunk meanwhile. The bits are those of
+    the unchunked host step. With NumPy parameters this is :class:`Adam` up to the moment form
+    (``β·m + (1−β)·g`` here, the delta form ``m + (g−m)·(1−β)`` there: the last bits may differ). Dense
+    gradients only; ``target`` cannot be set.
 
     Args:
         params: Parameters or group dicts (see :class:`Optimizer`).

@@ -25,12 +25,13 @@ def bench_modules():
 def test_gpu_group_measures_every_contender(bench_modules):
     gpu, harness, targets = bench_modules
     suite = harness.Suite()
-    gpu.run(suite, sizes=[512], table=(64, 4), batch=32, totals=[300], tensors=3, repeats=1)
+    gpu.run(suite, sizes=[512], table=(64, 4), batch=32, totals=[300], tensors=3, repeats=1, offload_chunk=100)
     measured = {(r.case, r.impl) for r in suite.rows}
     assert ("device copy", "copy bandwidth") in measured
     assert ("apply_adam (GPU)", "optkernels") in measured
     assert ("64x4 table, 32 Zipf indices (GPU)", "optkernels fused_sparse_lazy_adam") in measured
     assert ("Adam step, 3 tensors (GPU)", "optkernels Adam") in measured
+    assert ("AdamOffload step (GPU param)", "pipeline, chunks of 100, device grad") in measured
     assert all(r.seconds > 0 for r in suite.rows)
     adam = next(r for r in suite.rows if r.case == "apply_adam (GPU)")
     assert adam.gbs > 0 and adam.note.endswith("% of copy")

@@ -1,0 +1,194 @@
+"""Host Adam against DeepSpeed's CPUAdam (``deepspeed.ops.adam.DeepSpeedCPUAdam``, ZeRO-Offload's host
+kernel), float32 and bfloat16 parameters; part of the dense group.
+
+At each N, interleaved: ``apply_adam`` on NumPy arrays, ``optkernels.torch.Adam`` and DeepSpeed's CPUAdam
+on torch tensors, the offload's host part (``adam_no_update_param``), and the memory limits: an Adam-shaped
+kernel with the same loads and stores and no arithmetic, with plain stores and with non-temporal stores
+(they bypass the caches: no read of the line before it is written). Bytes per element: float32 28 (4 reads,
+3 writes); bfloat16 parameter and gradient with float32 moments (DeepSpeed's layout, and apply_adam's on the
+same arrays) 22; optkernels.torch.Adam keeps torch's bfloat16 moments: 14.
+
+DeepSpeed is optional: where it does not import (or its op does not build), the group says why and goes on.
+"""
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from dense import adam_shaped_memory
+from harness import Row, Suite, optional
+
+import optkernels.kernels as K
+
+F = np.float32
+BF16 = ml_dtypes.bfloat16
+BYTES = {"float32": 28, "bfloat16": 22}
+CASE = "Adam step vs DeepSpeed CPUAdam, {}"
+DEEPSPEED = "DeepSpeed CPUAdam"
+
+
+#: Elements per non-temporal block: one 64-byte cache line of float32.
+LINE = 16
+
+
+@intrinsic
+def _add_line_nontemporal(typingctx, var, m, v, g, start):
+    """For the 16 float32 at ``start`` (64-byte aligned in all four arrays): ``x ← x + g`` for x in var, m, v,
+    loaded as one vector each and stored with non-temporal hints (streaming stores: the line is not read
+    before it is written)."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (var, m, v, g)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        vec = ir.VectorType(ir.FloatType(), LINE)
+        hint = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        pointers = []
+        for aryty, value in zip(signature.args[:4], args[:4]):
+            ary = context.make_array(aryty)(context, builder, value)
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[4]], wraparound=False)
+            pointers.append(builder.bitcast(ptr, vec.as_pointer()))
+        grad = builder.load(pointers[3], align=64)
+        for ptr in pointers[:3]:
+            total = builder.fadd(builder.load(ptr, align=64), grad)
+            store = builder.store(total, ptr, align=64)
+            store.set_metadata("nontemporal", hint)
+        return context.get_dummy_value()
+
+    return types.void(var, m, v, g, types.intp), codegen
+
+
+@numba.njit(parallel=True, cache=True)
+def _nt_lines(var, m, v, g, head, lines):
+    for k in numba.prange(lines):
+        _add_line_nontemporal(var, m, v, g, head + k * LINE)
+
+
+@numba.njit(cache=True)
+def _plain_span(var, m, v, g, lo, hi):
+    for i in range(lo, hi):
+        var[i] += g[i]
+        m[i] += g[i]
+        v[i] += g[i]
+
+
+def adam_shaped_memory_nt(var, m, v, g):
+    """:func:`dense.adam_shaped_memory` on float32 with non-temporal 64-byte vector stores: plain stores up
+    to the first cache-line boundary and after the last, streaming stores between. The four arrays must
+    share their offset within a cache line (large NumPy allocations do)."""
+    offsets = {a.ctypes.data % 64 for a in (var, m, v, g)}
+    if len(offsets) != 1 or offsets.pop() % 4:
+        raise ValueError("the arrays do not share their offset within a 64-byte line")
+    head = min(var.size, (-var.ctypes.data % 64) // 4)
+    lines = (var.size - head) // LINE
+    _plain_span(var, m, v, g, 0, head)
+    _nt_lines(var, m, v, g, head, lines)
+    _plain_span(var, m, v, g, head + lines * LINE, var.size)
+
+
+def line_aligned(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` whose first element starts a 64-byte cache line."""
+    raw = np.empty(a.nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    out = raw[start:start + a.nbytes].view(a.dtype)
+    out[...] = a
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def adam_shaped_memory_mixed(var, m, v, g):
+    """The traffic of a bfloat16-parameter step (var, g: 16-bit; m, v: float32): 22 bytes per element."""
+    for i in numba.prange(var.size):
+        a, b, c, d = var[i], m[i], v[i], g[i]
+        var[i] = a + d
+        m[i] = b + np.float32(d)
+        v[i] = c + np.float32(d)
+
+
+def deepspeed_adam():
+    """``(DeepSpeedCPUAdam, None)``, or ``(None, why not)``."""
+    try:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+    except Exception as error:  # noqa: BLE001 -- any failure to import means "not here"
+        return None, f"deepspeed does not import ({type(error).__name__}: {error}); pip install deepspeed"
+    return DeepSpeedCPUAdam, None
+
+
+def _arrays(n: int, dtype, seed: int) -> list[np.ndarray]:
+    """var, m, v, g: var and g in ``dtype``, the moments float32 (v positive)."""
+    rng = np.random.default_rng(seed)
+    var, m, v, g = (rng.standard_normal(n, dtype=F) * F(0.1) for _ in range(4))
+    v = np.abs(v) + F(0.1)
+    return [var.astype(dtype), m, v, g.astype(dtype)]
+
+
+def _torch_param(torch, n: int, dtype: str, seed: int):
+    var, _, _, g = _arrays(n, np.float32, seed)
+    tdtype = getattr(torch, dtype)
+    p = torch.nn.Parameter(torch.from_numpy(var).to(tdtype))
+    p.grad = torch.from_numpy(g).to(tdtype)
+    return p
+
+
+def implementations(n: int, dtype: str, torch, ds_adam) -> dict:
+    """impl name -> (zero-argument step, bytes per element), each with its own state."""
+    np_dtype = F if dtype == "float32" else BF16
+    ours = _arrays(n, np_dtype, 1)
+    host = _arrays(n, np_dtype, 1)
+    delta = np.empty(n, F)
+    impls = {
+        "apply_adam": (lambda: K.apply_adam(*ours[:3], 0.9, 0.999, 1e-3, 0.9, 0.999, 1e-8, ours[3]),
+                       BYTES[dtype]),
+        "offload host part (adam_no_update_param)": (
+            lambda: K.adam_no_update_param(host[1], host[2], 0.9, 0.999, 1e-3, 0.9, 0.999, 1e-8, host[3],
+                                           out=delta), 24 if dtype == "float32" else 22),
+    }
+    limit = _arrays(n, np_dtype, 2)
+    if dtype == "float32":
+        impls["limit (plain stores)"] = (lambda: adam_shaped_memory(*limit), 28)
+        streamed = [line_aligned(a) for a in _arrays(n, np_dtype, 2)]
+        impls["limit (non-temporal stores)"] = (lambda: adam_shaped_memory_nt(*streamed), 28)
+    else:
+        bits = [a.view(np.uint16) if a.dtype == BF16 else a for a in limit]
+        impls["limit (plain stores)"] = (lambda: adam_shaped_memory_mixed(*bits), 22)
+    if torch is not None:
+        import optkernels.torch as okt
+
+        mine = _torch_param(torch, n, dtype, 1)
+        impls["optkernels.torch.Adam"] = (okt.Adam([mine], lr=1e-3).step, BYTES[dtype] if dtype == "float32"
+                                          else 14)
+        if ds_adam is not None:
+            theirs = _torch_param(torch, n, dtype, 1)
+            impls[DEEPSPEED] = (ds_adam([theirs], lr=1e-3, adamw_mode=False).step, BYTES[dtype])
+    return impls
+
+
+def run(suite: Suite, sizes: list[int]) -> None:
+    """The DeepSpeed comparison at each of ``sizes``, float32 then bfloat16."""
+    torch = optional("torch")
+    ds_adam, why = deepspeed_adam() if torch is not None else (None, "torch is not installed")
+    if ds_adam is None:
+        suite.note(f"DeepSpeed's CPUAdam anchor skipped: {why}")
+    else:
+        torch.set_num_threads(numba.get_num_threads())
+        suite.note(f"DeepSpeed CPUAdam: torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
+                   f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+                   f"{numba.get_num_threads()} Numba threads")
+    for dtype in ("float32", "bfloat16"):
+        for n in sizes:
+            repeats = 3 if suite.quick else (21 if n <= 1e6 else 11)
+            inner = max(1, int((3e5 if suite.quick else 3e6) // n))
+            impls = implementations(n, dtype, torch, ds_adam)
+            times = suite.time_interleaved({k: f for k, (f, _) in impls.items()}, repeats=repeats, inner=inner)
+            anchor = times.get(DEEPSPEED)
+            for impl, seconds in times.items():
+                note = f"{anchor / seconds:.3f}x DeepSpeed's speed" if anchor and impl != DEEPSPEED else ""
+                suite.add(Row("dense", CASE.format(dtype), impl, n, seconds, impls[impl][1] * n, note))
+            del impls
+
