@@ -426,3 +426,19 @@ def test_numpy_class_arguments_are_checked():
         O.Rprop([p], etas=(0.5, 0.9))
     with pytest.raises(TypeError, match="decoupled_weight_decay"):
         O.RAdam([p], decoupled_weight_decay=1)
+
+
+@pytest.mark.parametrize("name", ["NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"])
+def test_bfloat16_parameters_stay_within_rounding_of_torch(name):
+    # half parameters: float32 math rounded once per tensor (optkernels' contract), not torch's per-op rounding
+    g = torch.Generator().manual_seed(9)
+    p = torch.randn(300, generator=g).bfloat16()
+    q = p.clone()
+    ours, theirs = getattr(ot, name)([p]), getattr(torch.optim, name)([q], foreach=False)
+    for _ in range(3):
+        p.grad = torch.randn(300, generator=g).bfloat16()
+        q.grad = p.grad.clone()
+        ours.step()
+        theirs.step()
+    torch.testing.assert_close(p.float(), q.float(), rtol=2 ** -6, atol=2 ** -6)
+    assert ours.state[p]["step"].item() == 3
