@@ -441,3 +441,26 @@ def test_numpy_schedule_free_state_round_trip_in_eval_mode():
     for g in grads[3:]:
         other([g])
     assert np.array_equal(q.data, p.data)
+
+
+def test_ademamix_loads_a_bitsandbytes_state_and_continues_its_run():
+    bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes is a test dependency")
+    init, grads = _data(torch.float32, seed=3)
+    kwargs = dict(lr=0.01, weight_decay=0.1, t_alpha=4, t_beta3=4)
+    params = [torch.nn.Parameter(t.clone()) for t in init]
+    theirs = bnb.optim.AdEMAMix(params, **kwargs)
+    for k, step in enumerate(grads):
+        if k == 3:
+            mine = [torch.nn.Parameter(p.detach().clone()) for p in params]
+            ours = okt.AdEMAMix(mine, **kwargs)
+            ours.load_state_dict(theirs.state_dict())
+            assert set(ours.state[mine[0]]) == {"step", "m1", "m2", "nu"}
+        for p, g in zip(params, step):
+            p.grad = g.clone()
+        theirs.step()
+        if k >= 3:
+            for p, g in zip(mine, step):
+                p.grad = g.clone()
+            ours.step()
+    for a, b in zip(mine, params):
+        _close(a, b, torch.float32, "param after resuming")

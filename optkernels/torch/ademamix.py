@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 import numpy as np
+import torch
 
 from ..kernels.ademamix import _ademamix, ademamix_scalars, ademamix_schedule
 from ._base import KernelOptimizer
 
 __all__ = ["AdEMAMix"]
+
+_BNB_WRAPPED = "__bnb_optimizer_quant_state__"
 
 
 def _check(lr: float, betas: tuple, eps: float, weight_decay: float) -> None:
@@ -48,7 +51,8 @@ class AdEMAMix(KernelOptimizer):
         decay_after_update: bitsandbytes' CUDA decay order (keyword-only; default False).
 
     State: ``step``, ``m1``, ``m2``, ``nu`` in the parameter's dtype (bitsandbytes keeps float32
-    ``state1`` = stack(m1, m2) and ``state2`` = nu, and an int step).
+    ``state1`` = stack(m1, m2) and ``state2`` = nu, and an int step; :meth:`load_state_dict` converts a
+    bitsandbytes state).
 
     Raises:
         ValueError: bitsandbytes' messages for out-of-range hyper-parameters; ``optim_bits != 32``.
@@ -64,6 +68,20 @@ class AdEMAMix(KernelOptimizer):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, alpha=alpha, t_alpha=t_alpha,
                         t_beta3=t_beta3, decay_after_update=decay_after_update)
         super().__init__(params, defaults)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's ``load_state_dict``; a bitsandbytes ``AdEMAMix`` state (``state1`` = stack(m1, m2),
+        ``state2`` = nu, an int ``step``) is converted to this class's names and the parameters' dtype."""
+        super().load_state_dict(state_dict)
+        for p, state in self.state.items():
+            state.update(state.pop(_BNB_WRAPPED, {}))      # bitsandbytes nests its tensors in a dict
+            if "state1" in state:
+                m1_m2, nu = state.pop("state1"), state.pop("state2")
+                state["m1"], state["m2"] = (m.to(p.dtype, copy=True).contiguous() for m in m1_m2)
+                state["nu"] = nu.to(p.dtype, copy=True).contiguous()
+                state["step"] = torch.tensor(float(state.get("step", 0)), dtype=torch.float32)
+                for key in [k for k in state if k not in ("m1", "m2", "nu", "step")]:
+                    del state[key]          # bitsandbytes' 8-bit maps and norms have no counterpart here
 
     def _check_hyper(self, group: dict) -> None:
         _check(group["lr"], group["betas"], group["eps"], group["weight_decay"])
