@@ -185,7 +185,8 @@ def run(suite: Suite, sizes: list[int]) -> None:
             repeats = 3 if suite.quick else (21 if n <= 1e6 else 11)
             inner = max(1, int((3e5 if suite.quick else 3e6) // n))
             impls = implementations(n, dtype, torch, ds_adam)
-            times = suite.time_interleaved({k: f for k, (f, _) in impls.items()}, repeats=repeats, inner=inner)
+            steps = {k: f for k, (f, _) in impls.items()}
+            times = suite.time_interleaved(steps, repeats=repeats, inner=inner)
             anchor = times.get(DEEPSPEED)
             for impl, seconds in times.items():
                 note = f"{anchor / seconds:.3f}x DeepSpeed's speed" if anchor and impl != DEEPSPEED else ""

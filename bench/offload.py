@@ -62,4 +62,5 @@ def _one_size(suite: Suite, cuda, n: int, repeats: int, chunk: int) -> None:
     times = suite.time_interleaved(impls, repeats=repeats)
     floor = max(times["host step alone (adam_no_update_param)"], times["pinned host-to-device copy alone"])
     for impl, seconds in times.items():
-        suite.add(Row("gpu", CASE, impl, n, seconds, 0.0, f"{100 * floor / seconds:5.1f}% of max(host, copy)"))
+        note = f"{100 * floor / seconds:5.1f}% of max(host, copy)"
+        suite.add(Row("gpu", CASE, impl, n, seconds, 0.0, note))

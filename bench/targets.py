@@ -155,6 +155,6 @@ def _deepspeed_targets(rows: list[Row], verdict) -> list[str]:
         for r in rows:
             if r.case == case and r.impl in ("apply_adam", "optkernels.torch.Adam") and r.n in anchors:
                 ratio = anchors[r.n].seconds / r.seconds
-                out.append(f"{r.impl} {dtype} N={r.n:.0e} at or above DeepSpeed CPUAdam: {ratio:.3f}x its speed "
-                           f"({verdict(ratio >= 1.0)})")
+                out.append(f"{r.impl} {dtype} N={r.n:.0e} at or above DeepSpeed CPUAdam: {ratio:.3f}x its "
+                           f"speed ({verdict(ratio >= 1.0)})")
     return out

@@ -22,7 +22,8 @@ def _state(n, dtype, seed=0):
 def _scalars(dtype):
     """The pipeline's scalars as the optimizer forms them (lr_t in the dtype, then the betas)."""
     t = np.dtype(dtype).type
-    lr_t = t(SCALARS["lr"]) * t(np.sqrt(t(1) - t(SCALARS["beta2_power"]))) / (t(1) - t(SCALARS["beta1_power"]))
+    b1p, b2p = t(SCALARS["beta1_power"]), t(SCALARS["beta2_power"])
+    lr_t = t(SCALARS["lr"]) * t(np.sqrt(t(1) - b2p)) / (t(1) - b1p)
     b1, b2 = t(SCALARS["beta1"]), t(SCALARS["beta2"])
     return lr_t, b1, t(1) - b1, b2, t(1) - b2, t(SCALARS["epsilon"]), False
 

@@ -81,7 +81,9 @@ class CudaTransport(HostTransport):
     """The transport for a CUDA parameter: pinned staging and gradient buffers; steps go up on one stream
     (copy, then the add as a kernel on the same stream), gradients come down on another; an event per slot
     and direction says when a buffer is free (up) or filled (down). A slot's buffers are made on its first
-    use (one chunk needs one slot)."""
+    use (one chunk needs one slot). Both streams are blocking streams: they start after the work already
+    queued on the legacy default stream (Numba's and PyTorch's default), so a gradient computed there is
+    complete before it is copied."""
 
     def __init__(self, chunk: int, dtype: Any, grad_dtype: Any = None):
         cuda = _cuda.module()

@@ -25,7 +25,8 @@ def bench_modules():
 def test_gpu_group_measures_every_contender(bench_modules):
     gpu, harness, targets = bench_modules
     suite = harness.Suite()
-    gpu.run(suite, sizes=[512], table=(64, 4), batch=32, totals=[300], tensors=3, repeats=1, offload_chunk=100)
+    gpu.run(suite, sizes=[512], table=(64, 4), batch=32, totals=[300], tensors=3, repeats=1,
+            offload_chunk=100)
     measured = {(r.case, r.impl) for r in suite.rows}
     assert ("device copy", "copy bandwidth") in measured
     assert ("apply_adam (GPU)", "optkernels") in measured
