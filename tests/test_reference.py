@@ -254,6 +254,15 @@ def build_case(name, rng):
         return (w, g, np.sum(w * w), np.sum(g * g), 0.01, 0.1), {"use_clip": True}
     if name == "lamb":
         return (a(rng), a(rng), p(rng), 0.01, 0.9, 0.999, 1e-6, 0.01, 3, a(rng)), {}
+    if name in ("torch_nadam", "torch_radam"):
+        extra = (0.9 * 0.96,) if name == "torch_nadam" else ()   # NAdam's mu_product after step 3
+        return (a(rng), a(rng), p(rng), a(rng), 0.01, 0.9, 0.999, 1e-8, 3, *extra), {"weight_decay": 0.1}
+    if name == "torch_adadelta":
+        return (a(rng), p(rng), p(rng), a(rng), 1.0, 0.9, 1e-6), {"weight_decay": 0.1}
+    if name == "torch_asgd":
+        return (a(rng), a(rng), a(rng), 0.01, 0.5), {"weight_decay": 0.1}
+    if name == "torch_rprop":
+        return (a(rng), a(rng), p(rng), a(rng)), {}
     if name in MODERN:   # the modern rules' conformance inputs (MODERN.md §8-11)
         case = CASES_BY_NAME[name]
         inputs = case.make(rng, SHAPE, np.float64)
@@ -276,7 +285,10 @@ def build_case(name, rng):
 
 
 # fused_ada_factor has slots of other shapes than the parameter: tests/test_ada_factor_kernel.py checks it.
-OPS = [n for n in R.__all__ if n not in ("merge_duplicates", "fused_ada_factor")]
+# newton_schulz (one matrix), torch_adafactor (factored slots) and torch_muon (2-D only) are checked in
+# tests/test_torch_muon_adafactor.py.
+OPS = [n for n in R.__all__ if n not in ("merge_duplicates", "fused_ada_factor", "newton_schulz", "torch_adafactor",
+                                         "torch_muon")]
 N_OUT = {"apply_adam_with_amsgrad": 4, "apply_centered_rms_prop": 4, "lars_update": 1}
 N_OUT.update({n: 2 for n in ("apply_adagrad", "apply_adagrad_v2", "apply_momentum", "apply_proximal_adagrad",
                              "fused_sparse_proximal_adagrad", "sparse_apply_proximal_adagrad",
@@ -294,6 +306,9 @@ EXPECTED_ALL = {
 MODERN = {"lion": 2, "adopt": 3, "ademamix": 4, "schedule_free_adamw": 3, "schedule_free_sgd": 2}
 EXPECTED_ALL |= set(MODERN)
 N_OUT.update(MODERN)
+TORCH_FAMILY = {"torch_nadam": 3, "torch_radam": 3, "torch_adadelta": 3, "torch_asgd": 2, "torch_rprop": 3}
+EXPECTED_ALL |= set(TORCH_FAMILY) | {"torch_adafactor", "torch_muon", "newton_schulz"}
+N_OUT.update(TORCH_FAMILY)
 
 
 def test_all_exports():

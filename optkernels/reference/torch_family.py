@@ -153,7 +153,8 @@ def torch_adafactor(var: ArrayLike, grad: ArrayLike, step: int, *, lr: float = 1
 def newton_schulz(u: ArrayLike, coefficients: tuple = (3.4445, -4.7750, 2.0315), steps: int = 5,
                   eps: float = 1e-7) -> np.ndarray:
     """torch Muon's Newton–Schulz iteration (MODERN.md §1.2) in float64: ``X = u/max(‖u‖_F, eps)`` (as
-    ``(min, max)``), then ``steps`` times ``X ← aX + (bG + cG²)X`` with ``G = XXᵀ``."""
+    ``(min, max)``), then ``steps`` times ``X ← aX + (bG + cG²)X`` with ``G = XXᵀ``. Returns the new
+    float64 matrix ``X``, of ``u``'s shape."""
     x = as_array(u, "u")
     a, b, c = (float(k) for k in coefficients)
     tall = x.shape[0] > x.shape[1]
