@@ -19,7 +19,7 @@ from . import _views
 from ._base import KernelOptimizer
 from ._sqrt import float32_sqrt
 from .adam import host_lr
-from ._sparse import coalesced_rows
+from ._sparse import coalesced_rows, launch_rows
 
 __all__ = ["Adagrad", "RMSprop"]
 
@@ -96,10 +96,9 @@ class Adagrad(KernelOptimizer):
         if rows is None:
             return
         dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-        *_, eps, neg_clr, mkl = adagrad_scalars(dtype, int(state["step"]), host_lr(group["lr"]),
-                                                group["lr_decay"], group["eps"], 0.0, False, float32_sqrt())
-        _torch_sparse_adagrad.launch(kind, rows[0].size, _views.view(p, kind, flat=True),
-                                     _views.view(state["sum"], kind, flat=True), *rows, eps, neg_clr, mkl)
+        scalars = adagrad_scalars(dtype, int(state["step"]), host_lr(group["lr"]), group["lr_decay"], group["eps"],
+                                  0.0, False, float32_sqrt())[-3:]
+        launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
 
 
 class RMSprop(KernelOptimizer):
