@@ -4,7 +4,8 @@ of the class, float32 and float64, over sizes that cover vector bodies and tails
 
 torch's CPU ``sqrt`` is MKL's vector sqrt in this wheel, correctly rounded only on some CPUs
 (docs/guide/torch_bits.rst). optkernels computes IEEE ``sqrt``, or, for float32 where torch's is one of
-MKL's AVX-path (AMD processors, among others) and AVX-512 (Intel) kernels, that kernel. Where torch's sqrt
+MKL's AVX-path (AMD processors, among others) and AVX-512 (Intel) kernels, that kernel (with
+``OPTKERNELS_TORCH_SQRT=torch``, set here; by default IEEE for speed). Where torch's sqrt
 is none of these on the machine running the tests (float64 on those CPUs), the rules that take a root
 are compared with torch.optim running with an IEEE ``Tensor.sqrt``/``sqrt_`` (NumPy's): every remaining
 difference then comes from sqrt alone. The rules without a square root (SGD, Adamax) are always compared
@@ -21,7 +22,7 @@ torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
 from optkernels.kernels.torch_rules import torch_sqrt_array  # noqa: E402
-from optkernels.torch._sqrt import mkl_float32_sqrt  # noqa: E402
+from optkernels.torch._sqrt import ENVIRONMENT, mkl_float32_sqrt  # noqa: E402
 
 SIZES = (1, 7, 16, 1000, 65539)
 STEPS = 9
@@ -105,7 +106,8 @@ def _ids(case):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
-def test_every_step_is_torch_bits(case, dtype):
+def test_every_step_is_torch_bits(case, dtype, monkeypatch):
+    monkeypatch.setenv(ENVIRONMENT, "torch")
     name, flags = case
     gen = torch.Generator().manual_seed(len(name) * 31 + len(flags))
     init = [torch.randn(n, generator=gen, dtype=torch.float64).to(dtype) for n in SIZES]
@@ -140,9 +142,10 @@ SPARSE_CASES = [
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("case", SPARSE_CASES, ids=[_ids(c) for c in SPARSE_CASES])
-def test_sparse_gradients_are_torch_bits(case, dtype):
+def test_sparse_gradients_are_torch_bits(case, dtype, monkeypatch):
     """Uncoalesced row-sparse gradients with repeated rows (``nn.Embedding(sparse=True)``), an empty one, a
     1-D parameter and rows of 1, 7 and 1000 elements."""
+    monkeypatch.setenv(ENVIRONMENT, "torch")
     name, flags = case
     gen = torch.Generator().manual_seed(7)
     init = [torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
@@ -177,7 +180,8 @@ def test_torch_float32_sqrt_reproduced_on_a_whole_binade():
     x = np.concatenate([x, special])
     theirs, ours = torch.from_numpy(x).sqrt().numpy(), torch_sqrt_array(x, mkl_float32_sqrt())
     assert np.array_equal(theirs, ours, equal_nan=True)
-    assert np.array_equal(np.signbit(theirs), np.signbit(ours))
+    numbers = ~np.isnan(theirs)
+    assert np.array_equal(np.signbit(theirs[numbers]), np.signbit(ours[numbers]))
     assert not np.array_equal(ours[: 1 << 23], np.sqrt(x[: 1 << 23]))
 
 
@@ -209,3 +213,34 @@ def test_mkl_float32_sqrt_kernels_reproduced(kernel, name, flag):
     for first in (0x3F800000, 0x05000000, 0x00000001):      # [1, 2), [2^-117, 2^-116), subnormals
         x = (np.arange(1 << 23, dtype=np.uint32) + np.uint32(first)).view(np.float32)
         assert np.array_equal(mkl(x).view(np.uint32), torch_sqrt_array(x, kernel).view(np.uint32))
+
+
+@pytest.mark.parametrize("name,flags", [("Adam", dict(amsgrad=True)), ("RMSprop", dict(centered=True, momentum=0.5)),
+                                        ("Adagrad", {})], ids=["Adam", "RMSprop", "Adagrad"])
+def test_default_ieee_sqrt_differs_from_torch_by_sqrt_alone(name, flags, monkeypatch):
+    """Without ``OPTKERNELS_TORCH_SQRT=torch`` float32 takes IEEE sqrt (the vectorised loops): torch.optim with
+    an IEEE ``Tensor.sqrt`` gives the same bits."""
+    monkeypatch.delenv(ENVIRONMENT, raising=False)
+    gen = torch.Generator().manual_seed(2)
+    init = torch.randn(1000, generator=gen)
+    a, b = init.clone().requires_grad_(), init.clone().requires_grad_()
+    reference, optimizer = getattr(torch.optim, name)([a], foreach=False, **flags), getattr(okt, name)([b], **flags)
+    for _ in range(STEPS):
+        g = torch.randn(1000, generator=gen)
+        a.grad, b.grad = g, g.clone()
+        with _ieee_sqrt():
+            reference.step()
+        optimizer.step()
+        assert torch.equal(a, b)
+
+
+def test_sqrt_choice_is_checked(monkeypatch):
+    from optkernels.torch._sqrt import float32_sqrt
+
+    monkeypatch.setenv(ENVIRONMENT, "mkl")
+    with pytest.raises(ValueError, match=ENVIRONMENT):
+        float32_sqrt()
+    monkeypatch.setenv(ENVIRONMENT, "torch")
+    assert float32_sqrt() == mkl_float32_sqrt()
+    monkeypatch.setenv(ENVIRONMENT, "ieee")
+    assert float32_sqrt() == 0

@@ -77,18 +77,26 @@ _H_DOWN = np.float32(2.0 ** -78)
 
 @_scalar_helper
 def torch_sqrt(x, mkl):
-    """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt`` (``mkl`` 0), or one of MKL's float32 kernels (float32
-    only), every operation rounded as MKL rounds it:
+    """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt`` where ``mkl`` is None (a compile-time choice: that loop
+    has no other branch and vectorises), else one of MKL's float32 kernels (float32 only), every operation
+    rounded as MKL rounds it:
 
-    * 1, ``H8``/``EX`` (the AVX path MKL gives AMD processors, among others): ``r = rsqrtss(x)``,
-      ``s = x·r``, ``h = r/2``, ``t = 1/2 − s·h``, ``s' = s + s·t``, ``h' = h + h·t``, result
-      ``s' + (x − s'·s')·h'``, no FMA; normal positive inputs only (IEEE ``sqrt`` for the rest, as MKL's
-      special path gives);
-    * 2, ``Z0`` (AVX-512, Intel processors): ``r = vrsqrt14ss(x)``, ``s = x·r``, ``h = r/2``, result
-      ``fma(fma(−s, s, x), h, s)``, scaled by powers of two where ``r > 2³⁹`` (tiny and subnormal ``x``);
-      zeros, infinities, NaN and negative inputs as IEEE ``sqrt``.
+    * ``MKL_AVX_SQRT`` (``H8``/``EX``, the AVX path MKL gives AMD processors, among others):
+      ``r = rsqrtss(x)``, ``s = x·r``, ``h = r/2``, ``t = 1/2 − s·h``, ``s' = s + s·t``, ``h' = h + h·t``,
+      result ``s' + (x − s'·s')·h'``, no FMA; normal positive inputs only (IEEE ``sqrt`` for the rest, as
+      MKL's special path gives);
+    * ``MKL_AVX512_SQRT`` (``Z0``, AVX-512, Intel processors): ``r = vrsqrt14ss(x)``, ``s = x·r``,
+      ``h = r/2``, result ``fma(fma(−s, s, x), h, s)``, scaled by powers of two where ``r > 2³⁹`` (tiny and
+      subnormal ``x``); zeros, infinities, NaN and negative inputs as IEEE ``sqrt``.
     """
-    if mkl == 1 and x >= _FLT_MIN and x < _FLT_INF:
+    if mkl is None:
+        return math.sqrt(x)
+    return _mkl_sqrt(x, mkl)
+
+
+@_scalar_helper
+def _mkl_sqrt(x, mkl):
+    if mkl == MKL_AVX_SQRT and x >= _FLT_MIN and x < _FLT_INF:
         x = np.float32(x)       # float32 by contract (a Python float holding one, under the CUDA simulator)
         r = rsqrt_estimate(x)
         s = x * r
@@ -97,7 +105,7 @@ def torch_sqrt(x, mkl):
         s = s + s * t
         h = h + h * t
         return s + (x - s * s) * h
-    if mkl == 2 and x > _FLT_ZERO and x < _FLT_INF:
+    if mkl == MKL_AVX512_SQRT and x > _FLT_ZERO and x < _FLT_INF:
         x = np.float32(x)
         r = rsqrt14(x)
         h = r * _HALF
@@ -305,10 +313,11 @@ def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
     return w, w - dtype.type(1), bool(abs(float(w)) < 0.5)
 
 
-def mkl_flag(dtype: np.dtype, mkl_sqrt: int) -> int:
+def mkl_flag(dtype: np.dtype, mkl_sqrt: int) -> Any:
     """The ``mkl`` scalar of the element functions (:func:`torch_sqrt`): ``mkl_sqrt`` (which MKL float32
-    kernel torch's ``sqrt`` is, 0 for IEEE) for float32 arrays, IEEE ``sqrt`` (0) for float64."""
-    return int(mkl_sqrt) if dtype == np.float32 else IEEE_SQRT
+    kernel torch's ``sqrt`` is) for float32 arrays; None (IEEE ``sqrt``, the vectorised loop) for
+    ``IEEE_SQRT`` and for float64."""
+    return int(mkl_sqrt) if dtype == np.float32 and mkl_sqrt != IEEE_SQRT else None
 
 
 def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:

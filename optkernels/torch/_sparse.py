@@ -12,7 +12,7 @@ import torch
 
 from . import _views
 
-__all__ = ["coalesced_rows", "row_sparse"]
+__all__ = ["coalesced_rows", "launch_rows", "row_sparse"]
 
 
 def row_sparse(grad: torch.Tensor, kind: str, negate: bool = False) -> tuple[Any, Any]:
@@ -34,12 +34,28 @@ def coalesced_rows(grad: torch.Tensor, kind: str, negate: bool = False) -> Any:
     """``(values, rows, width)`` of a row-sparse COO gradient (sparse_dim 1) coalesced by torch, as torch's
     sparse Adagrad and SparseAdam coalesce it (``negate``: ``-grad`` first, their ``maximize``): the
     values flat, the unique row indices, the elements per row, as arrays for ``kind``; None if it has no
-    values."""
+    values. A float16/bfloat16 gradient is summed in float32 (the half contract: float32 math, each updated
+    tensor rounded once)."""
     if negate:
         grad = -grad
+    if grad.dtype in _views.HALF_DTYPES:
+        grad = grad.float()
     grad = grad.coalesce()
     values = grad._values().contiguous()
     if values.numel() == 0:
         return None
     rows = grad._indices()[0].contiguous()
     return _views.view(values, kind, flat=True), _views.view(rows, kind), values.numel() // max(len(rows), 1)
+
+
+def launch_rows(kernel: Any, kind: str, tensors: list, rows: tuple, scalars: tuple) -> None:
+    """Run the row-sparse element function ``kernel`` over ``tensors`` (the parameter and its state, updated in
+    place) and :func:`coalesced_rows`' ``rows``. The kernel indexes rows indirectly, so float16/bfloat16
+    tensors are updated through float32 copies, each copied back (rounded once; untouched rows come back
+    as they were)."""
+    half = tensors[0].dtype in _views.HALF_DTYPES
+    work = [t.detach().float() for t in tensors] if half else tensors
+    kernel.launch(kind, rows[0].size, *(_views.view(t, kind, flat=True) for t in work), *rows, *scalars)
+    if half:
+        for t, w in zip(tensors, work):
+            t.detach().copy_(w)

@@ -17,9 +17,9 @@ from ..kernels.torch_rules import (_torch_adagrad, _torch_sparse_adagrad, adagra
                                    rms_prop_scalars)
 from . import _views
 from ._base import KernelOptimizer
-from ._sqrt import mkl_float32_sqrt
+from ._sqrt import float32_sqrt
 from .adam import host_lr
-from ._sparse import coalesced_rows
+from ._sparse import coalesced_rows, launch_rows
 
 __all__ = ["Adagrad", "RMSprop"]
 
@@ -87,7 +87,7 @@ class Adagrad(KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         return adagrad_scalars(dtype, step, host_lr(group["lr"]), group["lr_decay"], group["eps"],
-                               group["weight_decay"], group["maximize"], mkl_float32_sqrt())
+                               group["weight_decay"], group["maximize"], float32_sqrt())
 
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
         state["step"] += 1
@@ -96,10 +96,9 @@ class Adagrad(KernelOptimizer):
         if rows is None:
             return
         dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-        *_, eps, neg_clr, mkl = adagrad_scalars(dtype, int(state["step"]), host_lr(group["lr"]),
-                                                group["lr_decay"], group["eps"], 0.0, False, mkl_float32_sqrt())
-        _torch_sparse_adagrad.launch(kind, rows[0].size, _views.view(p, kind, flat=True),
-                                     _views.view(state["sum"], kind, flat=True), *rows, eps, neg_clr, mkl)
+        scalars = adagrad_scalars(dtype, int(state["step"]), host_lr(group["lr"]), group["lr_decay"], group["eps"],
+                                  0.0, False, float32_sqrt())[-3:]
+        launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
 
 
 class RMSprop(KernelOptimizer):
@@ -147,4 +146,4 @@ class RMSprop(KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         return rms_prop_scalars(dtype, host_lr(group["lr"]), group["alpha"], group["eps"], group["weight_decay"],
-                                group["momentum"], group["maximize"], mkl_float32_sqrt())
+                                group["momentum"], group["maximize"], float32_sqrt())

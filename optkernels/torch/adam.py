@@ -11,7 +11,7 @@ import torch
 
 from ..kernels.torch_rules import _torch_adam, _torch_adam_amsgrad, _torch_adamax, adam_scalars, adamax_scalars
 from ._base import KernelOptimizer
-from ._sqrt import mkl_float32_sqrt
+from ._sqrt import float32_sqrt
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -109,7 +109,7 @@ class Adam(KernelOptimizer):
         beta1, beta2 = group["betas"]
         return adam_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
                             group["weight_decay"], bool(group.get("decoupled_weight_decay")),
-                            group["maximize"], mkl_float32_sqrt())
+                            group["maximize"], float32_sqrt())
 
 
 class AdamW(Adam):

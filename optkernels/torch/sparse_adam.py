@@ -10,8 +10,8 @@ import torch
 from ..kernels.torch_rules import _torch_sparse_adam, sparse_adam_scalars
 from . import _views
 from ._base import KernelOptimizer
-from ._sqrt import mkl_float32_sqrt
-from ._sparse import coalesced_rows
+from ._sqrt import float32_sqrt
+from ._sparse import coalesced_rows, launch_rows
 from .adam import host_lr
 
 __all__ = ["SparseAdam"]
@@ -69,7 +69,6 @@ class SparseAdam(KernelOptimizer):
         if rows is None:
             return
         dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-        _torch_sparse_adam.launch(kind, rows[0].size, *(_views.view(t, kind, flat=True) for t in
-                                                        (p, state["exp_avg"], state["exp_avg_sq"])),
-                                  *rows, *sparse_adam_scalars(dtype, step, host_lr(group["lr"]), beta1, beta2,
-                                                              group["eps"], mkl_float32_sqrt()))
+        launch_rows(_torch_sparse_adam, kind, [p, state["exp_avg"], state["exp_avg_sq"]], rows,
+                    sparse_adam_scalars(dtype, step, host_lr(group["lr"]), beta1, beta2, group["eps"],
+                                        float32_sqrt()))

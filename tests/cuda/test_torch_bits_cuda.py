@@ -1,8 +1,8 @@
 """The torch-rounded element functions (optkernels.kernels.torch_rules) through optkernels.torch's CUDA path.
 
 Under Numba's CUDA simulator the element functions run as Python on NumPy scalars (each operation rounded in
-the array's dtype, ``fma`` exactly), so the CUDA path must give torch CPU's bits (torch's own sqrt where
-optkernels reproduces it, else with an IEEE sqrt patched into torch: tests/test_torch_bits.py). On a GPU, numba-cuda's compiler may contract other
+the array's dtype, ``fma`` exactly), so the CUDA path must give torch CPU's bits, given an IEEE sqrt (the
+default; tests/test_torch_bits.py). On a GPU, numba-cuda's compiler may contract other
 multiply-adds: there the results are compared within a few ulps."""
 import contextlib
 
@@ -14,7 +14,6 @@ okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not i
 
 from optkernels.kernels import _cuda  # noqa: E402
 from optkernels.torch import _views  # noqa: E402
-from optkernels.torch._sqrt import mkl_float32_sqrt  # noqa: E402
 
 if _cuda.simulator_enabled():
     DEVICE, CONTEXT, EXACT = "cpu", _views.simulate_cuda, True
@@ -58,7 +57,7 @@ def test_cuda_path_gives_torch_cpu_bits(name, flags, dtype):
             for a, b in zip(theirs, ours):
                 g = torch.randn(a.shape, generator=gen, dtype=dtype)
                 a.grad, b.grad = g, g.to(DEVICE)
-            with (contextlib.nullcontext() if dtype == torch.float32 and mkl_float32_sqrt() else _ieee_sqrt()):
+            with _ieee_sqrt():
                 reference.step()
             optimizer.step()
     for a, b in zip(theirs, ours):
