@@ -88,26 +88,27 @@ def _signed_code(s, top, code, mids, start):
     return c
 
 
-@scratch_block_elementwise
-def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, algo, first,
-                 decayed, hyper, scratch, base):
+@table_math
+def _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
+                decayed, hyper, scratch, base):
     # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax); hyper: the
     # float32 scalars of step_scalars (an array: a call of more than 30 arguments could not be inlined);
-    # scratch[base:base + 1024] (the driver's): the block's new p, m1, m2, v between the passes.
+    # scratch[base:base + 1024] (the driver's): the block's new p, m1, m2, v between the passes. Indices
+    # are unsigned (no negative-index wraparound) and every loop does one job, so that the compiler
+    # vectorises them (the codes are gathered from the maps, the maxima taken apart).
     b1, b2, b3, omb1, omb2, omb3, alpha, lr = hyper[0], hyper[1], hyper[2], hyper[3], hyper[4], hyper[5], \
         hyper[6], hyper[7]
     wd, eps, step_size, corr1, corr2, eps_corr2, decay = hyper[8], hyper[9], hyper[10], hyper[11], hyper[12], \
         hyper[13], hyper[14]
     two = algo <= ADEMAMIX
-    start = b * 256
-    stop = min(start + 256, size)
+    start = np.uint64(b * 256)
+    count = np.uint64(min(256, size - b * 256))
+    base = np.uint64(base)
     o1 = a1[b]
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
-    # Simple loops, one job each, so that the compiler can vectorise them (the codes are gathered from
-    # the maps, the maxima taken apart: a float maximum that ignores NaN cannot be vectorised).
-    for i in range(start, stop):
-        k = i - start
+    for k in range(count):
+        i = start + k
         m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
         if two:
             v = q2[c2[i]] * o2
@@ -119,7 +120,6 @@ def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, 
         scratch[base + 256 + k] = m1
         scratch[base + 512 + k] = m2
         scratch[base + 768 + k] = v
-    count = stop - start
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:         # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
         _, top1, top3, top2 = _rule(algo, ZERO, ZERO, q1[128] * o1, q1[128] * o3, q2[0] * o2, first, decayed,
@@ -150,6 +150,19 @@ def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, 
         a3[b] = top3
         for k in range(count):
             c3[start + k] = _signed_code(scratch[base + 512 + k], top3, q1, mids1, start1)
+
+
+@scratch_block_elementwise
+def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, algo, first,
+                 decayed, hyper, scratch, base):
+    # One block per algorithm's own copy of the block's loops (the algorithm a constant there, so that
+    # its branches fold away and the loops vectorise).
+    if algo == ADAM:
+        _block_8bit(ADAM, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
+                    decayed, hyper, scratch, base)
+    else:
+        _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
+                    decayed, hyper, scratch, base)
 
 
 @elementwise
