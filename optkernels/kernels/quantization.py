@@ -288,49 +288,63 @@ def _float_bits(typingctx, x):
     return numba.types.uint32(x), codegen
 
 
+def _sign_bit_copysign(x):
+    return math.copysign(1.0, x) < 0.0
+
+
+@table_math(device=_sign_bit_copysign)
+def sign_bit(x):
+    """Whether the float32 ``x`` has its sign bit set (-0.0 and negative NaNs included)."""
+    return (_float_bits(x) >> 31) == 1
+
+
 def _nearest_code_grid(x, mids, start):
     """CUDA twin of :func:`nearest_code` (same result): a grid cell gives a lower bound of the answer, then
-    two midpoint steps without branches reach it; else an 8-step binary search over the midpoints."""
+    two midpoint steps without branches reach it."""
     if x != x:
         return 0
-    if start[2 * GRID] == 1:
-        fine = abs(x) < FINE
-        f = (x + FINE) * FINE_SCALE if fine else (x + ONE) * GRID_SCALE
-        k = min(max(int(max(f, ZERO_F)), 0), GRID - 1)
-        c = int(start[k + GRID if fine else k])
-        m = mids[c]
-        c += int(x > m) | (int(x == m) & (c & 1))
-        m = mids[c]
-        c += int(x > m) | (int(x == m) & (c & 1))
-        return c
-    return _binary_search(x, mids)
+    fine = abs(x) < FINE
+    f = (x + FINE) * FINE_SCALE if fine else (x + ONE) * GRID_SCALE
+    k = min(max(int(max(f, ZERO_F)), 0), GRID - 1)
+    c = int(start[k + GRID if fine else k])
+    m = mids[c]
+    c += int(x > m) | (int(x == m) & (c & 1))
+    m = mids[c]
+    c += int(x > m) | (int(x == m) & (c & 1))
+    return c
+
+
+@table_math(device=_nearest_code_grid)
+def nearest_code(x, mids, start):
+    """Index of the entry nearest to the float32 ``x`` of the ascending 256-entry table whose
+    :func:`search_tables` are ``(mids, start)``, where :func:`fast_search` holds: ties (``x`` exactly on a
+    midpoint) go to the even index; below the first midpoint (and NaN) → 0, above the last → 255
+    (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
+
+    The bucket of ``x``'s bits (sign, exponent, 8 mantissa bits) gives a lower bound of the answer, then
+    one midpoint step reaches it. No branch: the loops calling it stay free of reference counting."""
+    x = x if x == x else NEG_INF                      # NaN → code 0, as -inf
+    c = start[_float_bits(x) >> KEY_SHIFT]
+    m = mids[c]
+    return c + (int(x > m) | (int(x == m) & (c & 1)))
 
 
 @table_math
-def _binary_search(x, mids):
-    """Nearest code of ``x`` (not NaN): 8 steps of binary search over the 255 midpoints, ties to even."""
+def nearest_code_slow(x, mids):
+    """:func:`nearest_code` of any ascending table: 8 steps of binary search over the 255 midpoints."""
+    if x != x:
+        return 0
     c = 0
     for step in (128, 64, 32, 16, 8, 4, 2, 1):
         c += step * int(mids[c + step - 1] < x)
     return c + (int(x == mids[c]) & (c & 1))
 
 
-@table_math(device=_nearest_code_grid)
-def nearest_code(x, mids, start):
-    """Index of the entry nearest to the float32 ``x`` of the ascending 256-entry table whose
-    :func:`search_tables` are ``(mids, start)``: ties (``x`` exactly on a midpoint) go to the even index;
-    below the first midpoint (and NaN) → 0, above the last → 255 (bitsandbytes' CUDA ``dQuantize`` /
-    ``quantize_2D``).
-
-    The bucket of ``x``'s bits (sign, exponent, 8 mantissa bits) gives a lower bound of the answer, then
-    one midpoint step without branches reaches it; for a table where one step may not suffice, an 8-step
-    binary search. No branch, no loop of data-dependent length: the loops that call it are vectorised."""
-    x = x if x == x else NEG_INF                      # NaN → code 0, as -inf
-    if start[KEYS] == 1:
-        c = start[_float_bits(x) >> KEY_SHIFT]
-        m = mids[c]
-        return c + (int(x > m) | (int(x == m) & (c & 1)))
-    return _binary_search(x, mids)
+@table_math
+def fast_search(start):
+    """Whether :func:`nearest_code` serves the table whose start table is ``start`` (else
+    :func:`nearest_code_slow`): callers choose once per block, outside their loops."""
+    return start[start.shape[0] - 1] == 1
 
 
 @block_elementwise
@@ -345,8 +359,12 @@ def _quantize_block(b, codes, absmax, a, mids, start_code, size, blocksize):
             top = m
     absmax[b] = top
     r = ONE / top
-    for i in range(start, stop):
-        codes[i] = nearest_code(a[i] * r, mids, start_code)
+    if fast_search(start_code):
+        for i in range(start, stop):
+            codes[i] = nearest_code(a[i] * r, mids, start_code)
+    else:
+        for i in range(start, stop):
+            codes[i] = nearest_code_slow(a[i] * r, mids)
 
 
 @block_elementwise
