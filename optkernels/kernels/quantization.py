@@ -16,12 +16,11 @@ from typing import Any, Callable
 
 import numba
 import numpy as np
-from llvmlite import ir as llvm_ir
-from numba.extending import intrinsic
 
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
+from ._lowp import f32_bits
 from ._threading import for_this_process, parallel_launch
 
 _F32 = np.float32
@@ -276,18 +275,6 @@ def search_tables(code: Any, device: str) -> tuple[Any, Any]:
     return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
 
 
-@intrinsic
-def _float_bits(typingctx, x):
-    """The IEEE bits of a float32 as a uint32 (an LLVM bitcast)."""
-    if x != numba.types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], llvm_ir.IntType(32))
-
-    return numba.types.uint32(x), codegen
-
-
 def _sign_bit_copysign(x):
     return math.copysign(1.0, x) < 0.0
 
@@ -295,7 +282,7 @@ def _sign_bit_copysign(x):
 @table_math(device=_sign_bit_copysign)
 def sign_bit(x):
     """Whether the float32 ``x`` has its sign bit set (-0.0 and negative NaNs included)."""
-    return (_float_bits(x) >> 31) == 1
+    return (f32_bits(x) >> 31) == 1
 
 
 def _nearest_code_grid(x, mids, start):
@@ -324,7 +311,7 @@ def nearest_code(x, mids, start):
     The bucket of ``x``'s bits (sign, exponent, 8 mantissa bits) gives a lower bound of the answer, then
     one midpoint step reaches it. No branch: the loops calling it stay free of reference counting."""
     x = x if x == x else NEG_INF                      # NaN → code 0, as -inf
-    c = start[_float_bits(x) >> KEY_SHIFT]
+    c = start[f32_bits(x) >> KEY_SHIFT]
     m = mids[c]
     return c + (int(x > m) | (int(x == m) & (c & 1)))
 
