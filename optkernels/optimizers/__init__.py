@@ -39,6 +39,7 @@ from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
 from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
 from .rowwise_adagrad import RowWiseAdagrad
+from .any_precision import AnyPrecisionAdamW
 
 __all__ = [
     "AdaFactor",
@@ -73,4 +74,5 @@ __all__ = [
     "RMSprop8bit",
     "Adagrad8bit",
     "RowWiseAdagrad",
+    "AnyPrecisionAdamW",
 ]
