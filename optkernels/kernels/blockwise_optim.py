@@ -79,23 +79,27 @@ def _rule(algo, p, g, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, a
 
 
 @table_math
-def _sign_fixed(c, s, code, signed):
-    """Code ``c`` of ``s``, moved one step where ``signed`` and its sign differs from ``s``'s (bitsandbytes'
-    state-1 sign fix; uint8 wrap-around). Without branches (see :func:`.quantization.nearest_code`)."""
-    fix = int(signed) & int(sign_bit(code[c]) != sign_bit(s))
+def _sign_fixed(c, s, code):
+    """Code ``c`` of ``s``, moved one step where its sign differs from ``s``'s (bitsandbytes' state-1 sign
+    fix; uint8 wrap-around). Without branches (see :func:`.quantization.nearest_code`)."""
+    fix = int(sign_bit(code[c]) != sign_bit(s))
     return (c + fix * (2 * int(s > ZERO) - 1)) & 255
 
 
 @table_math
 def _requantize(out, s, x, count, code, mids, start, signed):
     """``out[k]`` = the code of ``s[k]`` whose quotient by the block's maximum is ``x[k]``, for k < count:
-    the nearest code of ``x[k]`` (sign-fixed where ``signed``)."""
+    the nearest code of ``x[k]``, sign-fixed where ``signed`` (in a loop of its own: the search's loop is
+    vectorised)."""
     if fast_search(start):
         for k in range(count):
-            out[k] = _sign_fixed(nearest_code(x[k], mids, start), s[k], code, signed)
+            out[k] = nearest_code(x[k], mids, start)
     else:
         for k in range(count):
-            out[k] = _sign_fixed(nearest_code_slow(x[k], mids), s[k], code, signed)
+            out[k] = nearest_code_slow(x[k], mids)
+    if signed:
+        for k in range(count):
+            out[k] = _sign_fixed(int(out[k]), s[k], code)
 
 
 @table_math
