@@ -1,12 +1,14 @@
 """Reference of the low-bit optimizer state (LOWBIT.md): bitsandbytes' dynamic map, blockwise quantization,
-the 8-bit blockwise optimizer step and its 32-bit twin, and FBGEMM's row-wise Adagrad.
+the 8-bit blockwise optimizer step and its 32-bit twin, FBGEMM's row-wise Adagrad and torchdistx's
+Kahan-compensated ``AnyPrecisionAdamW``.
 
 Unlike the rest of :mod:`optkernels.reference`, the quantized step is computed in NumPy **float32**, in the
 association order of LOWBIT.md §3: its contract is the float32 arithmetic of bitsandbytes' kernels (which
 code a state gets depends on its float32 value), so a float64 computation could not check codes and absmax
 bit for bit. It is written independently of the kernels: whole-array NumPy operations, the nearest code by
 ``np.searchsorted`` over the float32 midpoints, the dynamic map by the scalar recipe of LOWBIT.md §1.1.
-Row-wise Adagrad is float64, as the rest of the reference. Functions are pure: they return new arrays.
+Row-wise Adagrad is float64, as the rest of the reference; so is ``AnyPrecisionAdamW``'s step (each
+operation rounded to its output's dtype). Functions are pure: they return new arrays.
 """
 from __future__ import annotations
 
