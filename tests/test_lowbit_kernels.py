@@ -285,16 +285,42 @@ def test_errors_leave_every_array_unchanged(change, error, match):
         assert np.array_equal(x, y)
 
 
-def test_a_map_too_dense_for_the_grid_takes_the_binary_search():
-    from optkernels.kernels.quantization import search_tables
+def test_a_map_too_dense_for_the_start_tables_takes_the_binary_search():
+    from optkernels.kernels.quantization import _build_search_tables, search_tables
 
-    code = np.unique(np.concatenate([np.linspace(-1e-6, 1e-6, 200), np.linspace(-1, 1, 56)]).astype(f32))
+    # Dense near 0 (too dense for the CUDA grids) and near 0.5 (several midpoints per CPU bucket).
+    code = np.unique(np.concatenate([np.linspace(-1e-6, 1e-6, 100), np.linspace(0.5, 0.5005, 100),
+                                     np.linspace(-1, 1, 56)]).astype(f32))
     assert code.size == 256
-    assert search_tables(code, "cpu")[1][-1] == 0            # the grids cannot bound the walk here
+    assert search_tables(code, "cpu")[1][-1] == 0            # the CPU buckets cannot bound the walk here
+    assert _build_search_tables(code)[1][-1] == 0            # nor can the CUDA grids
     rng = np.random.default_rng(2)
-    a = np.concatenate([rng.uniform(-2e-6, 2e-6, 300), rng.uniform(-1, 1, 200),
+    a = np.concatenate([rng.uniform(-2e-6, 2e-6, 300), rng.uniform(-1, 1, 200), rng.uniform(0.499, 0.501, 200),
                         (code[:-1] + code[1:]) * f32(0.5), [f32(1)]]).astype(f32)
     codes, absmax = quantize_blockwise(a, code=code, blocksize=64)
     rc, ra = ref.quantize_blockwise(a, code=code, blocksize=64)
     assert np.array_equal(codes, rc) and np.array_equal(absmax, ra)
-    assert search_tables(dynamic_map(True), "cpu")[1][-1] == 1 and search_tables(dynamic_map(False), "cpu")[1][-1] == 1
+    for signed in (True, False):
+        assert search_tables(dynamic_map(signed), "cpu")[1][-1] == 1
+        assert _build_search_tables(dynamic_map(signed))[1][-1] == 1
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_nearest_code_at_both_ends_of_every_cpu_bucket(signed):
+    # The CPU search starts from the bucket of x's bits (>> 15): its first and last float32 of every
+    # bucket (both signs, zeros, subnormals, values above 1, infinities), NaN and every midpoint.
+    from optkernels.kernels.quantization import KEY_SHIFT, nearest_code, search_tables
+
+    @numba.njit
+    def nearest_all(x, mids, start, out):
+        for i in range(x.size):
+            out[i] = nearest_code(x[i], mids, start)
+
+    low = np.arange(1 << (32 - KEY_SHIFT), dtype=np.uint32) << KEY_SHIFT
+    x = np.concatenate([low.view(f32), (low | ((1 << KEY_SHIFT) - 1)).view(f32), _bits([0x7F800000, 0xFF800000])])
+    code = dynamic_map(signed)
+    mids = (code[:-1] + code[1:]) * f32(0.5)
+    x = np.concatenate([x, mids, np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2))])
+    out = np.zeros(x.size, np.uint8)
+    nearest_all(x, *search_tables(code, "cpu"), out)
+    assert np.array_equal(out, ref._nearest(x, code))

@@ -189,3 +189,60 @@ def test_bfloat16_parameters_with_stochastic_rounding():
     assert ((got == lo) | (got == hi)).all()                 # one of the two neighbours of the float32 result
     assert (got != nearest.astype(f32)).any()                # and not always the nearest one
     assert np.array_equal(half.state[0]["state1"], wide.state[0]["state1"])
+
+
+# ------------------------------------------------------------------ AnyPrecisionAdamW (LOWBIT.md §9.3)
+
+bf16 = ml_dtypes.bfloat16
+
+
+@pytest.mark.parametrize("kahan,param_dtype,moment_dtype,wd", [
+    (True, bf16, np.float32, 0.01), (False, bf16, np.float32, 0.0), (True, np.float32, bf16, 0.0)])
+def test_any_precision_adamw_matches_the_float64_reference(kahan, param_dtype, moment_dtype, wd):
+    rng = np.random.default_rng(3)
+    p = rng.standard_normal(300).astype(param_dtype)
+    opt = O.AnyPrecisionAdamW([p], lr=3e-3, weight_decay=wd, use_kahan_summation=kahan,
+                              momentum_dtype=moment_dtype)
+    want = (p.copy(), np.zeros(300, moment_dtype), np.zeros(300, bf16), np.zeros(300, bf16) if kahan else None)
+    for t in range(1, 31):
+        g = (rng.standard_normal(300) * 0.1).astype(param_dtype)
+        opt.step([g])
+        want = ref.any_precision_adamw(want[0], want[1], want[2], g, t, want[3], lr=3e-3, weight_decay=wd)
+        state = opt.state[0]
+        got = (p, state["exp_avg"], state["exp_avg_sq"], state.get("compensation"))
+        for name, a, b in zip(("p", "exp_avg", "exp_avg_sq", "compensation"), got, want):
+            if b is not None:
+                assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{name} {t}"
+    assert state["step"] == 30 and ("compensation" in state) == kahan
+
+
+def test_kahan_keeps_the_updates_bfloat16_rounding_swallows():
+    # A constant gradient: every update is about -lr, far below half an ulp of 1.0 in bfloat16 (2**-8):
+    # the plain bfloat16 parameter never moves; the compensated ones follow the sum of the same updates
+    # taken by a float32 parameter (the updates do not depend on the parameter without weight decay):
+    # closely with a float32 compensation buffer, within the buffer's own rounding with a bfloat16 one.
+    plain, k16, k32, wide = np.ones(4, bf16), np.ones(4, bf16), np.ones(4, bf16), np.ones(4, f32)
+    opts = [O.AnyPrecisionAdamW([plain], lr=1e-4), O.AnyPrecisionAdamW([k16], lr=1e-4, use_kahan_summation=True),
+            O.AnyPrecisionAdamW([k32], lr=1e-4, use_kahan_summation=True, compensation_buffer_dtype=f32),
+            O.AnyPrecisionAdamW([wide], lr=1e-4)]
+    for _ in range(200):
+        for opt, x in zip(opts, (plain, k16, k32, wide)):
+            opt.step([np.ones(4, x.dtype)])
+    assert np.all(plain == 1) and np.all(wide < 1 - 150 * 1e-4)
+    for x, opt, tol in ((k16, opts[1], 1e-4), (k32, opts[2], 1e-5)):     # float32 sum: 200 roundings
+        assert np.all(np.abs(x.astype(np.float64) - wide) <= 2 ** -8)      # within bfloat16's rounding
+        total = x.astype(np.float64) + opt.state[0]["compensation"].astype(np.float64)
+        assert np.all(np.abs(total - wide) < tol)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(use_kahan_summation=1), TypeError, "use_kahan_summation"),
+    (dict(momentum_dtype=np.float16), ValueError, "momentum_dtype"),
+    (dict(betas=(0.9, 1.0)), ValueError, "betas"),
+    (dict(lr=-1.0), ValueError, "lr"),
+])
+def test_any_precision_adamw_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        O.AnyPrecisionAdamW([np.zeros(3, bf16)], **kwargs)
+    with pytest.raises(TypeError, match="params"):
+        O.AnyPrecisionAdamW([np.zeros(3, np.float16)])

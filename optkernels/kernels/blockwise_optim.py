@@ -19,8 +19,8 @@ from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import ZERO, elementwise, scalar_math
 from ._upcast import via_float32
-from .quantization import (NEG_MAX, check_code, nearest_code, scratch_block_elementwise, search_tables,
-                           table_math)
+from .quantization import (NEG_MAX, check_code, fast_search, nearest_code, nearest_code_slow,
+                           scratch_block_elementwise, search_tables, sign_bit, table_math)
 
 BLOCK = 256
 """Elements per quantization block of the 8-bit optimizers (bitsandbytes >= 0.44)."""
@@ -79,18 +79,54 @@ def _rule(algo, p, g, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, a
 
 
 @table_math
-def _signed_code(s, top, code, mids, start):
-    """State-1 code of ``s`` in a block of maximum ``top``: the nearest code of ``s/top``, then moved one
-    step where its sign differs from ``s``'s (bitsandbytes' sign fix; uint8 wrap-around)."""
-    c = nearest_code(s / top, mids, start)
-    if (math.copysign(1.0, code[c]) < 0.0) != (math.copysign(1.0, s) < 0.0):
-        c = (c + 1) & 255 if s > ZERO else (c - 1) & 255
-    return c
+def _sign_fixed(c, s, code):
+    """Code ``c`` of ``s``, moved one step where its sign differs from ``s``'s (bitsandbytes' state-1 sign
+    fix; uint8 wrap-around). Without branches (see :func:`.quantization.nearest_code`)."""
+    fix = int(sign_bit(code[c]) != sign_bit(s))
+    return (c + fix * (2 * int(s > ZERO) - 1)) & 255
 
 
-@scratch_block_elementwise
-def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, algo, first,
-                 decayed, hyper, scratch, base):
+@table_math
+def _requantize(out, s, x, count, code, mids, start, signed):
+    """``out[k]`` = the code of ``s[k]`` whose quotient by the block's maximum is ``x[k]``, for k < count:
+    the nearest code of ``x[k]``, sign-fixed where ``signed`` (in a loop of its own: the search's loop is
+    vectorised)."""
+    if fast_search(start):
+        for k in range(count):
+            out[k] = nearest_code(x[k], mids, start)
+    else:
+        for k in range(count):
+            out[k] = nearest_code_slow(x[k], mids)
+    if signed:
+        for k in range(count):
+            out[k] = _sign_fixed(int(out[k]), s[k], code)
+
+
+@table_math
+def _abs_max(x, count, top):
+    """``max(top, |x[0]|, ..., |x[count-1]|)`` with NaN left out (``fmaxf`` from ``top``), in four
+    independent chains (the same value: the maximum of a set)."""
+    t0, t1, t2, t3 = top, top, top, top
+    k = 0
+    while k + 4 <= count:
+        a0, a1, a2, a3 = abs(x[k]), abs(x[k + 1]), abs(x[k + 2]), abs(x[k + 3])
+        t0 = a0 if a0 > t0 else t0
+        t1 = a1 if a1 > t1 else t1
+        t2 = a2 if a2 > t2 else t2
+        t3 = a3 if a3 > t3 else t3
+        k += 4
+    while k < count:
+        a0 = abs(x[k])
+        t0 = a0 if a0 > t0 else t0
+        k += 1
+    t0 = t1 if t1 > t0 else t0
+    t2 = t3 if t3 > t2 else t2
+    return t2 if t2 > t0 else t0
+
+
+@table_math
+def _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
+                decayed, hyper, scratch, base):
     # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax); hyper: the
     # float32 scalars of step_scalars (an array: a call of more than 30 arguments could not be inlined);
     # scratch[base:base + 1024] (the driver's): the block's new p, m1, m2, v between the passes.
@@ -101,25 +137,30 @@ def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, 
     two = algo <= ADEMAMIX
     start = b * 256
     stop = min(start + 256, size)
+    count = stop - start
+    # The block's own views: loops over distinct views, one job each, are vectorised where they have no
+    # table lookup (the rule); the lookups (dequantize, nearest code) run in loops of their own.
+    pb, gb, cb1, cb2, cb3 = p[start:stop], g[start:stop], c1[start:stop], c2[start:stop], c3[start:stop]
+    sx, sm1, sm2, sv = scratch[base:base + 256], scratch[base + 256:base + 512], \
+        scratch[base + 512:base + 768], scratch[base + 768:base + 1024]
     o1 = a1[b]
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
-    # Simple loops, one job each, so that the compiler can vectorise them (the codes are gathered from
-    # the maps, the maxima taken apart: a float maximum that ignores NaN cannot be vectorised).
-    for i in range(start, stop):
-        k = i - start
-        m1, m2, v = q1[c1[i]] * o1, ZERO, ZERO
-        if two:
-            v = q2[c2[i]] * o2
-        if algo == ADEMAMIX:
-            m2 = q1[c3[i]] * o3
-        x, m1, m2, v = _rule(algo, p[i], g[i], m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
-                             lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False, True)
-        scratch[base + k] = x
-        scratch[base + 256 + k] = m1
-        scratch[base + 512 + k] = m2
-        scratch[base + 768 + k] = v
-    count = stop - start
+    for k in range(count):
+        sm1[k] = q1[cb1[k]] * o1
+    if two:
+        for k in range(count):
+            sv[k] = q2[cb2[k]] * o2
+    if algo == ADEMAMIX:
+        for k in range(count):
+            sm2[k] = q1[cb3[k]] * o3
+    for k in range(count):
+        x, m1, m2, v = _rule(algo, pb[k], gb[k], sm1[k], sm2[k], sv[k], first, decayed, b1, b2, b3, omb1, omb2,
+                             omb3, alpha, lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False, True)
+        sx[k] = x
+        sm1[k] = m1
+        sm2[k] = m2
+        sv[k] = v
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:         # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
         _, top1, top3, top2 = _rule(algo, ZERO, ZERO, q1[128] * o1, q1[128] * o3, q2[0] * o2, first, decayed,
@@ -128,28 +169,38 @@ def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, 
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX        # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
-    for k in range(count):
-        if abs(scratch[base + 256 + k]) > top1:
-            top1 = abs(scratch[base + 256 + k])
+    top1 = _abs_max(sm1, count, top1)
     a1[b] = top1
     for k in range(count):
-        p[start + k] = scratch[base + k]
-    for k in range(count):
-        c1[start + k] = _signed_code(scratch[base + 256 + k], top1, q1, mids1, start1)
+        pb[k] = sx[k]
+    for k in range(count):          # the quotients apart: a vectorised division
+        sx[k] = sm1[k] / top1
+    _requantize(cb1, sm1, sx, count, q1, mids1, start1, True)
     if two:
-        for k in range(count):
-            if abs(scratch[base + 768 + k]) > top2:
-                top2 = abs(scratch[base + 768 + k])
+        top2 = _abs_max(sv, count, top2)
         a2[b] = top2
         for k in range(count):
-            c2[start + k] = nearest_code(scratch[base + 768 + k] / top2, mids2, start2)
+            sx[k] = sv[k] / top2
+        _requantize(cb2, sv, sx, count, q2, mids2, start2, False)
     if algo == ADEMAMIX:
-        for k in range(count):
-            if abs(scratch[base + 512 + k]) > top3:
-                top3 = abs(scratch[base + 512 + k])
+        top3 = _abs_max(sm2, count, top3)
         a3[b] = top3
         for k in range(count):
-            c3[start + k] = _signed_code(scratch[base + 512 + k], top3, q1, mids1, start1)
+            sx[k] = sm2[k] / top3
+        _requantize(cb3, sm2, sx, count, q1, mids1, start1, True)
+
+
+@scratch_block_elementwise
+def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, algo, first,
+                 decayed, hyper, scratch, base):
+    # One block per algorithm's own copy of the block's loops (the algorithm a constant there, so that
+    # its branches fold away and the loops vectorise).
+    if algo == ADAM:
+        _block_8bit(ADAM, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
+                    decayed, hyper, scratch, base)
+    else:
+        _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
+                    decayed, hyper, scratch, base)
 
 
 @elementwise

@@ -20,6 +20,7 @@ import numpy as np
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
+from ._lowp import f32_bits
 from ._threading import for_this_process, parallel_launch
 
 _F32 = np.float32
@@ -74,13 +75,16 @@ def dynamic_map(signed: bool = True) -> np.ndarray:
     return _dynamic_map(bool(signed)).copy()
 
 
-def table_math(py_func: Callable) -> Callable:
+def table_math(py_func: Callable | None = None, *, device: Callable | None = None) -> Callable:
     """Decorator: a helper taking arrays (a code table) shared by CPU loops and CUDA kernels. Compiled with
     ``numba.njit(inline="always")`` for the CPU; a :class:`BlockElementwise` kernel gets a CUDA device
     function of the same Python function instead (the CUDA simulator cannot pass its arrays to an njit
-    function)."""
+    function), or of ``device`` where given (a twin giving the same results by other means)."""
+    if py_func is None:
+        return functools.partial(table_math, device=device)
     dispatcher = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     dispatcher.table_math = True
+    dispatcher.device_py_func = device if device is not None else py_func
     return dispatcher
 
 
@@ -92,7 +96,7 @@ def _device_version(func: Callable) -> Callable:
     for name in func.__code__.co_names:
         helper = names.get(name)
         if getattr(helper, "table_math", False):
-            names[name] = cuda.jit(device=True)(_device_version(helper.py_func))
+            names[name] = cuda.jit(device=True)(_device_version(helper.device_py_func))
     return types.FunctionType(func.__code__, names, func.__name__, func.__defaults__, func.__closure__)
 
 
@@ -195,13 +199,22 @@ def scratch_block_elementwise(py_func: Callable) -> ScratchBlockElementwise:
 
 
 GRID = 65536
-"""Cells of each of the two uniform grids that start the nearest-code search (:func:`search_tables`)."""
+"""Cells of each of the two uniform grids that start the CUDA nearest-code search (:func:`search_tables`)."""
 GRID_SCALE = np.float32(GRID // 2)
 FINE = np.float32(2.0 ** -7)
 """Values with ``|x| < FINE`` use the fine grid over ``[-FINE, FINE]`` (the maps are dense near 0)."""
 FINE_SCALE = np.float32(GRID // 2 * 2 ** 7)
 STEPS = 2
 """Midpoint steps after the grid's lower bound: enough for bitsandbytes' maps (checked per table)."""
+KEY_SHIFT = 15
+"""The CPU search's bucket of a float32 ``x`` is ``bits(x) >> KEY_SHIFT``: sign, exponent and the top 8
+bits of the mantissa (buckets 2^-8 wide relative to their values, finer than the maps' spacing)."""
+KEYS = 1 << (32 - KEY_SHIFT)
+NEG_INF = np.float32(-np.inf)
+
+
+def _search_flag(steps: int, bound: int) -> np.ndarray:
+    return np.array([1 if steps <= bound else 0], np.uint8)      # 0: the start cannot bound the walk
 
 
 def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,57 +232,106 @@ def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             steps = steps[(below <= -float(FINE) + cell) | (above >= float(FINE) - cell)]
         walk = max(walk, int(steps.max()))
         starts.append(start.astype(np.uint8))
-    flag = np.array([1 if walk <= STEPS else 0], np.uint8)       # 0: the grids cannot bound the walk
-    return np.append(mids, np.float32(np.nan)), np.concatenate(starts + [flag])
+    return np.append(mids, np.float32(np.nan)), np.concatenate(starts + [_search_flag(walk, STEPS)])
+
+
+def _build_key_table(mids: np.ndarray) -> np.ndarray:
+    """The CPU start table: per bucket ``key`` of :data:`KEY_SHIFT`, the number of midpoints below every
+    non-NaN float32 of the bucket; last, 1 if one midpoint step from there always reaches the answer."""
+    keys = np.arange(KEYS, dtype=np.uint32)
+    low = (keys << KEY_SHIFT) & 0x7FFFFFFF                         # the bucket's magnitudes, NaN left out
+    high = np.minimum(low | ((1 << KEY_SHIFT) - 1), 0x7F800000)
+    real = low <= 0x7F800000
+    sign = np.where(keys >= KEYS // 2, -1.0, 1.0)
+    ends = [sign * np.where(real, m, 0).astype(np.uint32).view(np.float32).astype(np.float64) for m in (low, high)]
+    smallest, largest = np.minimum(*ends), np.maximum(*ends)
+    wide = mids[:-1].astype(np.float64)
+    start = np.searchsorted(wide, smallest, side="left")
+    steps = np.where(real, np.searchsorted(wide, largest, side="right") - start, 0)
+    return np.concatenate([start.astype(np.int32), _search_flag(int(steps.max()), 1).astype(np.int32)])
 
 
 @functools.lru_cache(maxsize=16)
 def _host_search_tables(code_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
-    return _build_search_tables(np.frombuffer(code_bytes, np.float32))
+    mids, _ = _build_search_tables(np.frombuffer(code_bytes, np.float32))
+    return mids, _build_key_table(mids)
 
 
 @functools.lru_cache(maxsize=16)
 def _device_search_tables(code_bytes: bytes) -> tuple[Any, Any]:
     cuda = _cuda.module()
-    return tuple(cuda.to_device(t) for t in _host_search_tables(code_bytes))
+    return tuple(cuda.to_device(t) for t in _build_search_tables(np.frombuffer(code_bytes, np.float32)))
 
 
 def search_tables(code: Any, device: str) -> tuple[Any, Any]:
     """``(mids, start)`` of the table ``code`` for :func:`nearest_code` on ``device`` (cached per table):
-    ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255); ``start``: for each cell k of the coarse
-    grid over [-1, 1], then of the fine grid over [-2^-7, 2^-7], the number of midpoints below the start of
-    cell k − 1 (a lower bound of the nearest code of any value in cell k); last, 1 if :data:`STEPS`
-    midpoint steps from there always reach the answer (true of bitsandbytes' maps), else 0."""
+    ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255) and the start table of the search, a lower
+    bound of the nearest code per bucket of values. On the CPU (int32) per bucket ``bits(x) >> 15`` of the
+    float32 ``x``; on CUDA (uint8) per cell k of the coarse grid over [-1, 1], then of the fine grid over
+    [-2^-7, 2^-7] (the midpoints below the start of cell k − 1). Last, 1 if one (CPU) or :data:`STEPS`
+    (CUDA) midpoint steps from the start always reach the answer (true of bitsandbytes' maps), else 0."""
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     key = host.tobytes()
     return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
 
 
-@table_math
-def nearest_code(x, mids, start):
-    """Index of the entry nearest to ``x`` of the ascending 256-entry table whose :func:`search_tables`
-    are ``(mids, start)``: ties (``x`` exactly on a midpoint) go to the even index; below the first
-    midpoint (and NaN) → 0, above the last → 255 (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
+def _sign_bit_copysign(x):
+    return math.copysign(1.0, x) < 0.0
 
-    A grid cell gives a lower bound of the answer, then two midpoint steps without branches reach it; for
-    a table where two steps may not suffice, an 8-step binary search over the midpoints. No loop of
-    data-dependent length, so the loops that call it can be vectorised."""
+
+@table_math(device=_sign_bit_copysign)
+def sign_bit(x):
+    """Whether the float32 ``x`` has its sign bit set (-0.0 and negative NaNs included)."""
+    return (f32_bits(x) >> 31) == 1
+
+
+def _nearest_code_grid(x, mids, start):
+    """CUDA twin of :func:`nearest_code` (same result): a grid cell gives a lower bound of the answer, then
+    two midpoint steps without branches reach it."""
     if x != x:
         return 0
-    if start[2 * GRID] == 1:
-        fine = abs(x) < FINE
-        f = (x + FINE) * FINE_SCALE if fine else (x + ONE) * GRID_SCALE
-        k = min(max(int(max(f, ZERO_F)), 0), GRID - 1)
-        c = int(start[k + GRID if fine else k])
-        m = mids[c]
-        c += int(x > m) | (int(x == m) & (c & 1))
-        m = mids[c]
-        c += int(x > m) | (int(x == m) & (c & 1))
-        return c
+    fine = abs(x) < FINE
+    f = (x + FINE) * FINE_SCALE if fine else (x + ONE) * GRID_SCALE
+    k = min(max(int(max(f, ZERO_F)), 0), GRID - 1)
+    c = int(start[k + GRID if fine else k])
+    m = mids[c]
+    c += int(x > m) | (int(x == m) & (c & 1))
+    m = mids[c]
+    c += int(x > m) | (int(x == m) & (c & 1))
+    return c
+
+
+@table_math(device=_nearest_code_grid)
+def nearest_code(x, mids, start):
+    """Index of the entry nearest to the float32 ``x`` of the ascending 256-entry table whose
+    :func:`search_tables` are ``(mids, start)``, where :func:`fast_search` holds: ties (``x`` exactly on a
+    midpoint) go to the even index; below the first midpoint (and NaN) → 0, above the last → 255
+    (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
+
+    The bucket of ``x``'s bits (sign, exponent, 8 mantissa bits) gives a lower bound of the answer, then
+    one midpoint step reaches it. No branch: the loops calling it stay free of reference counting."""
+    x = x if x == x else NEG_INF                      # NaN → code 0, as -inf
+    c = start[f32_bits(x) >> KEY_SHIFT]
+    m = mids[c]
+    return c + (int(x > m) | (int(x == m) & (c & 1)))
+
+
+@table_math
+def nearest_code_slow(x, mids):
+    """:func:`nearest_code` of any ascending table: 8 steps of binary search over the 255 midpoints."""
+    if x != x:
+        return 0
     c = 0
     for step in (128, 64, 32, 16, 8, 4, 2, 1):
         c += step * int(mids[c + step - 1] < x)
     return c + (int(x == mids[c]) & (c & 1))
+
+
+@table_math
+def fast_search(start):
+    """Whether :func:`nearest_code` serves the table whose start table is ``start`` (else
+    :func:`nearest_code_slow`): callers choose once per block, outside their loops."""
+    return start[start.shape[0] - 1] == 1
 
 
 @block_elementwise
@@ -284,8 +346,12 @@ def _quantize_block(b, codes, absmax, a, mids, start_code, size, blocksize):
             top = m
     absmax[b] = top
     r = ONE / top
-    for i in range(start, stop):
-        codes[i] = nearest_code(a[i] * r, mids, start_code)
+    if fast_search(start_code):
+        for i in range(start, stop):
+            codes[i] = nearest_code(a[i] * r, mids, start_code)
+    else:
+        for i in range(start, stop):
+            codes[i] = nearest_code_slow(a[i] * r, mids)
 
 
 @block_elementwise

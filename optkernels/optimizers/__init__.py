@@ -46,6 +46,7 @@ from .rowwise_adagrad import RowWiseAdagrad
 from .torch_adafactor import TorchAdafactor
 from .muon import Muon, MuonWithAdamW
 from .schedule_free import AdamWScheduleFree, SGDScheduleFree
+from .any_precision import AnyPrecisionAdamW
 
 __all__ = [
     "AdaFactor",
@@ -93,4 +94,5 @@ __all__ = [
     "MuonWithAdamW",
     "AdamWScheduleFree",
     "SGDScheduleFree",
+    "AnyPrecisionAdamW",
 ]

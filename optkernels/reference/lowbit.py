@@ -1,12 +1,14 @@
 """Reference of the low-bit optimizer state (LOWBIT.md): bitsandbytes' dynamic map, blockwise quantization,
-the 8-bit blockwise optimizer step and its 32-bit twin, and FBGEMM's row-wise Adagrad.
+the 8-bit blockwise optimizer step and its 32-bit twin, FBGEMM's row-wise Adagrad and torchdistx's
+Kahan-compensated ``AnyPrecisionAdamW``.
 
 Unlike the rest of :mod:`optkernels.reference`, the quantized step is computed in NumPy **float32**, in the
 association order of LOWBIT.md §3: its contract is the float32 arithmetic of bitsandbytes' kernels (which
 code a state gets depends on its float32 value), so a float64 computation could not check codes and absmax
 bit for bit. It is written independently of the kernels: whole-array NumPy operations, the nearest code by
 ``np.searchsorted`` over the float32 midpoints, the dynamic map by the scalar recipe of LOWBIT.md §1.1.
-Row-wise Adagrad is float64, as the rest of the reference. Functions are pure: they return new arrays.
+Row-wise Adagrad is float64, as the rest of the reference; so is ``AnyPrecisionAdamW``'s step (each
+operation rounded to its output's dtype). Functions are pure: they return new arrays.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from ._common import as_array, ieee
 from .sparse import merge_duplicates
 
 __all__ = ["dynamic_map", "quantize_blockwise", "dequantize_blockwise", "optimizer_update_8bit_blockwise",
-           "optimizer_update_32bit", "rowwise_adagrad"]
+           "optimizer_update_32bit", "rowwise_adagrad", "any_precision_adamw"]
 
 f32 = np.float32
 _BLOCK = 256
@@ -221,3 +223,52 @@ def rowwise_adagrad(var: Any, momentum: Any, grad: Any, indices: Any = None, *, 
                 new = new * (max_norm / norm)
         w2[r] = new
     return w, h
+
+
+def _rounded(x: np.ndarray, dtype: Any) -> np.ndarray:
+    """A float64 result of one float32 operation (exact in float64, or within float64 rounding of +, −, ×,
+    ÷, √ of float32 operands: innocuous double rounding) stored in ``dtype``: rounded to float32, then to
+    ``dtype`` (the float32 math and storage of torch's bfloat16 CPU ops), back as float64."""
+    return np.asarray(x, np.float64).astype(f32).astype(dtype).astype(np.float64)
+
+
+def any_precision_adamw(p: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, step: int, compensation: Any = None, *,
+                        lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                        weight_decay: float = 0.0) -> tuple:
+    r"""One ``AnyPrecisionAdamW`` step (torchdistx; LOWBIT.md §9.3), each operation in float64 from its
+    float32 operands, rounded to float32 and then to its output array's dtype; ``compensation`` given:
+    Kahan-compensated update of ``p``. Scalars: ``1−β``, ``lr·wd``, ``step_size = lr/(1−β1^t)`` and
+    ``sqrt(1−β2^t)`` rounded to float32.
+
+    .. math::
+
+        p \leftarrow p(1-\mathrm{lr}\,\mathrm{wd}), \quad m \leftarrow m\beta_1 + (1-\beta_1)g, \quad
+        v \leftarrow v\beta_2 + ((1-\beta_2)g)g, \quad d = \sqrt{v}/\sqrt{1-\beta_2^t} + \epsilon, \quad
+        u = (-\mathrm{step\_size}\cdot m)/d
+
+    Kahan: :math:`c \leftarrow c + u`, :math:`p' = p + c`, :math:`c \leftarrow c + (p - p')`,
+    :math:`p \leftarrow p'`; plain: :math:`p \leftarrow p + u`. Returns new arrays ``(p, exp_avg,
+    exp_avg_sq, compensation)`` of the inputs' dtypes (compensation None without Kahan).
+    """
+    dt = [np.asarray(a).dtype for a in (p, exp_avg, exp_avg_sq)]
+    x, m, v = (np.asarray(a).astype(np.float64) for a in (p, exp_avg, exp_avg_sq))
+    g = np.asarray(grad).astype(f32).astype(np.float64)
+    s = {k: float(f32(val)) for k, val in (("lr", lr), ("b1", beta1), ("b2", beta2), ("eps", eps),
+                                           ("wd", weight_decay))}
+    one = np.float64(1.0)
+    omb1, omb2 = float(f32(one - s["b1"])), float(f32(one - s["b2"]))
+    if s["wd"]:
+        x = _rounded(x * float(f32(one - float(f32(s["lr"] * s["wd"])))), dt[0])
+    m = _rounded(_rounded(m * s["b1"], dt[1]) + _rounded(omb1 * g, f32), dt[1])
+    v = _rounded(_rounded(v * s["b2"], dt[2]) + _rounded(_rounded(omb2 * g, f32) * g, f32), dt[2])
+    step_size = float(f32(s["lr"] / float(f32(one - float(f32(s["b1"] ** step))))))
+    corr2 = float(f32(np.sqrt(float(f32(one - float(f32(s["b2"] ** step)))))))
+    d = _rounded(_rounded(_rounded(np.sqrt(v), dt[2]) / corr2, dt[2]) + s["eps"], dt[2])
+    u = _rounded(_rounded(-step_size * m, f32) / d, f32)
+    if compensation is None:
+        return _rounded(x + u, dt[0]).astype(dt[0]), m.astype(dt[1]), v.astype(dt[2]), None
+    dc = np.asarray(compensation).dtype
+    c = _rounded(np.asarray(compensation).astype(np.float64) + u, dc)
+    new = _rounded(x + c, dt[0])
+    c = _rounded(c + _rounded(x - new, dt[0]), dc)
+    return new.astype(dt[0]), m.astype(dt[1]), v.astype(dt[2]), c.astype(dc)

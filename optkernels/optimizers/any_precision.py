@@ -1,0 +1,163 @@
+"""``AnyPrecisionAdamW`` (torchdistx; LOWBIT.md §9.3): AdamW over bfloat16 (or float32) parameters and
+states with an optional Kahan-compensated parameter update, over NumPy arrays.
+
+Every operation computes in float32 and rounds to its output array's dtype, as torch's bfloat16 CPU ops do;
+with ``use_kahan_summation`` a compensation buffer keeps what the rounding of the parameter lost, so that
+small updates are not swallowed by bfloat16's 8-bit significand (the deterministic alternative to
+stochastic rounding).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .lowbit import ArrayOptimizer
+
+__all__ = ["AnyPrecisionAdamW"]
+
+_F32 = np.float32
+_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
+
+
+def _stored(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The float32 ``x`` rounded to ``dtype`` (to nearest even), as float32 again."""
+    return x if dtype == np.float32 else x.astype(dtype).astype(_F32)
+
+
+def _dtype_arg(name: str, value: Any) -> np.dtype:
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a dtype, got {value!r}") from None
+    if dtype not in _DTYPES:
+        raise ValueError(f"{name} must be float32 or bfloat16, got {dtype}")
+    return dtype
+
+
+def _float_arg(name: str, value: Any, low: float, high: float = float("inf")) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not low <= float(value) < high:
+        raise ValueError(f"{name} must be in [{low}, {high}), got {value}")
+    return float(value)
+
+
+class AnyPrecisionAdamW(ArrayOptimizer):
+    r"""AdamW with states and update in any precision, optionally Kahan-compensated
+    (``torchdistx.optimizers.AnyPrecisionAdamW``, same constructor).
+
+    Per step :math:`t`, each operation in float32 rounded to its output's dtype (:math:`p`: the parameter's
+    dtype; :math:`m`, :math:`v`, :math:`c`: ``momentum_dtype``, ``variance_dtype``,
+    ``compensation_buffer_dtype``):
+
+    .. math::
+
+        p \leftarrow p(1-\mathrm{lr}\cdot\mathrm{wd}) \ (\mathrm{wd} > 0), \quad
+        m \leftarrow m\beta_1 + (1-\beta_1)g, \quad v \leftarrow v\beta_2 + ((1-\beta_2)g)g,
+
+        d = \sqrt{v}/\sqrt{1-\beta_2^t} + \epsilon, \quad
+        u = \frac{-\mathrm{lr}/(1-\beta_1^t)\cdot m}{d}
+
+    Kahan summation: :math:`c \leftarrow c + u`, :math:`p' = p + c`, :math:`c \leftarrow c + (p - p')`
+    (the part of :math:`c` the rounding of :math:`p'` lost), :math:`p \leftarrow p'`. Without it,
+    :math:`p \leftarrow p + u`.
+
+    Parameters
+    ----------
+    params : list
+        NumPy arrays (float32 or bfloat16, updated in place), :class:`Parameter` objects, or group dicts.
+    lr : float
+        Learning rate, >= 0.
+    betas : tuple of float
+        :math:`(\beta_1, \beta_2)`, each in [0, 1).
+    eps : float
+        >= 0.
+    weight_decay : float
+        Decoupled weight decay, >= 0.
+    use_kahan_summation : bool
+        Compensate the parameter's rounding (state ``compensation``).
+    momentum_dtype, variance_dtype, compensation_buffer_dtype : dtype
+        float32 or bfloat16 (torchdistx's defaults: float32, bfloat16, bfloat16).
+
+    Notes
+    -----
+    State per parameter: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` and, with Kahan, ``compensation``.
+    Departures from torchdistx: scalars (``step_size``, the bias corrections) are float32 roundings of
+    their float64 values; products are rounded before sums (torch may fuse a multiply-add); NumPy arrays
+    on the CPU only (the CUDA-and-NCCL check of the original is not made).
+    """
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, use_kahan_summation: bool = False, momentum_dtype: Any = np.float32,
+                 variance_dtype: Any = ml_dtypes.bfloat16, compensation_buffer_dtype: Any = ml_dtypes.bfloat16
+                 ) -> None:
+        if not isinstance(use_kahan_summation, (bool, np.bool_)):
+            raise TypeError(f"use_kahan_summation must be a bool, got {type(use_kahan_summation).__name__}")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"betas must be a pair of floats, got {betas!r}")
+        defaults = dict(lr=_float_arg("lr", lr, 0.0), betas=(_float_arg("betas[0]", betas[0], 0.0, 1.0),
+                                                             _float_arg("betas[1]", betas[1], 0.0, 1.0)),
+                        eps=_float_arg("eps", eps, 0.0), weight_decay=_float_arg("weight_decay", weight_decay, 0.0),
+                        use_kahan_summation=bool(use_kahan_summation),
+                        momentum_dtype=_dtype_arg("momentum_dtype", momentum_dtype),
+                        variance_dtype=_dtype_arg("variance_dtype", variance_dtype),
+                        compensation_buffer_dtype=_dtype_arg("compensation_buffer_dtype",
+                                                             compensation_buffer_dtype))
+        self._groups(params, defaults)
+        for k, p in enumerate(self._arrays):
+            if not isinstance(p, np.ndarray):
+                raise TypeError(f"params[{k}] must be a NumPy array (AnyPrecisionAdamW runs on the CPU)")
+            if p.dtype not in _DTYPES:
+                raise TypeError(f"params[{k}] must be float32 or bfloat16, got {p.dtype}")
+            if not p.flags.writeable:
+                raise ValueError(f"params[{k}] is read-only")
+
+    def _state_of(self, k: int, group: dict) -> dict:
+        state = self.state.get(k)
+        if state is None:
+            shape = self._arrays[k].shape
+            state = {"step": 0, "exp_avg": np.zeros(shape, group["momentum_dtype"]),
+                     "exp_avg_sq": np.zeros(shape, group["variance_dtype"])}
+            if group["use_kahan_summation"]:
+                state["compensation"] = np.zeros(shape, group["compensation_buffer_dtype"])
+            self.state[k] = state
+        return state
+
+    def step(self, grads: Any) -> None:
+        """One update of every parameter whose gradient (its parameter's shape and dtype) is not None."""
+        grads = list(grads)
+        self._check_grads(grads)
+        for group in self.param_groups:
+            for k in group["params"]:
+                if grads[k] is not None:
+                    self._update(self._arrays[k], np.asarray(grads[k]).astype(_F32), self._state_of(k, group),
+                                 group)
+
+    @staticmethod
+    def _update(param: np.ndarray, g: np.ndarray, state: dict, group: dict) -> None:
+        one = np.float64(1.0)
+        lr, eps, wd = (_F32(group[key]) for key in ("lr", "eps", "weight_decay"))
+        b1, b2 = (_F32(b) for b in group["betas"])
+        t = state["step"] = state["step"] + 1
+        m_t, v_t, p_t = state["exp_avg"].dtype, state["exp_avg_sq"].dtype, param.dtype
+        p = param.astype(_F32)
+        if wd:
+            p = _stored(p * (_F32(1) - lr * wd), p_t)
+        m = _stored(_stored(state["exp_avg"].astype(_F32) * b1, m_t) + (_F32(1) - b1) * g, m_t)
+        v = _stored(_stored(state["exp_avg_sq"].astype(_F32) * b2, v_t) + ((_F32(1) - b2) * g) * g, v_t)
+        step_size = _F32(lr / _F32(one - _F32(np.float64(b1) ** t)))
+        corr2 = _F32(np.sqrt(_F32(one - _F32(np.float64(b2) ** t))))
+        d = _stored(_stored(_stored(np.sqrt(v), v_t) / corr2, v_t) + eps, v_t)
+        u = (-step_size * m) / d
+        state["exp_avg"][...] = m
+        state["exp_avg_sq"][...] = v
+        if "compensation" not in state:
+            param[...] = p + u
+            return
+        c_t = state["compensation"].dtype
+        c = _stored(state["compensation"].astype(_F32) + u, c_t)
+        new = _stored(p + c, p_t)
+        state["compensation"][...] = c + _stored(p - new, p_t)
+        param[...] = new
