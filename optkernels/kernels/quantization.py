@@ -90,8 +90,8 @@ def _device_version(func: Callable) -> Callable:
     cuda = _cuda.module()
     names = dict(func.__globals__)
     for name in func.__code__.co_names:
-        helper = names.get(name)
-        if helper is not None and getattr(helper, "table_math", False):
+        helper: Any = names.get(name)      # None: an attribute or builtin name, not a global
+        if getattr(helper, "table_math", False):
             names[name] = cuda.jit(device=True)(_device_version(helper.py_func))
     return types.FunctionType(func.__code__, names, func.__name__, func.__defaults__, func.__closure__)
 
