@@ -111,8 +111,8 @@ def _check_common(lr: Any, eps: Any, betas: Any, weight_decay: Any) -> list:
     return betas
 
 
-def _two_state_defaults(lr: Any, betas: Any, eps: Any, weight_decay: Any, alpha: Any = 0.0, t_alpha: Any = None,
-                        t_beta3: Any = None) -> dict:
+def _two_state_defaults(lr: Any, betas: Any, eps: Any, weight_decay: Any, alpha: Any = 0.0,
+                        t_alpha: Any = None, t_beta3: Any = None) -> dict:
     betas = _check_common(lr, eps, betas, weight_decay)
     return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, alpha=alpha, t_alpha=t_alpha,
                 t_beta3=t_beta3)
@@ -133,8 +133,9 @@ def _adam_guards(amsgrad: bool, optim_bits: int, args: Any) -> None:
 
 
 class _Args:
-    """Base of the constructor argument classes: they validate bitsandbytes' arguments and hand the defaults
-    to ``_setup``, which the optimizer class they are mixed into (NumPy or torch ``Optimizer8bit``) defines."""
+    """Base of the constructor argument classes: they validate bitsandbytes' arguments and hand the
+    defaults to ``_setup``, defined by the optimizer class they are mixed into (NumPy or torch
+    ``Optimizer8bit``)."""
 
     _setup: Callable[[Any, dict, int], None]   # declared only: the lookup reaches the optimizer's method
 

@@ -230,8 +230,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
         for name, p, module in _named(model):
             if p.requires_grad:
                 (muon if rule(name, p, module) else other).append(p)
-        self._muon_kw: dict[str, Any] = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
-                                             ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+        self._muon_kw: dict[str, Any] = dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                             nesterov=nesterov, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
         self._adamw_kw: dict[str, Any] = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps,
                                               weight_decay=adamw_weight_decay)
         groups = []
