@@ -13,6 +13,7 @@ import argparse
 import runpy
 import sys
 from pathlib import Path
+from typing import Any
 
 from ._install import install_hint
 
@@ -150,7 +151,8 @@ def info_lines() -> list[str]:
         how += f"; TBB runtime loaded from {_threading.tbb_loaded_from}"
     from optkernels.kernels.adam import _adam
 
-    cache = os.path.dirname(_adam.cpu._cache._cache_path)  # noqa: SLF001 -- a dispatcher, not compiled here
+    dispatcher: Any = _adam.cpu     # a Numba dispatcher (typed as a plain callable), not compiled here
+    cache = os.path.dirname(dispatcher._cache._cache_path)
     versions = ", ".join(f"{name} {_version(name)}" for name in _DISTRIBUTIONS)
     return [
         f"optkernels {optkernels.__version__} ({os.path.dirname(optkernels.__file__)})",

@@ -23,7 +23,7 @@ import atexit
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -100,11 +100,12 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
         ValueError: the counters or fields differ (naming the fields and the ranks).
     """
     size, rank = comm.Get_size(), comm.Get_rank()
+    values: dict | None = None          # the fields, evaluated (None: none, or this rank failed)
     if fields is not None and error is None:
         try:
-            fields = fields() if callable(fields) else fields
+            values = fields() if callable(fields) else fields
         except Exception as caught:     # a schedule raising, say: this rank's failure like any other
-            error, fields = caught, None
+            error = caught
     if size == 1:
         if error is not None:
             raise error
@@ -113,8 +114,8 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
     mine = np.zeros(_RECORD, np.int64)
     mine[[_MAGIC_AT, _KIND, _OK, _FINITE, _OBJECT, _COUNT]] = (_MAGIC, KINDS.index(kind), error is None,
                                                                bool(finite), obj, count)
-    if fields is not None and error is None:
-        mine[_DIGEST:] = np.frombuffer(digest_fields(fields), np.int64)
+    if values is not None and error is None:
+        mine[_DIGEST:] = np.frombuffer(digest_fields(values), np.int64)
     every = np.empty((size, _RECORD), np.int64)
     comm.Allgather(mine, every)
     _check_same_call(every, session, where, rank, size)
@@ -127,7 +128,7 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
                          f"on ranks 0..{size - 1}): every rank must call it the same number of times")
     differ = [r for r in range(size) if (every[r, _DIGEST:] != every[0, _DIGEST:]).any()]
     if differ:
-        _raise_differing_fields(comm, explain() if explain is not None else fields, where, what)
+        _raise_differing_fields(comm, explain() if explain is not None else values, where, what)
     return [r for r in range(size) if not every[r, _FINITE]]
 
 
@@ -151,7 +152,8 @@ def _check_same_call(every: np.ndarray, session: _Session, where: str, rank: int
                        f"steps or leaves the loop early desynchronizes them); this is rank {rank}")
 
 
-def _raise_together(comm: Any, failed: list[int], error: BaseException | None, where: str, size: int):
+def _raise_together(comm: Any, failed: list[int], error: BaseException | None, where: str,
+                    size: int) -> NoReturn:
     told = comm.allgather(None if error is None else (type(error).__name__, _message(error)))
     first = failed[0]
     name, message = told[first]

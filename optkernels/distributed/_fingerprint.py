@@ -160,7 +160,8 @@ def step_fields(optimizer: Any, config: bytes | None = None, scalars: bool = Tru
     """What the next step uses: the configuration (:func:`config_fields`, or its digest ``config`` when
     given: the per-step check stays cheap), the counters, the learning rate and weight decay of every group
     at the current global step, and (when ``scalars``) the small per-step scalars (beta powers)."""
-    fields = config_fields(optimizer) if config is None else {"configuration (digest)": config}
+    fields: dict[str, Any] = (config_fields(optimizer) if config is None
+                              else {"configuration (digest)": config})
     for counter in _COUNTERS:
         fields[counter] = getattr(optimizer, "_" + counter, 0)
     if getattr(optimizer, "_lrs", None) is not None:

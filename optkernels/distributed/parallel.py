@@ -133,6 +133,7 @@ class ParallelOptimizer:
                              fields=lambda: step_fields(optimizer, *self._config(optimizer)),
                              explain=lambda: step_fields(optimizer),
                              what="the optimizers' configurations at this step")
+        assert checked is not None      # agree raised on every rank if this rank's checks failed
         if found:
             names = self.comm.allgather(None if finite else [p.name for p in optimizer._local_plans
                                                             if not local_all_finite(checked[0][p.index])])
@@ -167,6 +168,7 @@ class ParallelOptimizer:
             error = caught
 
         def fields() -> dict:
+            assert arrays is not None   # agree calls fields only when this rank's checks passed
             loaded = {f"loaded {k}": np.asarray(v) for k, v in arrays.items()
                       if "." not in k and np.size(v) <= 8}
             return {**loaded, **optimizer_fields(optimizer)}

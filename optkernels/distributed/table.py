@@ -221,6 +221,7 @@ class ShardedTable:
                             fields=lambda: step_fields(self.optimizer, self.fingerprint().tobytes()),
                             explain=lambda: step_fields(self.optimizer),
                             what="the tables' optimizer configurations at this step")
+        assert ids is not None          # _agree raised on every rank if this rank's checks failed
         if found:
             self.last_nonfinite = (f"For 'ShardedTable.step', non-finite gradient values at step call "
                                    f"{self.steps}, produced by rank(s) {found}")
@@ -245,6 +246,7 @@ class ShardedTable:
         except Exception as caught:
             error = caught
         self._agree("lookup", error)
+        assert checked is not None      # _agree raised on every rank if this rank's checks failed
         asked, _, (order, send_counts, recv_counts) = self._route(checked, None)
         answers = np.ascontiguousarray(self.local[asked // self.size])
         back = _alltoallv(self.comm, answers, recv_counts, send_counts)
@@ -325,6 +327,7 @@ class ShardedTable:
             error = caught
 
         def fields() -> dict:
+            assert arrays is not None   # _agree calls fields only when this rank's checks passed
             return {f"loaded {k}": np.asarray(v) for k, v in arrays.items()
                     if "." not in k and np.size(v) <= 8}
 

@@ -94,7 +94,7 @@ def _device_version(func: Callable) -> Callable:
     cuda = _cuda.module()
     names = dict(func.__globals__)
     for name in func.__code__.co_names:
-        helper = names.get(name)
+        helper: Any = names.get(name)      # None: an attribute or builtin name, not a global
         if getattr(helper, "table_math", False):
             names[name] = cuda.jit(device=True)(_device_version(helper.device_py_func))
     return types.FunctionType(func.__code__, names, func.__name__, func.__defaults__, func.__closure__)
@@ -168,9 +168,9 @@ class ScratchBlockElementwise(BlockElementwise):
     scratch array and the offset of its :data:`SCRATCH` elements there: the per-thread workspace on the
     CPU, a thread-local array (offset 0) on CUDA."""
 
-    def launch(self, device: str, n: int, *args: Any) -> None:
+    def launch(self, device: str, n: int, *args: Any, stream: Any = None) -> None:
         if device != "cpu" or n == 0:
-            super().launch(device, n, *args)
+            super().launch(device, n, *args, stream=stream)
             return
         with parallel_launch():
             for_this_process(self.cpu)(n, *args, _workspace())

@@ -74,7 +74,7 @@ _TORCH_NAMES = {"lr": "the argument here is 'learning_rate'", "betas": "the argu
                 "differentiable": None, "maximize": None}
 
 
-def check_torch_keywords(cls: type, keywords: dict) -> None:
+def check_torch_keywords(cls: type[object], keywords: dict) -> None:
     """A TypeError naming this package's argument for a torch.optim-style keyword (``lr``, ``betas``...)
     that ``cls``'s constructor does not take, and pointing to the torch.optim drop-ins in optkernels.torch;
     nothing for other keywords (the constructor itself rejects those)."""

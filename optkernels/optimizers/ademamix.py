@@ -6,7 +6,7 @@ from typing import Any, Optional
 from ..kernels.ademamix import _ademamix, ademamix_scalars, ademamix_schedule
 from ._validators import check_bool, check_float, check_range
 from .lion import check_beta
-from .optimizer import Optimizer
+from .optimizer import Optimizer, StepContext
 
 __all__ = ["AdEMAMix"]
 
@@ -68,7 +68,7 @@ class AdEMAMix(Optimizer):
         self.decay_after_update = check_bool("decay_after_update", decay_after_update, owner)
         self._add_slots({"m1": 0.0, "m2": 0.0, "nu": 0.0})
 
-    def _hyper(self, ctx) -> tuple:
+    def _hyper(self, ctx: StepContext) -> tuple:
         t = ctx.global_step + 1
         alpha, beta3 = ademamix_schedule(t, self.alpha, self.beta1, self.beta3, self.t_alpha, self.t_beta3)
         return self.beta1, self.beta2, beta3, alpha, self.eps

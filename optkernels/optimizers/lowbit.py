@@ -10,6 +10,7 @@ drop-ins of :mod:`optkernels.torch.lowbit`.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -110,13 +111,14 @@ def _check_common(lr: Any, eps: Any, betas: Any, weight_decay: Any) -> list:
     return betas
 
 
-def _two_state_defaults(lr, betas, eps, weight_decay, alpha=0.0, t_alpha=None, t_beta3=None) -> dict:
+def _two_state_defaults(lr: Any, betas: Any, eps: Any, weight_decay: Any, alpha: Any = 0.0,
+                        t_alpha: Any = None, t_beta3: Any = None) -> dict:
     betas = _check_common(lr, eps, betas, weight_decay)
     return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, alpha=alpha, t_alpha=t_alpha,
                 t_beta3=t_beta3)
 
 
-def _one_state_defaults(lr, betas, eps, weight_decay) -> dict:
+def _one_state_defaults(lr: Any, betas: Any, eps: Any, weight_decay: Any) -> dict:
     betas = _check_common(lr, eps, betas, weight_decay)
     return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
 
@@ -130,7 +132,15 @@ def _adam_guards(amsgrad: bool, optim_bits: int, args: Any) -> None:
         raise ValueError("args (bitsandbytes' GlobalOptimManager config object) is not supported")
 
 
-class _AdamArgs:
+class _Args:
+    """Base of the constructor argument classes: they validate bitsandbytes' arguments and hand the
+    defaults to ``_setup``, defined by the optimizer class they are mixed into (NumPy or torch
+    ``Optimizer8bit``)."""
+
+    _setup: Callable[[Any, dict, int], None]   # declared only: the lookup reaches the optimizer's method
+
+
+class _AdamArgs(_Args):
     algo = "adam"
 
     def __init__(self, params: Any, lr: float = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
@@ -148,7 +158,7 @@ class _AdamWArgs(_AdamArgs):
                          is_paged)
 
 
-class _AdEMAMixArgs:
+class _AdEMAMixArgs(_Args):
     algo = "ademamix"
 
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999, 0.9999), alpha: float = 5.0,
@@ -158,7 +168,7 @@ class _AdEMAMixArgs:
                     min_8bit_size)
 
 
-class _LionArgs:
+class _LionArgs(_Args):
     algo = "lion"
 
     def __init__(self, params: Any, lr: float = 1e-4, betas: tuple = (0.9, 0.99), weight_decay: float = 0,
@@ -167,7 +177,7 @@ class _LionArgs:
         self._setup(params, _one_state_defaults(lr, betas, 0.0, weight_decay), min_8bit_size)
 
 
-class _SGDArgs:
+class _SGDArgs(_Args):
     algo = "momentum"
 
     def __init__(self, params: Any, lr: float, momentum: float = 0, dampening: float = 0,
@@ -178,7 +188,7 @@ class _SGDArgs:
         self._setup(params, _one_state_defaults(lr, (momentum, dampening), 0.0, weight_decay), min_8bit_size)
 
 
-class _RMSpropArgs:
+class _RMSpropArgs(_Args):
     algo = "rmsprop"
 
     def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
@@ -192,7 +202,7 @@ class _RMSpropArgs:
         self._setup(params, _one_state_defaults(lr, (alpha, momentum), eps, weight_decay), min_8bit_size)
 
 
-class _AdagradArgs:
+class _AdagradArgs(_Args):
     algo = "adagrad"
 
     def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
@@ -303,7 +313,7 @@ class Optimizer8bit(ArrayOptimizer):
                 if k not in self.state:
                     eightbit = math.prod(p.shape) >= self.min_8bit_size
                     self.state[k] = new_state(self.algo, p.shape, eightbit, _zeros_like_device(p),
-                                              lambda signed: _table(signed, self._device(k)))
+                                              functools.partial(_table, device=self._device(k)))
                 blockwise_step(self.algo, self.state[k], p, g, group)
 
     def state_dict(self) -> dict:

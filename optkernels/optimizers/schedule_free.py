@@ -12,7 +12,7 @@ from ..kernels.schedule_free import (_lerp_towards, _schedule_free_adamw, _sched
                                      schedule_free_weight)
 from ._validators import check_float, check_range
 from .lion import check_beta
-from .optimizer import Optimizer
+from .optimizer import Optimizer, StepContext
 
 __all__ = ["AdamWScheduleFree", "SGDScheduleFree", "NOT_IN_TRAIN_MODE"]
 
@@ -86,13 +86,13 @@ class _ScheduleFree(Optimizer):
 
     # ------------------------------------------------------------------ per step
 
-    def _prepare_step(self, ctx) -> None:
+    def _prepare_step(self, ctx: StepContext) -> None:
         k = ctx.global_step
         ctx.extra["weights"] = [schedule_free_weight(k, lr, self.warmup_steps, self.r, self.weight_lr_power,
                                                      float(self._lr_max[i]), float(self._weight_sum[i]))
                                 for i, lr in enumerate(ctx.lrs)]
 
-    def _commit_step(self, ctx) -> None:
+    def _commit_step(self, ctx: StepContext) -> None:
         for i, (_, lr_max, weight_sum, _) in enumerate(ctx.extra["weights"]):
             self._lr_max[i], self._weight_sum[i] = lr_max, weight_sum
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..kernels import torch_family as K
 from ._validators import check_bool, check_float, check_range
-from .optimizer import Optimizer, StepContext
+from .optimizer import Optimizer, StepContext, _Plan
 
 __all__ = ["ASGD", "Adadelta", "NAdam", "RAdam", "Rprop"]
 
@@ -36,7 +36,7 @@ class _TorchRule(Optimizer):
     def _dense_kernel(self, plan):
         return self._kernel, (plan.flat, *plan.flats)
 
-    def _decoupled(self, plan, ctx: StepContext) -> float:
+    def _decoupled(self, plan: _Plan, ctx: StepContext) -> float:
         """This parameter's decoupled decay (0 when off, or when its decay flag is not set)."""
         if not self.decoupled_weight_decay or not self.decay_flags[plan.index]:
             return 0.0

@@ -96,7 +96,9 @@ def _scalars(step: int, lr: float, b1: float, b2: float, eps: float, wd: float) 
                 decay=f32(1) - f32(lr * wd))
 
 
-def _rule(name: str, p, g, m1, m2, v, step, lr, b1, b2, b3, alpha, eps, wd, fold_all):
+def _rule(name: str, p: np.ndarray, g: np.ndarray, m1: np.ndarray, m2: np.ndarray, v: np.ndarray, step: int,
+          lr: float, b1: float, b2: float, b3: float, alpha: float, eps: float, wd: float,
+          fold_all: bool) -> tuple:
     """Whole-array float32 update of LOWBIT.md §3.1-3.3; returns (p', m1', m2', v')."""
     lr, b1, b2, b3, alpha, eps, wd = (f32(x) for x in (lr, b1, b2, b3, alpha, eps, wd))
     s = _scalars(step, lr, b1, b2, eps, wd)
@@ -160,8 +162,10 @@ def optimizer_update_8bit_blockwise(name: str, g: Any, p: Any, state1: Any, stat
     m1 = q1[_blocks(s1[0], _BLOCK, np.uint8(128))] * a1[0][:, None]
     m2 = (q1[_blocks(s1[1], _BLOCK, np.uint8(128))] * a1[1][:, None] if name == "ademamix"
           else np.zeros_like(m1))
-    v = (q2[_blocks(np.asarray(state2), _BLOCK, np.uint8(0))] * np.asarray(absmax2, f32)[:, None] if two
-         else np.zeros_like(m1))
+    if q2 is not None:
+        v = q2[_blocks(np.asarray(state2), _BLOCK, np.uint8(0))] * np.asarray(absmax2, f32)[:, None]
+    else:
+        v = np.zeros_like(m1)
     P, m1, m2, v = _rule(name, P, G, m1, m2, v, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, False)
     top1, top2, top3 = _absmax(m1), _absmax(v), _absmax(m2)
     c1 = _signed_codes(m1, top1, q1).reshape(-1)[:n]
@@ -171,7 +175,7 @@ def optimizer_update_8bit_blockwise(name: str, g: Any, p: Any, state1: Any, stat
         state1_new, absmax1_new = np.stack([c1, c3]).reshape((2,) + shape), np.stack([top1, top3])
     else:
         state1_new, absmax1_new = c1.reshape(shape), top1
-    if not two:
+    if q2 is None:
         return new_p, state1_new, None, absmax1_new, None
     c2 = _nearest(v / top2[:, None], q2).reshape(-1)[:n].reshape(shape)
     return new_p, state1_new, c2, absmax1_new, top2

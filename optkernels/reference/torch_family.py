@@ -135,7 +135,10 @@ def torch_adafactor(var: ArrayLike, grad: ArrayLike, step: int, *, lr: float = 1
     alpha = max(eps2, np.sqrt(np.sum(w * w)) / w.size ** 0.5) * rho
     if weight_decay != 0:
         w = w * (1 - lr * weight_decay)
+    states: tuple[np.ndarray, ...]
     if g.ndim > 1:
+        if row_var is None or col_var is None:
+            raise TypeError("row_var and col_var are required for a var of 2 or more dimensions")
         r, c = as_array(row_var, "row_var"), as_array(col_var, "col_var")
         # torch's mean squares: torch.norm, then squared (not bit-equal to a mean of g²)
         r = _lerp(r, np.sqrt(np.sum(g * g, axis=-1, keepdims=True)) ** 2 / g.shape[-1], beta)
@@ -143,6 +146,8 @@ def torch_adafactor(var: ArrayLike, grad: ArrayLike, step: int, *, lr: float = 1
         v = (r @ c) / np.maximum(np.mean(r, axis=-2, keepdims=True), eps1)
         states = (r, c)
     else:
+        if variance is None:
+            raise TypeError("variance is required for a var of fewer than 2 dimensions")
         v = _lerp(as_array(variance, "variance"), g * g, beta)
         states = (v,)
     u = (1 / np.sqrt(np.maximum(v, eps1 * eps1))) * g

@@ -88,7 +88,7 @@ class Adafactor(KernelOptimizer):
         eps1, eps2 = group["eps"]
         lr = float(group["lr"])
         tau, d, wd, maximize = group["beta2_decay"], group["d"], group["weight_decay"], bool(group["maximize"])
-        for p, grad in zip(params, grads):           # every state checked before anything is written
+        for p, _grad in zip(params, grads):          # every state checked before anything is written
             self._check_state(p)
         for p, grad in zip(params, grads):
             grad = grad if grad.is_contiguous() else grad.contiguous()

@@ -45,7 +45,7 @@ class ADOPT(KernelOptimizer):
     """
 
     def __init__(self, params: Iterable, lr: Any = 1e-3, betas: tuple = (0.9, 0.9999), eps: float = 1e-6,
-                 clip_lambda: Optional[Callable[[int], float]] = lambda step: step ** 0.25,
+                 clip_lambda: Optional[Callable[[float], float]] = lambda step: step ** 0.25,
                  weight_decay: float = 0.0, decouple: bool = False, *, foreach: Optional[bool] = None,
                  maximize: bool = False, capturable: bool = False, differentiable: bool = False,
                  fused: Optional[bool] = None):
@@ -75,5 +75,6 @@ class ADOPT(KernelOptimizer):
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         k = step - 1
         clip = math.inf if self.clip_lambda is None or k == 0 else float(self.clip_lambda(float(k)))
-        return adopt_scalars(dtype, float(group["lr"]), *group["betas"], group["eps"], group["weight_decay"],
-                             k, clip, group["decouple"], coupled=False)
+        beta1, beta2 = group["betas"]
+        return adopt_scalars(dtype, float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], k,
+                             clip, group["decouple"], coupled=False)

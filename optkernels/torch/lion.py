@@ -53,13 +53,13 @@ class Lion(KernelOptimizer):
         return None
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
-        steps = getattr(plan, "ones", None)
-        if steps is None:
-            steps = plan.ones = np.ones(len(plan.params), np.int64)
-        return steps
+        if plan.private_steps is None:     # no step counter: every parameter launches at step 1
+            plan.private_steps = np.ones(len(plan.params), np.int64)
+        return plan.private_steps
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         wd = group["weight_decay"]
         if self.decoupled_wd:
             wd /= self._init_lr
-        return lion_scalars(dtype, float(group["lr"]), *group["betas"], wd)
+        beta1, beta2 = group["betas"]
+        return lion_scalars(dtype, float(group["lr"]), beta1, beta2, wd)

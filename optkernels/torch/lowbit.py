@@ -9,8 +9,9 @@ are computed in float32 and rounded once.
 from __future__ import annotations
 
 import copy
+import functools
 from itertools import chain
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -22,6 +23,12 @@ from ._base import KernelOptimizer, _contiguous
 __all__ = ["Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit"]
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32}
+
+
+def _zeros_on(device: torch.device) -> Callable[[tuple, Any], torch.Tensor]:
+    """``zeros(shape, dtype)`` for :func:`~optkernels.optimizers.lowbit.new_state`: a torch tensor of zeros of
+    the NumPy ``dtype``'s torch dtype on ``device``."""
+    return lambda shape, dtype: torch.zeros(shape, dtype=_TORCH_DTYPES[np.dtype(dtype)], device=device)
 
 
 class Optimizer8bit(KernelOptimizer):
@@ -54,8 +61,7 @@ class Optimizer8bit(KernelOptimizer):
             if "state1" not in state:
                 state.update(_lowbit.new_state(
                     self.algo, tuple(p.shape), p.numel() >= self.min_8bit_size,
-                    lambda shape, dtype: torch.zeros(shape, dtype=_TORCH_DTYPES[np.dtype(dtype)], device=p.device),
-                    lambda signed: self._table(signed, p.device)))
+                    _zeros_on(p.device), functools.partial(self._table, device=p.device)))
             kind = _views.device_kind(p)
             views = {k: _views.view(v, kind) for k, v in state.items() if isinstance(v, torch.Tensor)}
             views["step"] = int(state["step"])
@@ -98,7 +104,7 @@ class Optimizer8bit(KernelOptimizer):
 
 
 class Adam8bit(_lowbit._AdamArgs, Optimizer8bit):
-    __doc__ = _lowbit.Adam8bit.__doc__.replace("over NumPy arrays", "over torch tensors")
+    __doc__ = (_lowbit.Adam8bit.__doc__ or "").replace("over NumPy arrays", "over torch tensors")
 
 
 class AdamW8bit(_lowbit._AdamWArgs, Optimizer8bit):

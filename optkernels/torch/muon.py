@@ -225,13 +225,15 @@ class MuonWithAdamW(torch.optim.Optimizer):
                  adamw_lr: float = 3e-4, adamw_betas: tuple = (0.9, 0.95), adamw_eps: float = 1e-8,
                  adamw_weight_decay: float = 0.01, split: Optional[Callable[..., bool]] = None):
         rule = split or default_muon_split
-        muon, other = [], []
+        muon: list[torch.Tensor] = []
+        other: list[torch.Tensor] = []
         for name, p, module in _named(model):
             if p.requires_grad:
                 (muon if rule(name, p, module) else other).append(p)
-        self._muon_kw = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
-                             ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
-        self._adamw_kw = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps, weight_decay=adamw_weight_decay)
+        self._muon_kw: dict[str, Any] = dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                             nesterov=nesterov, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+        self._adamw_kw: dict[str, Any] = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps,
+                                              weight_decay=adamw_weight_decay)
         groups = []
         if muon:
             groups.append(dict(params=muon, use_muon=True))
@@ -296,4 +298,9 @@ def _named(model: Any) -> list:
                                 "(model.named_parameters())")
             items.append((item[0], item[1], None))
     seen: set = set()
-    return [item for item in items if not (id(item[1]) in seen or seen.add(id(item[1])))]   # tied weights once
+    unique = []
+    for item in items:                  # tied weights once
+        if id(item[1]) not in seen:
+            seen.add(id(item[1]))
+            unique.append(item)
+    return unique

@@ -27,6 +27,7 @@ class _ScheduleFree(KernelOptimizer):
 
     counts_steps = False
     _beta_of: Callable[[dict], float]
+    _kernel_scalars: Callable[[dict, np.dtype, float, float, int], tuple]   # (group, dtype, lr_t, c, k + 1)
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         if name == "z":
@@ -37,10 +38,9 @@ class _ScheduleFree(KernelOptimizer):
         return None
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
-        steps = getattr(plan, "ones", None)
-        if steps is None:
-            steps = plan.ones = np.ones(len(plan.params), np.int64)
-        return steps
+        if plan.private_steps is None:     # no step counter: every parameter launches at step 1
+            plan.private_steps = np.ones(len(plan.params), np.int64)
+        return plan.private_steps
 
     def _step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         if not self.param_groups[0]["train_mode"]:

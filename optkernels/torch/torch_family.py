@@ -57,6 +57,12 @@ def scalar_dtype() -> torch.dtype:
     return torch.float64 if torch.get_default_dtype() is torch.float64 else torch.float32
 
 
+def _steps_of(plan: _Plan) -> np.ndarray:
+    """The plan's step numbers: these drop-ins count steps, so ``_build`` has set ``steps_np``."""
+    assert plan.steps_np is not None
+    return plan.steps_np
+
+
 class TorchRule(KernelOptimizer):
     """A drop-in whose element function does torch's gradient pre-step itself (maximize, weight decay),
     with torch's fused rounding; the adapter's separate pre-step is off."""
@@ -67,9 +73,10 @@ class TorchRule(KernelOptimizer):
     def _scalar_state(self, plan: _Plan) -> dict:
         """``step -> state of the first parameter at that step`` (the group's parameters are launched
         together per step value, so their scalar state must agree)."""
+        steps = _steps_of(plan)
         first: dict = {}
         for k, p in enumerate(plan.params):
-            first.setdefault(int(plan.steps_np[k]), self.state[p])
+            first.setdefault(int(steps[k]), self.state[p])
         return first
 
 
@@ -131,8 +138,9 @@ class NAdam(TorchRule):
 
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         beta1, psi = group["betas"][0], group["momentum_decay"]
+        steps = _steps_of(plan)
         for k, p in enumerate(plan.params):
-            self.state[p]["mu_product"] *= K.nadam_mu(beta1, psi, int(plan.steps_np[k]))
+            self.state[p]["mu_product"] *= K.nadam_mu(beta1, psi, int(steps[k]))
         self._products = {t: s["mu_product"].item() for t, s in self._scalar_state(plan).items()}
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
@@ -293,8 +301,9 @@ class ASGD(TorchRule):
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         self._etas = {t: (s["eta"].item(), s["mu"].item()) for t, s in self._scalar_state(plan).items()}
         lr, lambd, alpha, t0 = float(group["lr"]), group["lambd"], group["alpha"], group["t0"]
+        steps = _steps_of(plan)
         for k, p in enumerate(plan.params):
-            eta, mu = K.asgd_next(lr, lambd, alpha, t0, int(plan.steps_np[k]))
+            eta, mu = K.asgd_next(lr, lambd, alpha, t0, int(steps[k]))
             state = self.state[p]
             state["eta"].fill_(eta)
             state["mu"].fill_(mu)
