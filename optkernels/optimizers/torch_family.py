@@ -74,6 +74,8 @@ class NAdam(_TorchRule):
         ``w ← w·(1 − lr·wd)`` instead of the coupled decay. Default False.
     loss_scale : float
         Default 1.0.
+    comm : mpi4py communicator, optional
+        Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
     Slots ``exp_avg``, ``exp_avg_sq``; scalar ``mu_product``.
     """
@@ -82,12 +84,12 @@ class NAdam(_TorchRule):
 
     def __init__(self, params: Any, learning_rate: Any = 2e-3, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8, weight_decay: Any = 0.0, momentum_decay: float = 4e-3,
-                 decoupled_weight_decay: bool = False, loss_scale: float = 1.0):
+                 decoupled_weight_decay: bool = False, loss_scale: float = 1.0, comm: Any = None):
         self.decoupled_weight_decay = check_bool("decoupled_weight_decay", decoupled_weight_decay,
                                                  type(self).__name__)
         if self.decoupled_weight_decay:
             self._coupled_decay = False
-        super().__init__(learning_rate, params, weight_decay, loss_scale)
+        super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         self.beta1, self.beta2, self.eps = _betas(self._owner, beta1, beta2, eps)
         self.momentum_decay = check_range("momentum_decay", check_float("momentum_decay", momentum_decay,
                                                                         self._owner), self._owner, 0.0)
@@ -141,6 +143,8 @@ class RAdam(_TorchRule):
         ``w ← w·(1 − lr·wd)`` instead of the coupled decay. Default False.
     loss_scale : float
         Default 1.0.
+    comm : mpi4py communicator, optional
+        Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
     Slots ``exp_avg``, ``exp_avg_sq``.
     """
@@ -149,12 +153,12 @@ class RAdam(_TorchRule):
 
     def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8, weight_decay: Any = 0.0, decoupled_weight_decay: bool = False,
-                 loss_scale: float = 1.0):
+                 loss_scale: float = 1.0, comm: Any = None):
         self.decoupled_weight_decay = check_bool("decoupled_weight_decay", decoupled_weight_decay,
                                                  type(self).__name__)
         if self.decoupled_weight_decay:
             self._coupled_decay = False
-        super().__init__(learning_rate, params, weight_decay, loss_scale)
+        super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         self.beta1, self.beta2, self.eps = _betas(self._owner, beta1, beta2, eps)
         self._add_slots({"exp_avg": 0.0, "exp_avg_sq": 0.0})
 
@@ -187,6 +191,8 @@ class Adadelta(_TorchRule):
         Default 0.0.
     loss_scale : float
         Default 1.0.
+    comm : mpi4py communicator, optional
+        Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
     Slots ``square_avg``, ``acc_delta``.
     """
@@ -194,8 +200,8 @@ class Adadelta(_TorchRule):
     _kernel = K._adadelta
 
     def __init__(self, params: Any, learning_rate: Any = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: Any = 0.0, loss_scale: float = 1.0):
-        super().__init__(learning_rate, params, weight_decay, loss_scale)
+                 weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
+        super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.rho = check_range("rho", check_float("rho", rho, owner), owner, 0.0, 1.0)
         self.eps = check_range("eps", check_float("eps", eps, owner), owner, 0.0)
@@ -227,6 +233,8 @@ class ASGD(_TorchRule):
         Default 0.0.
     loss_scale : float
         Default 1.0.
+    comm : mpi4py communicator, optional
+        Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
     Slot ``ax`` (the average); scalars ``eta``, ``mu`` per learning rate.
     """
@@ -234,8 +242,8 @@ class ASGD(_TorchRule):
     _kernel = K._asgd
 
     def __init__(self, params: Any, learning_rate: Any = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
-                 t0: float = 1e6, weight_decay: Any = 0.0, loss_scale: float = 1.0):
-        super().__init__(learning_rate, params, weight_decay, loss_scale)
+                 t0: float = 1e6, weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
+        super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.lambd = check_float("lambd", lambd, owner, allow_int=True)
         self.alpha = check_float("alpha", alpha, owner, allow_int=True)
@@ -296,6 +304,8 @@ class Rprop(_TorchRule):
         Default 0.0.
     loss_scale : float
         Default 1.0.
+    comm : mpi4py communicator, optional
+        Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
     Slots ``prev``, ``step_size``.
     """
@@ -303,8 +313,8 @@ class Rprop(_TorchRule):
     _kernel = K._rprop
 
     def __init__(self, params: Any, learning_rate: Any = 1e-2, etas: tuple = (0.5, 1.2),
-                 step_sizes: tuple = (1e-6, 50.0), weight_decay: Any = 0.0, loss_scale: float = 1.0):
-        super().__init__(learning_rate, params, weight_decay, loss_scale)
+                 step_sizes: tuple = (1e-6, 50.0), weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
+        super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         minus, plus = (check_float(f"etas[{k}]", e, owner, allow_int=True) for k, e in enumerate(etas))
         if not 0.0 < minus < 1.0 < plus:
