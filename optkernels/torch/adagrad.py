@@ -53,8 +53,6 @@ class Adagrad(KernelOptimizer):
                         initial_accumulator_value=initial_accumulator_value, foreach=foreach,
                         maximize=maximize, differentiable=differentiable, fused=fused)
         self._check_hyper(defaults)
-        if differentiable:
-            raise ValueError("optkernels.torch does not implement torch's differentiable=True")
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -116,8 +114,6 @@ class RMSprop(KernelOptimizer):
                         weight_decay=weight_decay, capturable=capturable, foreach=foreach, maximize=maximize,
                         differentiable=differentiable)
         self._check_hyper(defaults)
-        if differentiable or capturable:
-            raise ValueError("optkernels.torch does not implement torch's differentiable/capturable=True")
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -134,6 +130,14 @@ class RMSprop(KernelOptimizer):
         if group["momentum"] > 0:
             names += ("momentum_buffer",)
         return rms_prop_kernel(bool(group["centered"]), group["momentum"] > 0), names
+
+    def _state_names(self, group: dict) -> tuple:
+        names = ("square_avg",)
+        if group["momentum"] > 0:
+            names += ("momentum_buffer",)
+        if group["centered"]:
+            names += ("grad_avg",)
+        return names
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         alpha = group["alpha"]

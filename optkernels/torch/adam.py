@@ -40,13 +40,6 @@ def _check_adam_hyper(lr: Any, eps: float, betas: tuple, weight_decay: float) ->
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
 
 
-def _unsupported(**flags: Any) -> None:
-    for name, value in flags.items():
-        if value:
-            raise ValueError(f"optkernels.torch does not implement torch's {name}=True (its kernels run "
-                             "on the CPU and CUDA as they are); leave it at its default")
-
-
 class Adam(KernelOptimizer):
     r"""torch.optim.Adam, computed by optkernels' Adam kernels (same arguments, defaults, state and
     ``state_dict``)::
@@ -64,9 +57,10 @@ class Adam(KernelOptimizer):
         weight_decay: L2 penalty added to the gradient (0).
         amsgrad: use AMSGrad's maximum of v (False).
         maximize: maximize the objective (False).
-        foreach, fused, capturable, differentiable: torch's implementation switches; accepted for
-            compatibility (``foreach``/``fused`` are ignored: optkernels has one implementation);
-            ``capturable`` and ``differentiable`` must stay False.
+        foreach, fused, capturable, differentiable: torch's implementation switches. ``foreach`` and
+            ``fused`` choose nothing (optkernels has one implementation; ``fused`` also takes
+            ``torch.amp.GradScaler``'s ``grad_scale``/``found_inf``, as torch's fused Adam does);
+            ``capturable`` and ``differentiable`` parameters are updated by torch's own implementation.
         decoupled_weight_decay: AdamW's decay instead of L2 (torch 2.7+).
 
     Raises:
@@ -80,7 +74,6 @@ class Adam(KernelOptimizer):
                  maximize: bool = False, capturable: bool = False, differentiable: bool = False,
                  fused: Any = None, decoupled_weight_decay: bool = False):
         _check_adam_hyper(lr, eps, betas, weight_decay)
-        _unsupported(capturable=capturable, differentiable=differentiable)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         maximize=maximize, foreach=foreach, capturable=capturable,
                         differentiable=differentiable, fused=fused,
@@ -186,7 +179,6 @@ class Adamax(KernelOptimizer):
                  weight_decay: float = 0.0, foreach: Any = None, *, maximize: bool = False,
                  differentiable: bool = False, capturable: bool = False):
         _check_adam_hyper(lr, eps, betas, weight_decay)
-        _unsupported(capturable=capturable, differentiable=differentiable)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
                         maximize=maximize, differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)
