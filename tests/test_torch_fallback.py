@@ -2,8 +2,10 @@
 ``foreach=False`` results, said once in a warning and by ``backend_for``); layouts they do serve (transposed
 and sliced parameters, parameters materialised from ``meta``) run the kernels in place; torch.amp's
 GradScaler protocol of fused optimizers is honoured."""
+import copy
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
@@ -101,18 +103,32 @@ def test_sgd_sparse_gradients_as_torch(momentum):
     assert list(results[0][1]) == list(results[1][1])
 
 
-def test_adagrad_sparse_dim_2_gradients_as_torch():
-    results = []
-    for lib in (torch.optim, okt):
-        p = torch.linspace(-1, 1, 12).reshape(4, 3).requires_grad_()
-        opt = lib.Adagrad([p], lr=0.1)
-        for k in range(2):
-            p.grad = (torch.eye(4, 3) * (k + 1)).to_sparse()        # sparse_dim 2
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+@pytest.mark.parametrize("name", ["Adagrad", "SparseAdam"])
+@pytest.mark.parametrize("dims", [(4, 3, 2), (5, 3)], ids=["3-D", "2-D"])
+def test_sparse_gradients_of_any_sparse_dim_run_the_kernels(name, dims):
+    """``grad.to_sparse(k)`` of any k goes to the sparse kernels (indices combined into rows): the same
+    values as the equivalent row-sparse gradient over the flattened rows, and torch's within rounding."""
+    base = torch.linspace(-1, 1, int(np.prod(dims)), dtype=torch.float64).reshape(dims)
+    mask = (torch.arange(base.numel()).reshape(dims) % 3 == 0).to(torch.float64)
+    for k in range(1, len(dims) + 1):
+        results = []
+        for lib, flat in ((okt, False), (okt, True), (torch.optim, False)):
+            p = base.clone().requires_grad_()
+            q = p if not flat else base.clone().reshape(-1, *dims[k:]).requires_grad_()
+            opt = getattr(lib, name)([q], lr=0.1)
+            for step in range(2):
+                g = (mask * (step + 1) - 0.5 * mask * base).to_sparse(k)
+                if flat:
+                    index = g.coalesce().indices()
+                    rows = torch.tensor(np.ravel_multi_index(index.numpy(), dims[:k]))[None]
+                    g = torch.sparse_coo_tensor(rows, g.coalesce().values(), q.shape)
+                q.grad = g
                 opt.step()
-        results.append((p.detach().clone(), opt.state[p]["sum"].clone()))
-    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+                if lib is okt and not flat:
+                    assert opt.backend_for(q) == "optkernels"
+            results.append(q.detach().reshape(dims).clone())
+        assert torch.equal(results[0], results[1]), k
+        torch.testing.assert_close(results[0], results[2], rtol=1e-13, atol=1e-15)
 
 
 def test_sgd_without_momentum_keeps_no_state():
@@ -208,3 +224,33 @@ def test_grad_scaler_protocol_of_fused_optimizers(name):
         assert torch.equal(p.grad, q.grad)
         plain.step()
         assert torch.equal(p.detach(), q.detach())
+
+
+def _layout_of(state_dict):
+    return ({k: [(n, type(v).__name__, getattr(v, "dtype", None), tuple(getattr(v, "shape", ())))
+                 for n, v in s.items()] for k, s in state_dict["state"].items()},
+            [sorted(g) for g in state_dict["param_groups"]])
+
+
+@pytest.mark.parametrize("name,kwargs", CLASSES, ids=IDS)
+def test_state_dict_as_torch_and_loads_both_ways(name, kwargs):
+    """state_dict() has torch's keys, order, types, dtypes and shapes (fresh and after steps); each loads
+    into the other's optimizer and the continuation matches."""
+    def make():
+        return [torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3).requires_grad_(),
+                torch.linspace(0, 2, 5, dtype=torch.float64).requires_grad_()]
+    fresh = [getattr(lib, name)(make(), lr=0.05, **kwargs) for lib in (okt, torch.optim)]
+    assert _layout_of(fresh[0].state_dict()) == _layout_of(fresh[1].state_dict())
+    ours, theirs = _run(okt, name, kwargs, make), _run(torch.optim, name, kwargs, make)
+    assert _layout_of(ours[1].state_dict()) == _layout_of(theirs[1].state_dict())
+    for source, lib in ((ours, torch.optim), (theirs, okt)):
+        params = [p.detach().clone().requires_grad_() for p in source[0]]
+        resumed = getattr(lib, name)(params, lr=0.05, **kwargs)
+        resumed.load_state_dict(copy.deepcopy(source[1].state_dict()))   # (state_dict() holds references)
+        for k in range(3, 5):
+            _grads(params, k)
+            _grads(source[0], k)
+            resumed.step()
+            source[1].step()
+        for p, q in zip(params, source[0]):
+            torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)

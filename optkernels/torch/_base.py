@@ -240,7 +240,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             g = param.grad
             if g is not None and g.layout is not _STRIDED and self.sparse_grads == "no" and self.sparse_by_torch:
                 return "torch"
-            if g is not None and g.layout is not _STRIDED and g.sparse_dim() != 1:
+            if g is not None and g.layout is not _STRIDED and not param.is_contiguous():
                 return "torch"
             fits = self._state_fits(param, group) and (g is None or g.layout is not _STRIDED
                                                          or self._grad_fits(param, g))
@@ -362,8 +362,8 @@ class KernelOptimizer(torch.optim.Optimizer):
                     reason = "sparse gradients"
                 else:
                     self._check_sparse(p, g)
-                    if g.sparse_dim() != 1:
-                        reason = "sparse gradients with sparse_dim > 1"
+                    if not p.is_contiguous():
+                        reason = "sparse gradients of non-contiguous parameters"
                     elif self._state_fits(p, group):
                         work.sparse.append(p)
                         continue

@@ -18,7 +18,7 @@ from ..kernels.torch_rules import rms_prop_kernel
 from ..sparse import sparse_apply_adagrad_v2
 from . import _views
 from ._base import KernelOptimizer
-from ._sparse import row_sparse
+from ._sparse import row_sparse, row_view
 
 __all__ = ["Adagrad", "RMSprop"]
 
@@ -89,7 +89,8 @@ class Adagrad(KernelOptimizer):
         state["step"] += 1
         kind = _views.device_kind(p)
         indices, values = row_sparse(grad, kind, group["maximize"])
-        sparse_apply_adagrad_v2(_views.view(p, kind), _views.view(state["sum"], kind), values, indices,
+        sparse_apply_adagrad_v2(_views.view(row_view(p, grad), kind),
+                                _views.view(row_view(state["sum"], grad), kind), values, indices,
                                 lr=self._clr(group, int(state["step"])), epsilon=float(group["eps"]))
 
 

@@ -11,7 +11,7 @@ import torch
 from ..sparse import fused_sparse_lazy_adam
 from . import _views
 from ._base import KernelOptimizer
-from ._sparse import row_sparse
+from ._sparse import row_sparse, row_view
 
 __all__ = ["SparseAdam"]
 
@@ -65,6 +65,6 @@ class SparseAdam(KernelOptimizer):
         beta1, beta2 = group["betas"]
         kind = _views.device_kind(p)
         indices, values = row_sparse(grad, kind, group["maximize"])
-        fused_sparse_lazy_adam(_views.view(p, kind), _views.view(state["exp_avg"], kind),
-                               _views.view(state["exp_avg_sq"], kind), beta1 ** step, beta2 ** step,
+        rows = [_views.view(row_view(t, grad), kind) for t in (p, state["exp_avg"], state["exp_avg_sq"])]
+        fused_sparse_lazy_adam(*rows, beta1 ** step, beta2 ** step,
                                float(group["lr"]), beta1, beta2, group["eps"], values, indices)
