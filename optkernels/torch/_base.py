@@ -53,6 +53,9 @@ _SHAPE = operator.attrgetter("shape")
 _DEVICE = operator.attrgetter("device")
 _STRIDE = torch.Tensor.stride
 _DATA_PTR = torch.Tensor.data_ptr
+_IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_NUMEL = torch.Tensor.numel
+_IS_CPU = operator.attrgetter("is_cpu")
 _FLOAT32 = np.dtype(np.float32)
 _MISFIT = "gradient or state tensors of another shape, dtype, device or layout than their parameter"
 
@@ -92,10 +95,14 @@ class _Plan:
         self.params = params
         self.ptrs = ptrs
         self.shapes = list(map(_SHAPE, params))
+        self.numels = list(map(_NUMEL, params))
         self.strides = list(map(_STRIDE, params))
         self.dtypes = list(map(_DTYPE, params))
         self.devices = list(map(_DEVICE, params))
-        self.whole = False        # covers its group's parameters, in order, none copied: the fast path
+        # the common case, checked with fewer and cheaper maps: all contiguous, all on the CPU
+        self.contiguous = all(map(_IS_CONTIGUOUS, params))
+        self.on_cpu = all(map(_IS_CPU, params))
+        self.whole = False        # the group's parameters with gradients, none copied, none elsewhere
         self.steps: Optional[torch.Tensor] = None      # float32 [T]; state['step'] are its 0-d views
         self.steps_np: Optional[np.ndarray] = None
         self.cpu: list = []        # (dtype, positions array, TensorList, parameters)
@@ -104,15 +111,24 @@ class _Plan:
         self.copies: list = []     # (parameter, contiguous working copy) of parameters not dense in memory
 
     def same_memory(self, params: list) -> bool:
-        """The parameters still have the memory, shapes, strides, dtypes and devices the tables hold."""
-        return (list(map(_DATA_PTR, params)) == self.ptrs and list(map(_SHAPE, params)) == self.shapes
-                and list(map(_STRIDE, params)) == self.strides and list(map(_DTYPE, params)) == self.dtypes
-                and list(map(_DEVICE, params)) == self.devices)
+        """The parameters still have the memory, sizes, strides and dtypes the tables hold (a device cannot
+        change without the address changing; a new shape of the same size shows in the gradients' shapes,
+        checked by :meth:`fits_grads`)."""
+        if list(map(_DATA_PTR, params)) != self.ptrs or list(map(_NUMEL, params)) != self.numels:
+            return False
+        if self.contiguous:
+            strided = all(map(_IS_CONTIGUOUS, params))
+        else:
+            strided = list(map(_STRIDE, params)) == self.strides
+        return strided and list(map(_DTYPE, params)) == self.dtypes
 
     def fits_grads(self, grads: list) -> bool:
         """Every gradient has its parameter's shape, strides, dtype and device."""
-        return (list(map(_SHAPE, grads)) == self.shapes and list(map(_STRIDE, grads)) == self.strides
-                and list(map(_DTYPE, grads)) == self.dtypes and list(map(_DEVICE, grads)) == self.devices)
+        if list(map(_SHAPE, grads)) != self.shapes or list(map(_DTYPE, grads)) != self.dtypes:
+            return False
+        if self.contiguous and self.on_cpu:
+            return all(map(_IS_CONTIGUOUS, grads)) and all(map(_IS_CPU, grads))
+        return list(map(_STRIDE, grads)) == self.strides and list(map(_DEVICE, grads)) == self.devices
 
 
 class _Work:
@@ -338,16 +354,24 @@ class KernelOptimizer(torch.optim.Optimizer):
         work = _Work(index, group)
         params = group["params"]
         plan = self._plans.get(index)
-        if plan is not None and plan.whole and plan.key[1] == self._kernel(group):
-            grads = list(map(_GRAD, params))
+        if (plan is not None and plan.whole and plan.key[1] == self._kernel(group)
+                and not (group.get("differentiable") or group.get("capturable"))):
+            members, grads = params, list(map(_GRAD, params))
             try:
                 # raises for a missing gradient (TypeError) and for one without strided storage (sparse)
                 ptrs = list(map(_DATA_PTR, grads))
-            except (TypeError, RuntimeError):
+            except TypeError:                   # parameters without gradients (frozen) are left out
+                members = [p for p, g in zip(params, grads) if g is not None]
+                grads = [g for g in grads if g is not None]
+                try:
+                    ptrs = list(map(_DATA_PTR, grads))
+                except RuntimeError:
+                    ptrs = None
+            except RuntimeError:
                 ptrs = None
-            if (ptrs is not None and plan.key[0] == tuple(map(id, params)) and plan.same_memory(params)
+            if (ptrs is not None and plan.key[0] == tuple(map(id, members)) and plan.same_memory(members)
                     and plan.fits_grads(grads)):
-                work.dense, work.grads, work.ptrs, work.plan = params, grads, ptrs, plan
+                work.dense, work.grads, work.ptrs, work.plan = members, grads, ptrs, plan
                 return work
         ids = list(map(id, params))
         twice = {i for i in ids if ids.count(i) > 1} if len(set(ids)) != len(ids) else set()
@@ -382,6 +406,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             work.by_torch.append(p)
         if work.dense:
             work.plan = self._plan(index, group, work.dense)
+            work.plan.whole = not (work.plan.copies or work.by_torch or work.sparse)
         return work
 
     def _torch_reason(self, group: dict, p: torch.Tensor) -> Optional[str]:
@@ -500,9 +525,9 @@ class KernelOptimizer(torch.optim.Optimizer):
         """The group's plan for ``params`` (all checked), rebuilt when they or their memory changed."""
         key = (tuple(map(id, params)), self._kernel(group))
         plan = self._plans.get(index)
-        if plan is None or plan.key != key or not plan.same_memory(params):
+        if (plan is None or plan.key != key or not plan.same_memory(params)
+                or list(map(_SHAPE, params)) != plan.shapes):
             plan = self._plans[index] = self._build(group, params, key)
-            plan.whole = not plan.copies and len(params) == len(group["params"])
         return plan
 
     def _dense_step(self, work: _Work) -> None:
