@@ -204,8 +204,10 @@ def test_grad_scaler_protocol_of_fused_optimizers(name):
     kwargs = dict(momentum=0.9) if name == "SGD" else {}
     p = torch.linspace(-1, 1, 9).requires_grad_()
     q = p.detach().clone().requires_grad_()
+    r = p.detach().clone().requires_grad_()
     opt = getattr(okt, name)([p], lr=0.1, fused=True, **kwargs)
     plain = getattr(okt, name)([q], lr=0.1, **kwargs)
+    theirs = getattr(torch.optim, name)([r], lr=0.1, foreach=False, **kwargs)
     assert opt._step_supports_amp_scaling
     scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
     for k in range(3):
@@ -221,9 +223,12 @@ def test_grad_scaler_protocol_of_fused_optimizers(name):
             assert all(torch.equal(opt.state[p][n], t) for n, t in before[1].items())
             continue
         q.grad = 2 * (q.detach() - k)
+        r.grad = 2 * (r.detach() - k)
         assert torch.equal(p.grad, q.grad)
         plain.step()
+        theirs.step()
         assert torch.equal(p.detach(), q.detach())
+        torch.testing.assert_close(p.detach(), r.detach(), rtol=2e-6, atol=1e-7)
 
 
 def _layout_of(state_dict):
@@ -254,3 +259,21 @@ def test_state_dict_as_torch_and_loads_both_ways(name, kwargs):
             source[1].step()
         for p, q in zip(params, source[0]):
             torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGD", "Adagrad"])
+def test_fused_with_parameters_torchs_fused_kernels_refuse(name):
+    """torch's fused step refuses complex parameters: so does ours (torch's own step, with the group's
+    switches), with torch's exception."""
+    errors = []
+    for lib in (torch.optim, okt):
+        z = torch.ones(3, dtype=torch.complex64, requires_grad=True)
+        opt = getattr(lib, name)([z], lr=0.1, fused=True)
+        z.grad = torch.ones(3, dtype=torch.complex64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(RuntimeError) as error:
+                opt.step()
+        errors.append(str(error.value))
+        assert torch.equal(z.detach(), torch.ones(3, dtype=torch.complex64))
+    assert errors[0] == errors[1]

@@ -2,8 +2,8 @@
 
 The ``torch.optim`` class of the same name is, for an optkernels.torch class: the judge of its constructor's
 arguments (torch's error types and messages, torch's normalised ``defaults``, torch's initial state), the
-implementation of its step for the parameters the kernels do not serve (torch's single-tensor path, run over
-those parameters only, on the optimizer's own ``state``), and the judge of tensors torch may take or refuse
+implementation of its step for the parameters the kernels do not serve (run over those parameters only, on
+the optimizer's own ``state``, with the group's own switches), and the judge of tensors torch may take or refuse
 (a rehearsal of torch's step on copies tells what torch raises without touching the originals).
 """
 from __future__ import annotations
@@ -98,11 +98,14 @@ class TorchRunner:
         return bool(getattr(self.twin, "_step_supports_amp_scaling", False))
 
     def step(self, work: list, state: Any, defaults: dict) -> None:
-        """torch's step (its single-tensor path) over ``work``, a list of ``(group, parameters)``, reading
-        and writing ``state`` (a ``defaultdict(dict)`` keyed by parameter, as ``optimizer.state``)."""
+        """torch's step over ``work``, a list of ``(group, parameters)``, reading and writing ``state`` (a
+        ``defaultdict(dict)`` keyed by parameter, as ``optimizer.state``), with the groups' own switches:
+        torch's single-tensor path by default on the CPU (its foreach path gives the same bits), its fused
+        kernels where ``fused=True`` asks for them (gradients already unscaled: no ``grad_scale`` is
+        passed)."""
         twin = self.twin
         twin.defaults, twin.state = defaults, state
-        twin.param_groups = [_single_tensor(group, params) for group, params in work]
+        twin.param_groups = [dict(group, params=params) for group, params in work]
         try:
             self._step(twin)
         finally:
@@ -123,10 +126,3 @@ class TorchRunner:
             copies[q] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
         self.step([(group, [q])], copies, defaults)
 
-
-def _single_tensor(group: dict, params: list) -> dict:
-    out = dict(group, params=params)
-    for flag in ("foreach", "fused"):
-        if flag in out:
-            out[flag] = False
-    return out
