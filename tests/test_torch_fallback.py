@@ -277,3 +277,27 @@ def test_fused_with_parameters_torchs_fused_kernels_refuse(name):
         errors.append(str(error.value))
         assert torch.equal(z.detach(), torch.ones(3, dtype=torch.complex64))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("name,kwargs", [c for c in CLASSES if c[0] != "SGD"],
+                         ids=[i for i in IDS if not i.startswith("SGD")])
+def test_older_state_dict_with_number_steps_loads_as_torch(name, kwargs):
+    """A state_dict whose steps are Python numbers (older torch) loads with float32 tensor steps, as torch's
+    classes convert them, and training continues."""
+    def make():
+        return [torch.linspace(-1, 1, 6, dtype=torch.float64).requires_grad_()]
+    source = _run(okt, name, kwargs, make, steps=2)
+    saved = copy.deepcopy(source[1].state_dict())
+    for state in saved["state"].values():
+        state["step"] = float(state["step"])
+    loaded = []
+    for lib in (okt, torch.optim):
+        params = [p.detach().clone().requires_grad_() for p in source[0]]
+        opt = getattr(lib, name)(params, lr=0.05, **kwargs)
+        opt.load_state_dict(copy.deepcopy(saved))
+        step = opt.state[params[0]]["step"]
+        assert isinstance(step, torch.Tensor) and step.dtype == torch.float32 and float(step) == 2
+        _grads(params, 2)
+        opt.step()
+        loaded.append(params[0].detach())
+    torch.testing.assert_close(loaded[0], loaded[1], rtol=1e-12, atol=1e-14)

@@ -163,6 +163,7 @@ class KernelOptimizer(torch.optim.Optimizer):
     counts_steps = True         # the state has torch's 'step' counter
     sparse_by_torch = False     # torch's class takes sparse gradients the kernels do not (SGD)
     optional_state: tuple = ()  # state names torch creates when missing (SGD's momentum_buffer)
+    tensor_steps = True         # torch keeps 'step' as a tensor (SparseAdam: a Python int)
 
     def __init__(self, params: Any, defaults: dict):
         self._plans: dict[int, _Plan] = {}
@@ -232,6 +233,11 @@ class KernelOptimizer(torch.optim.Optimizer):
         only): launch plans are rebuilt from the new tensors on the next step."""
         super().__setstate__(state)
         self._plans, self._pre_buffers, self._said, self._runner = {}, {}, set(), None
+        if self.counts_steps and self.tensor_steps:
+            for s in self.state.values():       # an older state's number: a float32 tensor, as torch makes it
+                step = s.get("step")
+                if step is not None and not isinstance(step, torch.Tensor):
+                    s["step"] = torch.tensor(float(step), dtype=torch.float32)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's ``load_state_dict`` (state tensors cast to their parameters' dtype and device; their
