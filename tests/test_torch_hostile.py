@@ -91,6 +91,7 @@ CASES = {
     "state of a bigger model": _load(4000),
     "state missing a tensor": _drop("last"),
     "state missing step": _drop("step"),
+    "gradient set to None": lambda lib, name, kwargs, opt, a, p: setattr(p, "grad", None),
 }
 
 
