@@ -301,3 +301,25 @@ def test_older_state_dict_with_number_steps_loads_as_torch(name, kwargs):
         opt.step()
         loaded.append(params[0].detach())
     torch.testing.assert_close(loaded[0], loaded[1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name,kwargs", [c for c in CLASSES if c[0] != "SGD"],
+                         ids=[i for i in IDS if not i.startswith("SGD")])
+def test_parameters_of_one_group_at_different_steps(name, kwargs):
+    """A parameter without a gradient for a while falls behind in steps: each keeps its own count and
+    bias corrections, as in torch."""
+    results = []
+    for lib in (okt, torch.optim):
+        a = torch.linspace(-1, 1, 5, dtype=torch.float64).requires_grad_()
+        b = torch.linspace(0, 1, 4, dtype=torch.float64).requires_grad_()
+        opt = getattr(lib, name)([a, b], lr=0.05, **kwargs)
+        for k in range(5):
+            _grads([a, b], k)
+            if k < 2:
+                b.grad = None
+            opt.step()
+        results.append((a.detach(), b.detach(), float(opt.state[a]["step"]), float(opt.state[b]["step"])))
+    (a0, b0, sa0, sb0), (a1, b1, sa1, sb1) = results
+    assert (sa0, sb0) == (sa1, sb1) == (5.0, 3.0)
+    torch.testing.assert_close(a0, a1, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(b0, b1, rtol=1e-12, atol=1e-14)

@@ -105,6 +105,7 @@ class _Plan:
         self.whole = False        # the group's parameters with gradients, none copied, none elsewhere
         self.steps: Optional[torch.Tensor] = None      # float32 [T]; state['step'] are its 0-d views
         self.steps_np: Optional[np.ndarray] = None
+        self.step_now: Optional[int] = None            # the steps' common value, where they are equal
         self.cpu: list = []        # (dtype, positions array, TensorList, parameters)
         self.single: list = []     # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
         self.kept: list = []       # the state tensors whose addresses the tables hold (kept alive)
@@ -544,12 +545,17 @@ class KernelOptimizer(torch.optim.Optimizer):
         for p, copy in plan.copies:
             copy.copy_(p.detach())
         if plan.steps_np is not None:
-            plan.steps_np += 1
+            plan.steps_np += 1              # the state's 'step' tensors are views of it
             steps = plan.steps_np
+            if plan.step_now is not None:   # a plan's parameters step together: equal steps stay equal
+                plan.step_now += 1
+                first, uniform = plan.step_now, True
+            else:
+                first, uniform = int(steps[0]), False
         else:
             steps = self._private_steps(plan)
-        first = int(steps[0])
-        uniform = bool((steps == first).all())
+            first = int(steps[0])
+            uniform = bool((steps == first).all())
         self._before_update(group, plan, first)
         prestep = self._prestep(group)
         kernel = plan.key[1][0]
@@ -600,6 +606,8 @@ class KernelOptimizer(torch.optim.Optimizer):
             plan.steps_np = plan.steps.numpy()
             for k, s in enumerate(states):
                 s["step"] = plan.steps[k]
+            if len(states) and bool((plan.steps_np == plan.steps_np[0]).all()):
+                plan.step_now = int(plan.steps_np[0])
         self._prepare_plan(plan, states)
         memory = []
         for p in params:
