@@ -178,7 +178,8 @@ def test_meta_parameters_then_materialised_by_to_empty(name, kwargs):
             opt.step()
         if lib is okt:
             assert opt.backend_for(late.weight) == "torch"
-        results.append({k: {n: (v.device, v.shape) for n, v in s.items()} for k, s in opt.state_dict()["state"].items()})
+        state = opt.state_dict()["state"]
+        results.append({k: {n: (v.device, v.shape) for n, v in s.items()} for k, s in state.items()})
     assert results[0] == results[1]
     late.to_empty(device="cpu")
     torch.manual_seed(0)
