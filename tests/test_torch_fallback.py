@@ -325,3 +325,21 @@ def test_parameters_of_one_group_at_different_steps(name, kwargs):
     assert (sa0, sb0) == (sa1, sb1) == (5.0, 3.0)
     torch.testing.assert_close(a0, a1, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(b0, b1, rtol=1e-12, atol=1e-14)
+
+
+def test_a_class_without_a_torch_twin_refuses_what_its_kernels_do_not_serve():
+    """Lion has no torch.optim class (torch.optim.Optimizer, its base, is none): it is built from its own
+    arguments, and a complex parameter, which only torch's step could serve, is a TypeError before any
+    parameter is written."""
+    q = torch.ones(3, requires_grad=True)
+    z = torch.ones(3, dtype=torch.complex64, requires_grad=True)
+    opt = okt.Lion([q, z], lr=0.1)
+    q.grad, z.grad = torch.ones(3), torch.ones(3, dtype=torch.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(TypeError, match="Lion"):
+            opt.step()
+    assert torch.equal(q, torch.ones(3)) and torch.equal(z, torch.ones(3, dtype=torch.complex64))
+    z.grad = None
+    opt.step()
+    assert opt.backend_for(q) == "optkernels" and torch.all(q < 1)

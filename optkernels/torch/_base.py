@@ -314,14 +314,15 @@ class KernelOptimizer(torch.optim.Optimizer):
         for index, group in enumerate(self.param_groups):
             self._check_hyper(group)
             works.append(self._sort(index, group))
+        by_torch = [(w.group, w.by_torch) for w in works if w.by_torch]
+        runner = self._torch() if by_torch else None    # raises for a class without a torch.optim twin
         # nothing is written above this line
         if not self._unscale(works):
             return loss
-        by_torch = [(w.group, w.by_torch) for w in works if w.by_torch]
-        if by_torch:
+        if runner is not None:
             for w in works:
                 self._touch_state(w)
-            self._torch().step(by_torch, self.state, self.defaults)
+            runner.step(by_torch, self.state, self.defaults)
         for w in works:
             if w.dense:
                 self._dense_step(w)
