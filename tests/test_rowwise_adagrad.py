@@ -181,3 +181,26 @@ def test_torch_drop_in_takes_sparse_embedding_gradients(mode):
     assert np.array_equal(state["sum"].numpy(), twin.state[0]["sum"])
     untouched = sorted(set(range(10)) - set(np.concatenate(batches).tolist()))
     assert all(state["sum"][r] == 0 for r in untouched)
+
+
+def test_torch_drop_in_refuses_what_its_rows_cannot_take():
+    """A sparse gradient of sparse_dim 2 has no row-wise meaning, and a loaded ``sum`` of another length
+    does not fit: each is refused before anything is written."""
+    torch = pytest.importorskip("torch")
+    import optkernels.torch as OT
+
+    p = torch.ones(4, 3, requires_grad=True)
+    opt = OT.RowWiseAdagrad([p], lr=0.1)
+    p.grad = torch.ones(4, 3).to_sparse(2)
+    with pytest.raises(ValueError, match="sparse_dim 2"):
+        opt.step()
+    assert torch.equal(p, torch.ones(4, 3)) and not opt.state
+    p.grad = torch.ones(4, 3).to_sparse(1)
+    opt.step()
+    assert opt.backend_for(p) == "optkernels"
+    assert torch.equal(opt.state[p]["sum"], torch.ones(4)) and torch.all(p < 1)
+    opt.state[p]["sum"] = torch.zeros(5)
+    before = p.detach().clone()
+    with pytest.raises(TypeError, match="RowWiseAdagrad"):
+        opt.step()
+    assert torch.equal(p, before)

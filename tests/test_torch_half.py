@@ -216,9 +216,3 @@ def test_sparse_gradient_to_a_mindspore_class_on_bfloat16():
     ours.step()
     reference.step([RowSparse(ids, rows, (12, 3))])
     np.testing.assert_array_equal(t.detach().view(torch.int16).numpy(), array.view(np.int16))
-
-
-def test_integer_and_complex_parameters_are_still_refused():
-    for bad in (torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.complex64)):
-        with pytest.raises(TypeError, match="float16 and bfloat16"):
-            okt.Adam([bad])

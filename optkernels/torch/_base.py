@@ -5,26 +5,29 @@ the element function and the names of the state tensors it takes between the par
 the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-step (:meth:`_prestep`:
 ``maximize`` and coupled weight decay, ``g' = (α·w + g)·β``). This class does the rest:
 
-* validation, all of it before any tensor is written: parameters must be leaf float32/float64 tensors (or
-  float16/bfloat16 CPU tensors) on one device per group; each step every gradient must match its
-  parameter (dtype, shape, device; dense, or sparse COO for an optimizer that takes sparse gradients; a
-  strided one is copied for the step);
+* arguments judged by the ``torch.optim`` class of the same name (torch's errors, defaults and initial
+  state: :mod:`._delegate`);
+* each step, every check before any tensor is written, all groups first: what the kernels serve (float32,
+  float64 and CPU float16/bfloat16 tensors on the CPU or CUDA, dense in memory or copied, gradients and
+  state tensors of the parameter's shape, dtype, device and layout) goes to them; the rest (differentiable,
+  capturable, complex, other devices, a parameter listed twice, tensors of another shape or dtype) to
+  torch's own single-tensor step, said once in a warning (and by :meth:`backend_for`), after a rehearsal on
+  copies where torch might raise, so a step that raises has changed nothing;
+* ``grad_scale``/``found_inf`` (``torch.amp.GradScaler``) honoured where torch's class honours them;
 * state tensors with torch's names, created on a parameter's first step (so ``state_dict()`` loads into
   ``torch.optim`` and back); step counters are float32 0-d tensors, as torch keeps them;
-* a **plan** per group, built when the set of parameters with gradients changes: CPU parameters of one
-  dtype are updated by ONE multi-tensor launch (their data addresses in a table, set once: the tensors are
-  updated in place and never reallocated; the gradients' addresses refilled each step), the pre-step
-  folded into the same loop; CUDA parameters and float16/bfloat16 CPU parameters get one launch per
-  tensor, the pre-step into a buffer allocated once per parameter (float32 for a half parameter: a half
-  update is float32 math with each updated tensor rounded once, the contract of optkernels' half
-  kernels). The group's step counters are views into one float32 tensor, so counting a step is one
-  operation, not one per parameter.
+* a **plan** per group, built when the set of parameters, their memory or their shapes change: CPU
+  parameters of one dtype are updated by ONE multi-tensor launch (their data addresses in a table; the
+  gradients' addresses refilled each step), the pre-step folded into the same loop; CUDA parameters and
+  float16/bfloat16 CPU parameters get one launch per tensor, the pre-step into a buffer allocated once per
+  parameter (float32 for a half parameter). The group's step counters are views into one float32 tensor.
 
 Nothing is allocated per step in proportion to the model.
 """
 from __future__ import annotations
 
 import operator
+import warnings
 from itertools import chain
 from typing import Any, Callable, Optional
 
@@ -36,27 +39,51 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks as _global_pre_hoo
 
 from ..kernels._multi_tensor import TensorList
 from ..kernels.axpy import _axpy_scal
-from . import _views
+from . import _delegate, _views
 
 __all__ = ["KernelOptimizer"]
 
 
 _profiler_enabled = torch._C._autograd._profiler_enabled
 _STRIDED = torch.strided
-_ONLY_STRIDED = {torch.strided}
-_NONE_TYPE = type(None)
 _GRAD = operator.attrgetter("grad")
-_LAYOUT = operator.attrgetter("layout")
 _DTYPE = operator.attrgetter("dtype")
-_NUMEL = torch.Tensor.numel
+_SHAPE = operator.attrgetter("shape")
+_DEVICE = operator.attrgetter("device")
+_STRIDE = torch.Tensor.stride
 _DATA_PTR = torch.Tensor.data_ptr
 _IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_NUMEL = torch.Tensor.numel
+_IS_CPU = operator.attrgetter("is_cpu")
 _FLOAT32 = np.dtype(np.float32)
+_MISFIT = "gradient or state tensors of another shape, dtype, device or layout than their parameter"
 
 
-def _contiguous(g: torch.Tensor) -> torch.Tensor:
-    """``g``, or a contiguous copy of it (a gradient assigned as a strided view), kept for the step."""
-    return g if g.is_contiguous() else g.contiguous()
+def _dense(t: torch.Tensor) -> bool:
+    """True when ``t``'s elements fill ``numel`` consecutive slots from ``t.data_ptr()`` (contiguous, or a
+    permutation of a contiguous tensor, such as a transpose): the kernels update such memory in place."""
+    if t.is_contiguous():
+        return True
+    expected = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of a dense tensor's memory (in memory order, not index order)."""
+    t = t.detach()
+    return t.reshape(-1) if t.is_contiguous() else t.as_strided((t.numel(),), (1,))
+
+
+def _layout(p: torch.Tensor) -> tuple:
+    """The strides of ``torch.empty_like(p)``: ``p``'s own for a dense ``p``, contiguous ones otherwise (the
+    strides torch gives the state and gradient tensors of ``p``)."""
+    if _dense(p):
+        return p.stride()
+    return torch.empty(p.shape, device="meta").stride()
 
 
 class _Plan:
@@ -66,26 +93,95 @@ class _Plan:
         self.key = key
         self.params = params
         self.ptrs = ptrs
+        self.shapes = list(map(_SHAPE, params))
+        self.numels = list(map(_NUMEL, params))
+        self.strides = list(map(_STRIDE, params))
+        self.dtypes = list(map(_DTYPE, params))
+        self.devices = list(map(_DEVICE, params))
+        # the common case, checked with fewer and cheaper maps: all contiguous, all on the CPU
+        self.contiguous = all(map(_IS_CONTIGUOUS, params))
+        self.on_cpu = all(map(_IS_CPU, params))
+        self.whole = False        # the group's parameters with gradients, none copied, none elsewhere
         self.steps: Optional[torch.Tensor] = None      # float32 [T]; state['step'] are its 0-d views
         self.steps_np: Optional[np.ndarray] = None
+        self.step_now: Optional[int] = None            # the steps' common value, where they are equal
         self.cpu: list = []        # (dtype, positions array, TensorList, parameters)
         self.single: list = []     # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
         self.kept: list = []       # the state tensors whose addresses the tables hold (kept alive)
         self.private_steps: Any = None   # int64 step numbers of a state without 'step' (SGD)
+        self.copies: list = []     # (parameter, contiguous working copy) of parameters not dense in memory
+
+    def same_memory(self, params: list) -> bool:
+        """The parameters still have the memory, sizes, strides and dtypes the tables hold (a device cannot
+        change without the address changing; a new shape of the same size shows in the gradients' shapes,
+        checked by :meth:`fits_grads`)."""
+        if list(map(_DATA_PTR, params)) != self.ptrs or list(map(_NUMEL, params)) != self.numels:
+            return False
+        if self.contiguous:
+            strided = all(map(_IS_CONTIGUOUS, params))
+        else:
+            strided = list(map(_STRIDE, params)) == self.strides
+        return strided and list(map(_DTYPE, params)) == self.dtypes
+
+    def fits_grads(self, grads: list) -> bool:
+        """Every gradient has its parameter's shape, strides, dtype and device."""
+        if list(map(_SHAPE, grads)) != self.shapes or list(map(_DTYPE, grads)) != self.dtypes:
+            return False
+        if self.contiguous and self.on_cpu:
+            return all(map(_IS_CONTIGUOUS, grads)) and all(map(_IS_CPU, grads))
+        return list(map(_STRIDE, grads)) == self.strides and list(map(_DEVICE, grads)) == self.devices
+
+
+class _Work:
+    """One group's step, as sorted before anything is written."""
+
+    __slots__ = ("index", "group", "dense", "grads", "ptrs", "sparse", "by_torch", "plan")
+
+    def __init__(self, index: int, group: dict):
+        self.index, self.group = index, group
+        self.dense: list = []          # parameters the kernels update from a dense gradient
+        self.grads: list = []          # their gradients (as found: laid out at run time)
+        self.ptrs: Optional[list] = None   # the gradients' addresses (fast path: laid out already)
+        self.sparse: list = []         # parameters the kernels update from a sparse gradient
+        self.by_torch: list = []       # parameters torch's own step updates
+        self.plan: Optional[_Plan] = None
 
 
 class KernelOptimizer(torch.optim.Optimizer):
     """torch.optim.Optimizer over optkernels' kernels (see the module docstring). Subclasses set
-    ``sparse_grads`` ('no', 'yes' or 'only') and implement the hooks below."""
+    ``sparse_grads`` ('no', 'yes' or 'only') and implement the hooks below.
+
+    Args:
+        params: an iterable of tensors, of ``(name, tensor)`` pairs or of parameter-group dicts (torch's
+            convention).
+        defaults: the hyper-parameters, as the ``torch.optim`` class of the same name takes them.
+
+    Raises:
+        What the ``torch.optim`` class of the same name raises for these arguments (its types and messages).
+    """
 
     sparse_grads = "no"
-    counts_steps = True       # the state has torch's 'step' counter
+    counts_steps = True         # the state has torch's 'step' counter
+    sparse_by_torch = False     # torch's class takes sparse gradients the kernels do not (SGD)
+    optional_state: tuple = ()  # state names torch creates when missing (SGD's momentum_buffer)
+    tensor_steps = True         # torch keeps 'step' as a tensor (SparseAdam: a Python int)
 
     def __init__(self, params: Any, defaults: dict):
         self._plans: dict[int, _Plan] = {}
         self._pre_buffers: dict[int, torch.Tensor] = {}
-        self._meta: dict[int, tuple] = {}      # group index -> (parameter ids, dtypes, sizes)
+        self._said: set = set()
+        self._runner: Optional[_delegate.TorchRunner] = None
+        params = _delegate.materialize(params)
+        torch_cls = _delegate.torch_class(type(self))
+        if torch_cls is not None:
+            self._runner = _delegate.TorchRunner(torch_cls, params, defaults)
+            defaults = {**defaults, **self._runner.defaults}
+            if self._runner.amp_scaling:
+                self._step_supports_amp_scaling = True
         super().__init__(params, defaults)
+        if self._runner is not None:
+            self.state.update(self._runner.initial_state)
+            self._runner.initial_state = {}
 
     # ------------------------------------------------------------------ hooks for subclasses
 
@@ -123,12 +219,10 @@ class KernelOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------------ torch.optim.Optimizer API
 
     def add_param_group(self, param_group: dict) -> None:
-        """torch's ``add_param_group``, then optkernels' checks (float32/float64 leaf tensors, or
-        float16/bfloat16 ones on the CPU; one device per group; contiguous); a group failing them is not
+        """torch's ``add_param_group``, then the hyper-parameters checked; a group failing them is not
         added."""
         super().add_param_group(param_group)
         try:
-            self._check_params(self.param_groups[-1])
             self._check_hyper(self.param_groups[-1])
         except Exception:
             self.param_groups.pop()
@@ -139,12 +233,42 @@ class KernelOptimizer(torch.optim.Optimizer):
         """After unpickling or ``copy.deepcopy`` (torch pickles ``defaults``, ``state`` and ``param_groups``
         only): launch plans are rebuilt from the new tensors on the next step."""
         super().__setstate__(state)
-        self._plans, self._pre_buffers, self._meta = {}, {}, {}
+        self._plans, self._pre_buffers, self._said, self._runner = {}, {}, set(), None
+        if self.counts_steps and self.tensor_steps:
+            for s in self.state.values():       # an older state's number: a float32 tensor, as torch makes it
+                step = s.get("step")
+                if step is not None and not isinstance(step, torch.Tensor):
+                    s["step"] = torch.tensor(float(step), dtype=torch.float32)
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """torch's ``load_state_dict`` (state tensors cast to their parameters' dtype and device)."""
+        """torch's ``load_state_dict`` (state tensors cast to their parameters' dtype and device; their
+        shapes are checked at the next step, as torch's step checks them)."""
         super().load_state_dict(state_dict)
         self._plans.clear()
+
+    def backend_for(self, param: torch.Tensor) -> str:
+        """'optkernels' when the next step updates ``param`` with optkernels' kernels, 'torch' when with
+        ``torch.optim``'s own implementation (configurations the kernels do not serve: see the module
+        docstring).
+
+        Raises:
+            ValueError: ``param`` is not in this optimizer's parameter groups.
+        """
+        for group in self.param_groups:
+            listed = sum(q is param for q in group["params"])
+            if not listed:
+                continue
+            if listed > 1 or self._torch_reason(group, param) is not None:
+                return "torch"
+            g = param.grad
+            if g is not None and g.layout is not _STRIDED and self.sparse_grads == "no" and self.sparse_by_torch:
+                return "torch"
+            if g is not None and g.layout is not _STRIDED and not param.is_contiguous():
+                return "torch"
+            fits = self._state_fits(param, group) and (g is None or g.layout is not _STRIDED
+                                                         or self._grad_fits(param, g))
+            return "optkernels" if fits else "torch"
+        raise ValueError("backend_for: the tensor is not a parameter of this optimizer")
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()``'s loss (or None).
@@ -186,109 +310,199 @@ class KernelOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        work = []
+        works = []
         for index, group in enumerate(self.param_groups):
             self._check_hyper(group)
-            dense, grads, sparse, ptrs = self._collect(index, group["params"])
-            if dense and self.sparse_grads == "only":
-                self._check_dense(dense[0], grads[0])
-            work.append((index, group, dense, grads, sparse, ptrs))
-        for index, group, dense, grads, sparse, ptrs in work:
-            if dense:
-                self._dense_step(index, group, dense, grads, ptrs)
-            for p in sparse:
-                self._sparse_step(group, p, p.grad, self._state_of(p, group, sparse=True))
+            works.append(self._sort(index, group))
+        by_torch = [(w.group, w.by_torch) for w in works if w.by_torch]
+        runner = self._torch() if by_torch else None    # raises for a class without a torch.optim twin
+        # nothing is written above this line
+        if not self._unscale(works):
+            return loss
+        if runner is not None:
+            for w in works:
+                self._touch_state(w)
+            runner.step(by_torch, self.state, self.defaults)
+        for w in works:
+            if w.dense:
+                self._dense_step(w)
+            for p in w.sparse:
+                self._sparse_step(w.group, p, p.grad, self._state_of(p, w.group, sparse=True))
         return loss
 
-    # ------------------------------------------------------------------ checks
+    def _touch_state(self, work: _Work) -> None:
+        """New parameters' state entries made in parameter order, whichever backend fills them, so that
+        ``state_dict()`` lists them in torch's order."""
+        if self.counts_steps or self._state_names(work.group):
+            state = self.state
+            for p in work.group["params"]:
+                if p.grad is not None and p not in state:
+                    state[p] = {}
 
-    def _collect(self, index: int, params: list) -> tuple[list, list, list, Optional[list]]:
-        """``(parameters with a dense gradient, their gradients, parameters with a sparse gradient, the
-        gradients' data addresses or None)``, the gradients checked. The common case (every parameter of the
-        group has a dense, contiguous gradient) is checked with C-level maps over the group, not a Python
-        loop: a step over a model of many small tensors should cost about what its kernel costs."""
-        grads = list(map(_GRAD, params))
-        ids = tuple(map(id, params))
-        meta = self._meta.get(index)
-        if meta is None or meta[0] != ids:
-            meta = self._meta[index] = (ids, list(map(_DTYPE, params)), list(map(_NUMEL, params)))
-        try:
-            # raises for a missing gradient (TypeError) and for one without strided storage (sparse)
-            ptrs = list(map(_DATA_PTR, grads))
-        except (TypeError, RuntimeError):
-            ptrs = None
-        # torch's grad setter and autograd keep a gradient's shape, dtype and device those of its parameter;
-        # a later ``grad.data = ...`` can change its dtype and size: what memory safety needs is checked here
-        # (the rest, with its message, in _check_dense)
-        if (ptrs is not None and list(map(_DTYPE, grads)) == meta[1] and list(map(_NUMEL, grads)) == meta[2]
-                and all(map(_IS_CONTIGUOUS, grads))):
-            return params, grads, [], ptrs
-        dense, grads, sparse = [], [], []
+    def _unscale(self, works: list) -> bool:
+        """``torch.amp.GradScaler``'s protocol of torch's fused optimizers: False when ``found_inf`` (set by
+        the scaler) is non-zero (the step is skipped), else the gradients divided by ``grad_scale`` (in
+        place, as torch's fused kernels leave them) and True."""
+        found_inf = getattr(self, "found_inf", None)
+        if found_inf is not None and bool(found_inf.ne(0).any()):
+            return False
+        scale = getattr(self, "grad_scale", None)
+        if scale is not None:
+            for w in works:
+                for p in chain(w.dense, w.by_torch):
+                    if p.grad.layout is _STRIDED:
+                        p.grad.div_(scale.to(p.grad.device))
+        return True
+
+    # ------------------------------------------------------------------ sorting and checks
+
+    def _sort(self, index: int, group: dict) -> _Work:
+        """The group's parameters with gradients sorted between the kernels and torch's own step, every
+        check done (raises before anything is written). The common case (a plan covering the group, every
+        gradient laid out as its parameter) is checked with C-level maps, not a Python loop."""
+        work = _Work(index, group)
+        params = group["params"]
+        plan = self._plans.get(index)
+        if (plan is not None and plan.whole and plan.key[1] == self._kernel(group)
+                and not (group.get("differentiable") or group.get("capturable"))):
+            members, grads = params, list(map(_GRAD, params))
+            try:
+                # raises for a missing gradient (TypeError) and for one without strided storage (sparse)
+                ptrs = list(map(_DATA_PTR, grads))
+            except TypeError:                   # parameters without gradients (frozen) are left out
+                members = [p for p, g in zip(params, grads) if g is not None]
+                grads = [g for g in grads if g is not None]
+                try:
+                    ptrs = list(map(_DATA_PTR, grads))
+                except RuntimeError:
+                    ptrs = None
+            except RuntimeError:
+                ptrs = None
+            if (ptrs is not None and plan.key[0] == tuple(map(id, members)) and plan.same_memory(members)
+                    and plan.fits_grads(grads)):
+                work.dense, work.grads, work.ptrs, work.plan = members, grads, ptrs, plan
+                return work
+        ids = list(map(id, params))
+        twice = {i for i in ids if ids.count(i) > 1} if len(set(ids)) != len(ids) else set()
         for p in params:
             g = p.grad
             if g is None:
                 continue
-            if g.layout is not _STRIDED:
-                self._check_sparse(p, g)
-                sparse.append(p)
+            reason = ("a parameter listed more than once in its group" if id(p) in twice
+                      else self._torch_reason(group, p))
+            if reason is None and g.layout is not _STRIDED:
+                if self.sparse_grads == "no" and self.sparse_by_torch:
+                    reason = "sparse gradients"
+                else:
+                    self._check_sparse(p, g)
+                    if not p.is_contiguous():
+                        reason = "sparse gradients of non-contiguous parameters"
+                    elif self._state_fits(p, group):
+                        work.sparse.append(p)
+                        continue
+                    else:
+                        reason = self._rehearse(group, p)
+            elif reason is None:
+                if self.sparse_grads == "only":
+                    raise RuntimeError(f"{type(self).__name__} does not support dense gradients, please "
+                                       "consider Adam instead")
+                if self._grad_fits(p, g) and self._state_fits(p, group):
+                    work.dense.append(p)
+                    work.grads.append(g)
+                    continue
+                reason = self._rehearse(group, p)
+            self._say(reason)
+            work.by_torch.append(p)
+        # a subclass whose own _dense_step launches per tensor (and keeps its own state) takes no plan
+        if work.dense and type(self)._dense_step is KernelOptimizer._dense_step:
+            work.plan = self._plan(index, group, work.dense)
+            work.plan.whole = not (work.plan.copies or work.by_torch or work.sparse)
+        return work
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> Optional[str]:
+        """Why torch's own step updates ``p`` (a configuration the kernels do not serve), or None."""
+        if group.get("differentiable"):
+            return "differentiable=True"
+        if group.get("capturable"):
+            return "capturable=True"
+        if p.dtype not in _views.STORAGE_DTYPES:
+            return f"{p.dtype} parameters"
+        if p.layout is not _STRIDED:
+            return f"{p.layout} parameters"
+        try:
+            kind = _views.device_kind(p)
+        except TypeError:
+            return f"parameters on the {p.device.type} device"
+        if kind == "cuda" and p.dtype in _views.HALF_DTYPES:
+            return f"{p.dtype} CUDA parameters"
+        return None
+
+    def _rehearse(self, group: dict, p: torch.Tensor) -> str:
+        """torch's step of ``p`` rehearsed on copies (raises what torch raises: nothing is written yet);
+        the reason torch's own step then updates ``p``."""
+        self._torch().rehearse(group, p, self.state.get(p), self.defaults)
+        return _MISFIT
+
+    def _say(self, reason: str) -> None:
+        if reason not in self._said:
+            self._said.add(reason)
+            name = type(self).__name__
+            warnings.warn(f"{name}: {reason}: those parameters are updated by torch.optim.{name}'s own "
+                          "implementation (optimizer.backend_for(p) tells which)", stacklevel=5)
+
+    def _torch(self) -> _delegate.TorchRunner:
+        if self._runner is None:
+            torch_cls = _delegate.torch_class(type(self))
+            if torch_cls is None:
+                raise TypeError(f"{type(self).__name__}: a configuration optkernels' kernels do not serve, "
+                                "and no torch.optim class of that name to run it")
+            self._runner = _delegate.TorchRunner(torch_cls, None, self.defaults)
+        return self._runner
+
+    @staticmethod
+    def _grad_fits(p: torch.Tensor, g: torch.Tensor) -> bool:
+        """``g`` has ``p``'s shape, dtype and device (its layout is fixed at the step)."""
+        return g.dtype is p.dtype and g.shape == p.shape and g.device == p.device
+
+    def _state_fits(self, p: torch.Tensor, group: dict) -> bool:
+        """``p``'s state is empty (created at the step) or holds every tensor the kernel takes, each of
+        ``p``'s shape, dtype, device and layout, and a one-element step counter."""
+        state = self.state.get(p)
+        if not state:
+            return True
+        if self.counts_steps:
+            step = state.get("step")
+            if isinstance(step, torch.Tensor):
+                if step.numel() != 1 or step.is_complex():
+                    return False
+            elif not isinstance(step, (int, float)) or isinstance(step, bool):
+                return False
+        layout = None
+        for name in self._kernel(group)[1]:
+            t = state.get(name)
+            if t is None and name in self.optional_state:
                 continue
-            if g.dtype is not p.dtype or g.numel() != p.numel():
-                self._check_dense(p, g)
-            dense.append(p)
-            grads.append(g)
-        return dense, grads, sparse, None
-
-    def _check_params(self, group: dict) -> None:
-        kinds = set()
-        for k, p in enumerate(group["params"]):
-            if not p.is_leaf:
-                raise ValueError("can't optimize a non-leaf Tensor")
-            if p.dtype not in _views.STORAGE_DTYPES:
-                raise TypeError(f"{type(self).__name__}: params[{k}] has dtype {p.dtype}; optkernels updates "
-                                "float32, float64, float16 and bfloat16 tensors (no complex or integer "
-                                "types)")
-            if p.is_sparse:
-                raise TypeError(f"{type(self).__name__}: params[{k}] is a sparse tensor; parameters must be "
-                                "dense")
-            if not p.is_contiguous():
-                raise ValueError(f"{type(self).__name__}: params[{k}] is not contiguous (call "
-                                 "p.data = p.data.contiguous() first)")
-            kinds.add(p.device)
-        if len(kinds) > 1:
-            raise ValueError(f"{type(self).__name__}: a parameter group mixes devices "
-                             f"({', '.join(sorted(map(str, kinds)))}); put each device's parameters in its "
-                             "own group")
-        for k, p in enumerate(group["params"]):
-            if _views.device_kind(p) == "cuda" and p.dtype in _views.HALF_DTYPES:
-                raise TypeError(f"{type(self).__name__}: params[{k}] is a {p.dtype} CUDA tensor; optkernels "
-                                "updates float16/bfloat16 tensors on the CPU only")
-
-    def _check_dense(self, p: torch.Tensor, g: torch.Tensor) -> None:
-        if self.sparse_grads == "only":
-            raise RuntimeError(f"{type(self).__name__} does not support dense gradients, please consider "
-                               "Adam instead")
-        if g.dtype != p.dtype or g.shape != p.shape or g.device != p.device:
-            raise ValueError(f"{type(self).__name__}: a gradient ({g.dtype}, {tuple(g.shape)}, {g.device}) "
-                             f"does not match its parameter ({p.dtype}, {tuple(p.shape)}, {p.device})")
-        if g.numel() != p.numel():
-            raise ValueError(f"{type(self).__name__}: a gradient of {g.numel()} elements for a parameter of "
-                             f"{p.numel()}")
+            if not isinstance(t, torch.Tensor) or t.layout is not _STRIDED:
+                return False
+            if t.shape != p.shape or t.dtype is not p.dtype or t.device != p.device:
+                return False
+            layout = _layout(p) if layout is None else layout
+            if t.stride() != layout:
+                return False
+        return True
 
     def _check_sparse(self, p: torch.Tensor, g: torch.Tensor) -> None:
+        """torch's errors for a sparse gradient this optimizer does not take."""
         if not g.is_sparse:
             raise ValueError(f"{type(self).__name__}: gradients must be dense (strided) or sparse COO "
-                             f"tensors, "
-                             f"got layout {g.layout}")
+                             f"tensors, got layout {g.layout}")
         if self.sparse_grads == "no":
             raise RuntimeError(f"{type(self).__name__} does not support sparse gradients"
                                + (", please consider SparseAdam instead"
-                                  if type(self).__name__.startswith("Adam") else ""))
+                                  if type(self).__name__ in ("Adam", "AdamW") else ""))
         if g.dtype != p.dtype or g.shape != p.shape or g.device != p.device:
             raise ValueError(f"{type(self).__name__}: a sparse gradient ({g.dtype}, {tuple(g.shape)}, "
                              f"{g.device}) does not match its parameter")
-        if g.sparse_dim() != 1 or p.dim() < 1:
-            raise ValueError(f"{type(self).__name__}: sparse gradients must be row-sparse (sparse_dim 1, as "
-                             f"nn.Embedding(sparse=True) gives), got sparse_dim {g.sparse_dim()}")
 
     # ------------------------------------------------------------------ state
 
@@ -297,10 +511,14 @@ class KernelOptimizer(torch.optim.Optimizer):
         state = self.state[p]
         if self.counts_steps and "step" not in state:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
-        for name in self._kernel(group)[1]:
+        for name in self._state_names(group):
             if state.get(name) is None:
                 state[name] = self._new_state(name, p, group)
         return state
+
+    def _state_names(self, group: dict) -> tuple[str, ...]:
+        """The kernel's state names in the order torch's class creates them (``state_dict()``'s order)."""
+        return self._kernel(group)[1]
 
     def _pre_buffer(self, p: torch.Tensor) -> torch.Tensor:
         """The per-parameter buffer of the pre-stepped gradient (per-tensor launches), allocated once: of
@@ -313,35 +531,43 @@ class KernelOptimizer(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ dense step
 
-    def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Optional[list]) -> None:
-        """One step of the group's parameters with dense gradients (``ptrs``: the gradients' addresses, when
-        all are contiguous and known)."""
-        meta = self._meta.get(index)
-        ids = meta[0] if meta is not None and params is group["params"] else tuple(map(id, params))
-        key = (ids, self._kernel(group))
+    def _plan(self, index: int, group: dict, params: list) -> _Plan:
+        """The group's plan for ``params`` (all checked), rebuilt when they or their memory changed."""
+        key = (tuple(map(id, params)), self._kernel(group))
         plan = self._plans.get(index)
-        if plan is None or plan.key != key or plan.ptrs != list(map(_DATA_PTR, params)):
-            self._meta.pop(index, None)        # a parameter's data was replaced: re-read sizes and dtypes
+        if (plan is None or plan.key != key or not plan.same_memory(params)
+                or list(map(_SHAPE, params)) != plan.shapes):
             plan = self._plans[index] = self._build(group, params, key)
+        return plan
+
+    def _dense_step(self, work: _Work) -> None:
+        """One step of a group's parameters with dense gradients."""
+        group, plan, params, grads, ptrs = work.group, work.plan, work.dense, work.grads, work.ptrs
+        if ptrs is None:
+            grads = [_laid_out(p, g) for p, g in zip(params, grads)]
+        for p, copy in plan.copies:
+            copy.copy_(p.detach())
         if plan.steps_np is not None:
-            plan.steps_np += 1
+            plan.steps_np += 1              # the state's 'step' tensors are views of it
             steps = plan.steps_np
+            if plan.step_now is not None:   # a plan's parameters step together: equal steps stay equal
+                plan.step_now += 1
+                first, uniform = plan.step_now, True
+            else:
+                first, uniform = int(steps[0]), False
         else:
             steps = self._private_steps(plan)
-        first = int(steps[0])
-        uniform = bool((steps == first).all())
+            first = int(steps[0])
+            uniform = bool((steps == first).all())
         self._before_update(group, plan, first)
         prestep = self._prestep(group)
-        kernel = key[1][0]
+        kernel = plan.key[1][0]
         whole = len(plan.cpu) == 1 and not plan.single     # one launch table covering params in order
         for dtype, positions, tensors, _members in plan.cpu:
             if whole and ptrs is not None:
-                local_grads = grads
                 tensors.addresses[-1, :] = ptrs
             else:
                 local_grads = grads if whole else [grads[k] for k in positions.tolist()]
-                if not all(map(_IS_CONTIGUOUS, local_grads)):
-                    local_grads = [_contiguous(g) for g in local_grads]
                 tensors.addresses[-1, :] = list(map(_DATA_PTR, local_grads))
             pre = {}
             if prestep is not None:
@@ -355,36 +581,51 @@ class KernelOptimizer(torch.optim.Optimizer):
                 others = tuple(np.flatnonzero(local != value).tolist())
                 kernel.launch_many("cpu", tensors, *self._scalars(group, int(value), dtype),
                                    chunks=tensors.chunks_without(others), **pre)
-            del local_grads
         for k, kind, arrays, n, buffer in plan.single:
             dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
-            grad = _views.view(_contiguous(grads[k]), kind, flat=True)
+            grad = _views.view(_flat(grads[k]), kind, flat=True)
             if prestep is not None:
                 _axpy_scal.launch(kind, n, buffer, arrays[0], grad, dtype.type(prestep[0]),
                                   dtype.type(prestep[1]), True, True)
                 grad = buffer
             kernel.launch(kind, n, *arrays, grad, *self._scalars(group, int(steps[k]), dtype))
+        for p, copy in plan.copies:
+            p.detach().copy_(copy)
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
         """Step numbers of an optimizer whose state has no 'step' (SGD): override."""
         raise NotImplementedError
 
     def _build(self, group: dict, params: list, key: tuple) -> _Plan:
-        plan = _Plan(key, params, [p.data_ptr() for p in params])
+        plan = _Plan(key, params, list(map(_DATA_PTR, params)))
         names = key[1][1]
-        states = [self._state_of(p, group) for p in params]
+        if names or self.counts_steps:
+            states = [self._state_of(p, group) for p in params]
+        else:
+            states = [{} for _ in params]        # torch keeps no state for these (SGD without momentum)
         plan.kept = [s[n] for s in states for n in names]
         if self.counts_steps:
             plan.steps = torch.tensor([float(s["step"]) for s in states], dtype=torch.float32)
             plan.steps_np = plan.steps.numpy()
             for k, s in enumerate(states):
                 s["step"] = plan.steps[k]
+            if len(states) and bool((plan.steps_np == plan.steps_np[0]).all()):
+                plan.step_now = int(plan.steps_np[0])
         self._prepare_plan(plan, states)
+        memory = []
+        for p in params:
+            if _dense(p):
+                memory.append(p.detach())
+            else:
+                copy = torch.empty_like(p.detach(), memory_format=torch.contiguous_format)
+                plan.copies.append((p, copy))
+                memory.append(copy)
         by_dtype: dict = {}
         for k, p in enumerate(params):
             kind = _views.device_kind(p)
             if kind == "cuda" or p.dtype in _views.HALF_DTYPES:
-                arrays = [_views.view(t, kind, flat=True) for t in [p] + [states[k][n] for n in names]]
+                arrays = [_views.view(_flat(t), kind, flat=True)
+                          for t in [memory[k]] + [states[k][n] for n in names]]
                 buffer = (_views.view(self._pre_buffer(p), kind, flat=True)
                           if self._prestep(group) is not None else None)
                 plan.single.append((k, kind, arrays, p.numel(), buffer))
@@ -393,17 +634,26 @@ class KernelOptimizer(torch.optim.Optimizer):
         for torch_dtype, members in by_dtype.items():
             dtype = _views.FLOAT_DTYPES[torch_dtype]
             tensors = TensorList([params[k].numel() for k in members], dtype, len(names) + 2)
-            tensors.addresses[0, :] = [params[k].data_ptr() for k in members]
+            tensors.addresses[0, :] = [memory[k].data_ptr() for k in members]
             for row, name in enumerate(names, start=1):
-                slot = [states[k][name] for k in members]
-                if any(not s.is_contiguous() or s.dtype != torch_dtype or s.device.type != "cpu"
-                       for s in slot):
-                    raise ValueError(f"{type(self).__name__}: state '{name}' must be contiguous CPU tensors "
-                                     "of "
-                                     "the parameter's dtype")
-                tensors.addresses[row, :] = [s.data_ptr() for s in slot]
+                tensors.addresses[row, :] = [states[k][name].data_ptr() for k in members]
             plan.cpu.append((dtype, np.asarray(members, np.int64), tensors, [params[k] for k in members]))
         return plan
 
     def _prepare_plan(self, plan: _Plan, states: list) -> None:
         """Subclass hook, after the state exists and before the tables are built."""
+
+
+def _laid_out(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``g`` (of ``p``'s shape, dtype and device), or a copy of it laid out as ``p``'s state (a gradient
+    assigned as a strided view), kept for the step."""
+    layout = _layout(p)
+    if g.stride() == layout:
+        return g
+    return torch.empty_strided(p.shape, layout, dtype=g.dtype, device=g.device).copy_(g)
+
+
+def _contiguous(g: torch.Tensor) -> torch.Tensor:
+    """``g``, or a contiguous copy of it (a gradient assigned as a strided view), kept for the step (the
+    subclasses that launch per tensor from their own ``_dense_step``)."""
+    return g if g.is_contiguous() else g.contiguous()

@@ -16,7 +16,7 @@ from ..kernels.torch_adafactor import (_adafactor_factored, _adafactor_vector, a
                                        adafactor_host)
 from ..kernels.torch_family import _decayed_step, launch_small, lerp_scalars
 from . import _views
-from ._base import KernelOptimizer
+from ._base import KernelOptimizer, _Work
 from .torch_family import check_lr, scalar_dtype
 
 __all__ = ["Adafactor"]
@@ -82,7 +82,8 @@ class Adafactor(KernelOptimizer):
     def _prestep(self, group: dict) -> None:
         return None
 
-    def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
+    def _dense_step(self, work: _Work) -> None:
+        group, params, grads = work.group, work.dense, work.grads
         if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
             raise AssertionError("Grad scaling should occur outside of optimizer.step()")
         eps1, eps2 = group["eps"]

@@ -38,8 +38,8 @@ class Adagrad(KernelOptimizer):
         clr = lr/(1 + (t − 1)·lr_decay)
         s ← s + g²;  w ← w − clr·g/(√s + ε)
 
-    Sparse COO gradients (``nn.Embedding(sparse=True)``, uncoalesced) update only their rows, duplicates
-    summed first, without coalescing in torch.
+    Sparse COO gradients (``nn.Embedding(sparse=True)``'s, or of any ``sparse_dim``) update only their rows,
+    coalesced by torch first (duplicates summed as torch sums them).
 
     Args: as torch (lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10, foreach,
     maximize, differentiable, fused). State: ``step``, ``sum``.
@@ -54,8 +54,6 @@ class Adagrad(KernelOptimizer):
                         initial_accumulator_value=initial_accumulator_value, foreach=foreach,
                         maximize=maximize, differentiable=differentiable, fused=fused)
         self._check_hyper(defaults)
-        if differentiable:
-            raise ValueError("optkernels.torch does not implement torch's differentiable=True")
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -122,8 +120,6 @@ class RMSprop(KernelOptimizer):
                         weight_decay=weight_decay, capturable=capturable, foreach=foreach, maximize=maximize,
                         differentiable=differentiable)
         self._check_hyper(defaults)
-        if differentiable or capturable:
-            raise ValueError("optkernels.torch does not implement torch's differentiable/capturable=True")
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -143,6 +139,14 @@ class RMSprop(KernelOptimizer):
 
     def _prestep(self, group: dict) -> Any:
         return None        # maximize and weight decay are in the element function (torch's rounding)
+
+    def _state_names(self, group: dict) -> tuple:
+        names = ("square_avg",)
+        if group["momentum"] > 0:
+            names += ("momentum_buffer",)
+        if group["centered"]:
+            names += ("grad_avg",)
+        return names
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         return rms_prop_scalars(dtype, host_lr(group["lr"]), group["alpha"], group["eps"], group["weight_decay"],

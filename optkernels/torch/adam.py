@@ -64,9 +64,10 @@ class Adam(KernelOptimizer):
         weight_decay: L2 penalty added to the gradient (0).
         amsgrad: use AMSGrad's maximum of v (False).
         maximize: maximize the objective (False).
-        foreach, fused, capturable, differentiable: torch's implementation switches; accepted for
-            compatibility (``foreach``/``fused`` are ignored: optkernels has one implementation);
-            ``capturable`` and ``differentiable`` must stay False.
+        foreach, fused, capturable, differentiable: torch's implementation switches. ``foreach`` and
+            ``fused`` choose nothing (optkernels has one implementation; ``fused`` also takes
+            ``torch.amp.GradScaler``'s ``grad_scale``/``found_inf``, as torch's fused Adam does);
+            ``capturable`` and ``differentiable`` parameters are updated by torch's own implementation.
         decoupled_weight_decay: AdamW's decay instead of L2 (torch 2.7+).
 
     Raises:
@@ -80,7 +81,6 @@ class Adam(KernelOptimizer):
                  maximize: bool = False, capturable: bool = False, differentiable: bool = False,
                  fused: Any = None, decoupled_weight_decay: bool = False):
         _check_adam_hyper(lr, eps, betas, weight_decay)
-        _unsupported(capturable=capturable, differentiable=differentiable)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                         maximize=maximize, foreach=foreach, capturable=capturable,
                         differentiable=differentiable, fused=fused,
@@ -145,7 +145,6 @@ class Adamax(KernelOptimizer):
                  weight_decay: float = 0.0, foreach: Any = None, *, maximize: bool = False,
                  differentiable: bool = False, capturable: bool = False):
         _check_adam_hyper(lr, eps, betas, weight_decay)
-        _unsupported(capturable=capturable, differentiable=differentiable)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
                         maximize=maximize, differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)

@@ -18,7 +18,7 @@ import torch
 
 from ..optimizers import lowbit as _lowbit
 from . import _views
-from ._base import KernelOptimizer, _contiguous
+from ._base import KernelOptimizer, _Work, _contiguous
 
 __all__ = ["Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit"]
 
@@ -55,7 +55,8 @@ class Optimizer8bit(KernelOptimizer):
             self._qmaps[key] = torch.from_numpy(_lowbit.dynamic_map(signed)).to(device)
         return self._qmaps[key]
 
-    def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
+    def _dense_step(self, work: _Work) -> None:
+        group, params, grads = work.group, work.dense, work.grads
         for p, g in zip(params, grads):
             state = self.state[p]
             if "state1" not in state:

@@ -14,7 +14,7 @@ import torch
 from ..kernels import torch_family as K
 from ..optimizers.muon import default_muon_split as _split_by_name
 from . import _views
-from ._base import KernelOptimizer
+from ._base import KernelOptimizer, _Work
 from .adam import AdamW
 from .torch_family import check_lr
 
@@ -110,6 +110,8 @@ class Muon(KernelOptimizer):
     State: ``momentum_buffer``. Errors as torch's (a parameter that is not 2-D: ValueError at construction).
     """
 
+    counts_steps = False        # torch's Muon keeps no 'step'
+
     def __init__(self, params: Iterable, lr: Any = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
                  nesterov: bool = True, ns_coefficients: tuple = (3.4445, -4.7750, 2.0315), eps: float = 1e-7,
                  ns_steps: int = 5, adjust_lr_fn: Optional[str] = None):
@@ -139,14 +141,19 @@ class Muon(KernelOptimizer):
     def _prestep(self, group: dict) -> None:
         return None
 
-    def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
+    def _state_fits(self, p: torch.Tensor, group: dict) -> bool:
+        """True; a loaded state that does not fit ``p`` raises here, when the step sorts its parameters, before
+        anything is written (torch's Muon would fail mid-step: no fallback to it)."""
+        buf = self.state.get(p, {}).get("momentum_buffer")
+        if buf is not None and (buf.shape != p.shape or buf.dtype != p.dtype or not buf.is_contiguous()):
+            raise ValueError(f"Muon: state 'momentum_buffer' must be a contiguous {p.dtype} tensor of shape "
+                             f"{tuple(p.shape)}, got {buf.dtype} {tuple(buf.shape)}")
+        return True
+
+    def _dense_step(self, work: _Work) -> None:
+        group, params, grads = work.group, work.dense, work.grads
         lr = float(group["lr"])
         momentum, decay = group["momentum"], 1 - lr * group["weight_decay"]
-        for p in params:                              # a loaded state must fit before anything is written
-            buf = self.state.get(p, {}).get("momentum_buffer")
-            if buf is not None and (buf.shape != p.shape or buf.dtype != p.dtype or not buf.is_contiguous()):
-                raise ValueError(f"Muon: state 'momentum_buffer' must be a contiguous {p.dtype} tensor of shape "
-                                 f"{tuple(p.shape)}, got {buf.dtype} {tuple(buf.shape)}")
         for p, grad in zip(params, grads):
             if grad.ndim != 2:
                 raise ValueError("Param gradient must be a 2D matrix")

@@ -3,14 +3,14 @@ taking dense gradients and the sparse COO gradients of ``nn.Embedding(sparse=Tru
 rows merged by the kernel, deterministically)."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 import torch
 
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
 from . import _views
-from ._base import KernelOptimizer, _contiguous
+from ._base import KernelOptimizer, _contiguous, _Work
 from ._sparse import row_sparse
 
 __all__ = ["RowWiseAdagrad"]
@@ -46,6 +46,18 @@ class RowWiseAdagrad(KernelOptimizer):
     def _kernel(self, group: dict) -> tuple:
         return None, ("sum",)
 
+    def _check_sparse(self, p: torch.Tensor, g: torch.Tensor) -> None:
+        super()._check_sparse(p, g)
+        if g.sparse_dim() != 1:
+            raise ValueError(f"RowWiseAdagrad: sparse gradients must be row-sparse (sparse_dim 1, as "
+                             f"nn.Embedding(sparse=True) gives), got sparse_dim {g.sparse_dim()}")
+
+    def _state_fits(self, p: torch.Tensor, group: dict) -> bool:
+        """The state is empty or its ``sum`` is one contiguous float per row of ``p``, on ``p``'s device."""
+        h = self.state.get(p, {}).get("sum")
+        return h is None or (isinstance(h, torch.Tensor) and h.shape == p.shape[:1] and h.device == p.device
+                             and h.is_contiguous())
+
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
         return torch.zeros(p.shape[:1], dtype=dtype, device=p.device)
@@ -54,7 +66,8 @@ class RowWiseAdagrad(KernelOptimizer):
         return dict(lr=float(group["lr"]), eps=group["eps"], weight_decay=group["weight_decay"],
                     weight_decay_mode=group["weight_decay_mode"], max_norm=group["max_norm"])
 
-    def _dense_step(self, index: int, group: dict, params: list, grads: list, ptrs: Any) -> None:
+    def _dense_step(self, work: _Work) -> None:
+        group, params, grads = work.group, work.dense, work.grads
         for p, g in zip(params, grads):
             state = self._state_of(p, group)
             kind = _views.device_kind(p)

@@ -30,6 +30,8 @@ class SGD(KernelOptimizer):
     """
 
     counts_steps = False
+    sparse_by_torch = True                  # torch's SGD takes sparse gradients: its own step runs them
+    optional_state = ("momentum_buffer",)   # torch starts a missing buffer from the gradient
 
     def __init__(self, params: Iterable, lr: Any = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
@@ -38,8 +40,6 @@ class SGD(KernelOptimizer):
                         nesterov=nesterov, maximize=maximize, foreach=foreach, differentiable=differentiable,
                         fused=fused)
         self._check_hyper(defaults)
-        if differentiable:
-            raise ValueError("optkernels.torch does not implement torch's differentiable=True")
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -64,7 +64,7 @@ class SGD(KernelOptimizer):
         return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _build(self, group: dict, params: list, key: tuple) -> _Plan:
-        fresh = [self.state[p].get("momentum_buffer") is None for p in params]
+        fresh = [self.state.get(p, {}).get("momentum_buffer") is None for p in params]
         plan = super()._build(group, params, key)
         plan.private_steps = np.where(fresh, 0, 1).astype(np.int64)
         return plan

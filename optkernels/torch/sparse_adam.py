@@ -31,6 +31,7 @@ class SparseAdam(KernelOptimizer):
     """
 
     sparse_grads = "only"
+    tensor_steps = False
 
     def __init__(self, params: Iterable, lr: Any = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
                  maximize: bool = False):

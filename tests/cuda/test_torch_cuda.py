@@ -105,13 +105,24 @@ def test_cuda_mindspore_named_lazy_adam_equals_numpy_class():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
-def test_half_cuda_parameters_are_refused(dtype):
-    """float16/bfloat16 tensors are updated on the CPU only (torch's __cuda_array_interface__ does not
-    export bfloat16): a CUDA one is a TypeError at construction, nothing written."""
-    p = torch.ones(4, dtype=dtype, device=DEVICE, requires_grad=True)
+def test_half_cuda_parameters_run_torchs_implementation(dtype):
+    """float16/bfloat16 tensors are updated by the kernels on the CPU only (torch's __cuda_array_interface__
+    does not export bfloat16): a CUDA one is updated by torch's own Adam (the same bits as torch.optim.Adam
+    with foreach=False); the MindSpore-named classes refuse it at construction, nothing written."""
+    p = torch.linspace(-1, 1, 4, device=DEVICE).to(dtype).requires_grad_()
+    q = p.detach().clone().requires_grad_()
     with CONTEXT():
-        with pytest.raises(TypeError, match="CPU only"):
-            okt.Adam([p])
+        opt = okt.Adam([p], lr=0.1)
+        assert opt.backend_for(p) == "torch"
+        reference = torch.optim.Adam([q], lr=0.1, foreach=False)
+        for k in range(2):
+            p.grad = torch.linspace(0.25, 1, 4, device=DEVICE).to(dtype) * (k + 1)
+            q.grad = p.grad.clone()
+            with pytest.warns(UserWarning, match="own implementation") if k == 0 else contextlib.nullcontext():
+                opt.step()
+            reference.step()
+        assert torch.equal(p.detach(), q.detach())
+        before = p.detach().clone()
         with pytest.raises(TypeError, match="CPU only"):
             okt.LazyAdam([("w", p)])
-    assert torch.equal(p.detach(), torch.ones(4, dtype=dtype))
+    assert torch.equal(p.detach(), before)

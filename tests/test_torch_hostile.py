@@ -1,0 +1,166 @@
+"""Hostile input to the optkernels.torch drop-ins, as a torch user can produce it: parameters whose data was
+replaced or resized, gradients swapped through ``.data``, states loaded from another model or missing a key.
+
+Each case runs on ``torch.optim`` and on the drop-in: where torch raises, ours raises the same exception type
+with the same message, and no parameter or state byte of ours changed (all groups are checked before any
+is written; torch itself may have updated an earlier group); where torch runs, ours runs to the same values.
+These cases corrupted the heap before the state's shape was checked: each runs in-process, so a regression
+fails the whole file loudly.
+"""
+import pytest
+
+torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
+okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*own implementation:UserWarning",
+                                        "ignore:optimizer contains a parameter group with duplicate")
+
+CLASSES = {
+    "Adam": ("Adam", {}),
+    "Adam-amsgrad": ("Adam", dict(amsgrad=True)),
+    "AdamW": ("AdamW", {}),
+    "Adamax": ("Adamax", {}),
+    "SGD-momentum": ("SGD", dict(momentum=0.9)),
+    "SGD": ("SGD", {}),
+    "Adagrad": ("Adagrad", {}),
+    "RMSprop": ("RMSprop", dict(momentum=0.5, centered=True)),
+}
+
+
+def _state_dict_of(lib, name, kwargs, size):
+    """The state_dict of the same optimizer after one step over parameters of another size."""
+    a, q = torch.ones(5, requires_grad=True), torch.ones(size, requires_grad=True)
+    opt = getattr(lib, name)([{"params": [a]}, {"params": [q]}], lr=0.1, **kwargs)
+    a.grad, q.grad = torch.ones(5), torch.ones(size)
+    opt.step()
+    return opt.state_dict()
+
+
+def _drop(key):
+    def mutate(lib, name, kwargs, opt, a, p):
+        sd = opt.state_dict()
+        if 1 not in sd["state"]:            # (SGD without momentum keeps no state)
+            return
+        if key == "last":
+            names = [k for k in sd["state"][1] if k != "step"]
+            if not names:
+                return
+            del sd["state"][1][names[-1]]
+        elif key in sd["state"][1]:
+            del sd["state"][1][key]
+        opt.load_state_dict(sd)
+    return mutate
+
+
+def _set_data(make_data, make_grad):
+    def mutate(lib, name, kwargs, opt, a, p):
+        p.data = make_data(p)
+        p.grad = make_grad(p)
+    return mutate
+
+
+def _set_grad_data(make):
+    def mutate(lib, name, kwargs, opt, a, p):
+        p.grad.data = make(p)
+    return mutate
+
+
+def _load(size):
+    def mutate(lib, name, kwargs, opt, a, p):
+        opt.load_state_dict(_state_dict_of(lib, name, kwargs, size))
+    return mutate
+
+
+def _amsgrad_on(lib, name, kwargs, opt, a, p):
+    opt.param_groups[1]["amsgrad"] = True
+
+
+CASES = {
+    "bigger p.data": _set_data(lambda p: torch.ones(12), lambda p: torch.ones(12)),
+    "smaller p.data": _set_data(lambda p: torch.ones(3), lambda p: torch.ones(3)),
+    "p.data grown by resize_": _set_data(lambda p: p.data.resize_(4000).fill_(1.0), lambda p: torch.ones(4000)),
+    "p.data shrunk by resize_": _set_data(lambda p: p.data.resize_(2), lambda p: torch.ones(2)),
+    "p.data reshaped (same memory)": _set_data(lambda p: p.data.view(2, 3), lambda p: torch.ones(2, 3)),
+    "p.data as a row (1, 6)": _set_data(lambda p: p.data.view(1, 6), lambda p: torch.ones(1, 6)),
+    "p.data of another dtype": _set_data(lambda p: p.data.double(), lambda p: torch.ones(6, dtype=torch.float64)),
+    "grad of another shape, same numel": _set_grad_data(lambda p: torch.ones(2, 3)),
+    "grad of fewer elements": _set_grad_data(lambda p: torch.ones(4)),
+    "grad of more elements": _set_grad_data(lambda p: torch.ones(4000)),
+    "grad of another dtype": _set_grad_data(lambda p: torch.ones(6, dtype=torch.float64)),
+    "state of a smaller model": _load(3),
+    "state of a bigger model": _load(4000),
+    "state missing a tensor": _drop("last"),
+    "state missing step": _drop("step"),
+    "gradient set to None": lambda lib, name, kwargs, opt, a, p: setattr(p, "grad", None),
+}
+
+
+def _run(lib, label, case):
+    name, kwargs = CLASSES[label]
+    if case == "amsgrad switched on" and name not in ("Adam", "AdamW"):
+        pytest.skip("amsgrad is Adam's flag")
+    a = torch.linspace(-1, 1, 5).requires_grad_()
+    p = torch.linspace(1, 2, 6).requires_grad_()
+    opt = getattr(lib, name)([{"params": [a]}, {"params": [p]}], lr=0.1, **kwargs)
+    a.grad, p.grad = torch.full((5,), 0.5), torch.linspace(-0.5, 0.25, 6)
+    opt.step()
+    before = _snapshot(opt)
+    try:
+        (CASES.get(case) or _amsgrad_on)(lib, name, kwargs, opt, a, p)
+        a.grad = torch.full((5,), -0.5)
+        before = _snapshot(opt)
+        opt.step()
+    except Exception as error:  # noqa: BLE001 - the exception is what is compared
+        return error, before, opt
+    return None, before, opt
+
+
+def _snapshot(opt):
+    """Every parameter's and state tensor's bytes (as uint8: NaN-safe, dtype-exact)."""
+    tensors = [p for g in opt.param_groups for p in g["params"]]
+    tensors += [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return [(t.dtype, t.shape, t.detach().reshape(-1).clone().view(torch.uint8)) for t in tensors]
+
+
+@pytest.mark.parametrize("case", list(CASES) + ["amsgrad switched on"])
+@pytest.mark.parametrize("label", list(CLASSES))
+def test_hostile_step_raises_as_torch_and_changes_nothing(label, case):
+    theirs, _, torch_opt = _run(torch.optim, label, case)
+    ours, before, our_opt = _run(okt, label, case)
+    if theirs is None:
+        assert ours is None, f"torch ran, ours raised {ours!r}"
+        for mine, its in zip(_snapshot(our_opt), _snapshot(torch_opt)):
+            assert mine[:2] == its[:2]
+        for g_ours, g_torch in zip(our_opt.param_groups, torch_opt.param_groups):
+            for x, y in zip(g_ours["params"], g_torch["params"]):
+                torch.testing.assert_close(x, y, rtol=2e-6, atol=1e-7)
+        return
+    assert type(ours) is type(theirs), f"torch raised {theirs!r}, ours {ours!r}"
+    assert str(ours) == str(theirs)
+    after = _snapshot(our_opt)
+    assert len(after) == len(before)
+    for (dtype0, shape0, bytes0), (dtype1, shape1, bytes1) in zip(before, after):
+        assert dtype0 == dtype1 and shape0 == shape1 and torch.equal(bytes0, bytes1)
+
+
+@pytest.mark.parametrize("label", ["Adam", "SGD-momentum", "Adagrad"])
+def test_parameter_listed_twice_steps_as_torch(label):
+    """torch updates a parameter listed twice in a group twice per step, with one state: so does ours (by
+    torch's own implementation, bit for bit)."""
+    name, kwargs = CLASSES[label]
+    results = []
+    for lib in (torch.optim, okt):
+        p = torch.linspace(-1, 1, 7).requires_grad_()
+        q = torch.linspace(0, 1, 4).requires_grad_()
+        opt = getattr(lib, name)([p, q, p], lr=0.1, **kwargs)
+        for k in range(3):
+            p.grad, q.grad = torch.linspace(-1, 2, 7) * (k + 1), torch.full((4,), 0.5)
+            opt.step()
+        results.append((p.detach().clone(), opt.state_dict()["state"]))
+        if lib is okt:
+            assert opt.backend_for(p) == "torch"
+    (p0, s0), (p1, s1) = results
+    assert torch.equal(p0, p1)
+    for k in s0:
+        for key in s0[k]:
+            assert torch.equal(torch.as_tensor(s0[k][key]), torch.as_tensor(s1[k][key]))
