@@ -440,7 +440,7 @@ class KernelOptimizer(torch.optim.Optimizer):
     def _rehearse(self, group: dict, p: torch.Tensor) -> str:
         """torch's step of ``p`` rehearsed on copies (raises what torch raises: nothing is written yet);
         the reason torch's own step then updates ``p``."""
-        self._torch().rehearse(group, p, self.state.get(p), self.defaults)
+        self._torch().rehearse(group, p, self.state.get(p) or {}, self.defaults)
         return _MISFIT
 
     def _say(self, reason: str) -> None:
@@ -543,6 +543,7 @@ class KernelOptimizer(torch.optim.Optimizer):
     def _dense_step(self, work: _Work) -> None:
         """One step of a group's parameters with dense gradients."""
         group, plan, params, grads, ptrs = work.group, work.plan, work.dense, work.grads, work.ptrs
+        assert plan is not None                  # set for every group with dense work when it was sorted
         if ptrs is None:
             grads = [_laid_out(p, g) for p, g in zip(params, grads)]
         for p, copy in plan.copies:

@@ -53,13 +53,13 @@ def _copies(params: Any) -> Any:
 
 
 def _torch_kwargs(cls: type, defaults: dict) -> dict:
-    accepted = inspect.signature(cls.__init__).parameters
+    accepted = inspect.signature(cls).parameters        # the constructor's, without self
     return {name: value for name, value in defaults.items() if name in accepted}
 
 
 def _unhooked_step(cls: type) -> Any:
     """``cls.step`` without torch's hook wrapper (the owner ran the hooks already)."""
-    step = cls.step
+    step: Any = getattr(cls, "step")  # noqa: B009 -- a torch.optim class, typed as a plain type here
     return step.__wrapped__ if getattr(step, "hooked", False) else step
 
 
@@ -115,13 +115,14 @@ class TorchRunner:
         """Run torch's step of ``p`` (its gradient and its ``state``) on copies: raises what torch raises
         for it, changes nothing."""
         q = p.detach().clone()
+        assert p.grad is not None                 # only parameters with a gradient are rehearsed
         grad = p.grad.detach().clone()
         try:
             q.grad = grad
         except RuntimeError:                # another shape or dtype: as ``p.grad.data = ...`` made it
             q.grad = torch.zeros_like(q)
             q.grad.data = grad
-        copies = collections.defaultdict(dict)
+        copies: collections.defaultdict = collections.defaultdict(dict)
         if state:
             copies[q] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
         self.step([(group, [q])], copies, defaults)

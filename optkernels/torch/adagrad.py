@@ -141,7 +141,7 @@ class RMSprop(KernelOptimizer):
         return None        # maximize and weight decay are in the element function (torch's rounding)
 
     def _state_names(self, group: dict) -> tuple:
-        names = ("square_avg",)
+        names: tuple[str, ...] = ("square_avg",)
         if group["momentum"] > 0:
             names += ("momentum_buffer",)
         if group["centered"]:
