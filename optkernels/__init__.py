@@ -8,6 +8,7 @@ Submodules are imported on first use, so ``import optkernels`` stays fast (Numba
   deterministic duplicate merge and the sparse update kernels (MindSpore's ``Fused*``/``SparseApply*``).
 * :mod:`optkernels.reference` -- plain NumPy float64 implementations, the yardstick of the tests.
 """
+
 from __future__ import annotations
 
 import importlib

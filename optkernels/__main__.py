@@ -1,4 +1,5 @@
 """``python -m optkernels``: the command line (see :mod:`optkernels.cli`)."""
+
 import os
 import sys
 

@@ -1,5 +1,6 @@
 """The install command an error message suggests for an optional extra, in both of its forms: from PyPI and
 from a clone of the repository (where ``pip install 'optkernels[extra]'`` would look for the name on PyPI)."""
+
 from __future__ import annotations
 
 
@@ -17,5 +18,7 @@ def install_hint(extra: str) -> str:
     str
         Both forms of the command, for an error message.
     """
-    return (f"python -m pip install 'optkernels[{extra}]' "
-            f"(from a clone of the repository: python -m pip install -e '.[{extra}]')")
+    return (
+        f"python -m pip install 'optkernels[{extra}]' "
+        f"(from a clone of the repository: python -m pip install -e '.[{extra}]')"
+    )

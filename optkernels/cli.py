@@ -7,6 +7,7 @@ Commands:
     info    the threading layer, threads, Numba cache folder, CUDA and the versions this install uses
     warmup  compile every kernel into Numba's cache, in parallel processes (for images)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,10 @@ BENCH_RUNNER = Path(__file__).resolve().parents[1] / "bench" / "run.py"
 
 def _bench(rest: list[str]) -> int:
     if not BENCH_RUNNER.is_file():
-        print(f"error: the benchmark suite runs from a clone of the repository (no {BENCH_RUNNER})",
-              file=sys.stderr)
+        print(
+            f"error: the benchmark suite runs from a clone of the repository (no {BENCH_RUNNER})",
+            file=sys.stderr,
+        )
         return 2
     runner = runpy.run_path(str(BENCH_RUNNER), run_name="optkernels_bench")
     return runner["main"](rest)
@@ -39,8 +42,10 @@ def _bad_request(jobs: int | None, ops: list[str] | None) -> bool:
         return True
     unknown = sorted(set(ops or ()) - set(CASES_BY_NAME))
     if unknown:
-        print(f"error: unknown op(s) {', '.join(unknown)}; known: {', '.join(sorted(CASES_BY_NAME))}",
-              file=sys.stderr)
+        print(
+            f"error: unknown op(s) {', '.join(unknown)}; known: {', '.join(sorted(CASES_BY_NAME))}",
+            file=sys.stderr,
+        )
     return bool(unknown)
 
 
@@ -70,7 +75,10 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"error: --target cuda needs numba-cuda: {install_hint('cuda')}", file=sys.stderr)
             return 2
         if not (_cuda.simulator_enabled() or _cuda.module().is_available()):
-            print("error: no CUDA GPU found (set NUMBA_ENABLE_CUDASIM=1 to use Numba's simulator)", file=sys.stderr)
+            print(
+                "error: no CUDA GPU found (set NUMBA_ENABLE_CUDASIM=1 to use Numba's simulator)",
+                file=sys.stderr,
+            )
             return 2
     if _bad_request(args.jobs, args.ops):
         return 2
@@ -79,11 +87,16 @@ def _verify(args: argparse.Namespace) -> int:
 
         print(f"compiling the kernels in {args.jobs} processes first", flush=True)
         warm_up(args.jobs, args.ops)
-    print(f"verifying against optkernels.reference on {args.target}: {args.cases} random cases per op "
-          f"(seed {args.seed}), published examples", flush=True)
+    print(
+        f"verifying against optkernels.reference on {args.target}: {args.cases} random cases per op "
+        f"(seed {args.seed}), published examples",
+        flush=True,
+    )
     print(TABLE_HEADER, flush=True)
     try:
-        reports = verify(args.target, args.cases, args.seed, args.ops, progress=lambda r: print(table_row(r), flush=True))
+        reports = verify(
+            args.target, args.cases, args.seed, args.ops, progress=lambda r: print(table_row(r), flush=True)
+        )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -124,7 +137,7 @@ def _cuda_line() -> str:
         if not cuda.is_available():
             return "no GPU found"
         names = [gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name) for gpu in cuda.gpus]
-    except Exception as error:  # noqa: BLE001 -- a broken driver is reported, not raised
+    except Exception as error:
         return f"no ({type(error).__name__}: {error})"
     return f"yes: {', '.join(names)}"
 
@@ -143,7 +156,7 @@ def info_lines() -> list[str]:
 
     layer = _threading.layer()
     if _threading.chosen_by_user:
-        chosen = ", ".join(f"{k}={os.environ[k]}" for k in _threading._USER_VARIABLES if k in os.environ)  # noqa: SLF001
+        chosen = ", ".join(f"{k}={os.environ[k]}" for k in _threading._USER_VARIABLES if k in os.environ)
         how = f"chosen outside optkernels ({chosen or 'numba.config, or a layer started before'})"
     else:
         how = "the package's choice (see docs/guide/install_and_threads.rst)"
@@ -151,7 +164,7 @@ def info_lines() -> list[str]:
         how += f"; TBB runtime loaded from {_threading.tbb_loaded_from}"
     from optkernels.kernels.adam import _adam
 
-    dispatcher: Any = _adam.cpu     # a Numba dispatcher (typed as a plain callable), not compiled here
+    dispatcher: Any = _adam.cpu  # a Numba dispatcher (typed as a plain callable), not compiled here
     cache = os.path.dirname(dispatcher._cache._cache_path)
     versions = ", ".join(f"{name} {_version(name)}" for name in _DISTRIBUTIONS)
     return [
@@ -167,31 +180,49 @@ def info_lines() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv[1:]) and run the command; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m optkernels",
-                                     description="optkernels: optimizer update kernels for NumPy and CUDA.")
+    parser = argparse.ArgumentParser(
+        prog="python -m optkernels", description="optkernels: optimizer update kernels for NumPy and CUDA."
+    )
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
-    verify = commands.add_parser("verify", help="check every kernel against the float64 reference",
-                                 description="Run every kernel against optkernels.reference on random cases and "
-                                             "MindSpore's published examples; print a conformance table. Exit "
-                                             "code 1 if any op fails.")
+    verify = commands.add_parser(
+        "verify",
+        help="check every kernel against the float64 reference",
+        description="Run every kernel against optkernels.reference on random cases and "
+        "MindSpore's published examples; print a conformance table. Exit "
+        "code 1 if any op fails.",
+    )
     verify.add_argument("--target", choices=("cpu", "cuda"), default="cpu", help="where the kernels run")
     verify.add_argument("--cases", type=int, default=20, help="random cases per op (default 20)")
     verify.add_argument("--seed", type=int, default=0, help="seed of the random cases")
     verify.add_argument("--ops", nargs="+", metavar="OP", help="only these ops (e.g. apply_adam apply_ftrl)")
-    verify.add_argument("--jobs", type=int, default=None,
-                        help="compile the kernels in this many processes first (an empty cache: less wall time)")
-    verify.add_argument("--export", type=Path, metavar="DIR",
-                        help="also write golden test vectors (npz + index.json + FORMAT.md) to DIR")
+    verify.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="compile the kernels in this many processes first (an empty cache: less wall time)",
+    )
+    verify.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="also write golden test vectors (npz + index.json + FORMAT.md) to DIR",
+    )
     commands.add_parser("info", help="print the threading layer, threads, kernel cache, CUDA and versions")
-    warmup = commands.add_parser("warmup", help="compile every kernel into Numba's on-disk cache",
-                                 description="Compile every kernel (float32, float64, float16, bfloat16) into "
-                                             "Numba's on-disk cache in worker processes, so that later "
-                                             "processes load them instead of compiling.")
+    warmup = commands.add_parser(
+        "warmup",
+        help="compile every kernel into Numba's on-disk cache",
+        description="Compile every kernel (float32, float64, float16, bfloat16) into "
+        "Numba's on-disk cache in worker processes, so that later "
+        "processes load them instead of compiling.",
+    )
     warmup.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPUs)")
     warmup.add_argument("--ops", nargs="+", metavar="OP", help="only these ops (as verify --ops)")
     commands.add_parser("bench", help="run the benchmark suite (pass --help for its options)", add_help=False)
-    commands.add_parser("demo", help="train small models on generated data with the optimizers (pass --help "
-                                     "for its options)", add_help=False)
+    commands.add_parser(
+        "demo",
+        help="train small models on generated data with the optimizers (pass --help for its options)",
+        add_help=False,
+    )
     args, rest = parser.parse_known_args(argv)
     if rest and args.command not in ("bench", "demo"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -6,6 +6,7 @@ float16, bfloat16) on tiny inputs of the conformance cases, in worker processes 
 task, so that no two processes write the same function's cache index at once). The optimizer classes'
 multi-tensor loops are compiled by their first step, not here.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,9 @@ def _compile(ops: list[str]) -> tuple[list[str], float]:
     return ops, time.perf_counter() - start
 
 
-def warm_up(jobs: int | None = None, only: list[str] | None = None, progress=None) -> list[tuple[list[str], float]]:
+def warm_up(
+    jobs: int | None = None, only: list[str] | None = None, progress=None
+) -> list[tuple[list[str], float]]:
     """Compile every kernel (or the ops named in ``only``) into the cache, in ``jobs`` worker processes.
 
     Parameters

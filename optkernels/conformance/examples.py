@@ -4,6 +4,7 @@
 docstrings (``mindspore/ops/operations/nn_ops.py`` and the lr-schedule modules, 2.0 era); its ``_note`` says
 how each printed value is to be compared.
 """
+
 from __future__ import annotations
 
 import json

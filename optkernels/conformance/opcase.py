@@ -2,12 +2,13 @@
 random draws of valid inputs shared by the dense cases (:mod:`.cases`) and the row-sparse ones
 (:mod:`.sparse_cases`).
 """
+
 from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class OpCase:
     name: str
     states: tuple[str, ...]
     make: Callable[..., dict]
-    attrs: Callable[..., dict] = lambda rng: {}  # noqa: E731
+    attrs: Callable[..., dict] = lambda rng: {}
     output: str = "states"
     ulps: float = 8.0
     terms: Callable[[dict, dict], dict] | None = None
@@ -70,8 +71,14 @@ class OpCase:
 def adam_scalars(rng):
     beta1, beta2 = rng.uniform(0.5, 0.99), rng.uniform(0.9, 0.9999)
     t = int(rng.integers(1, 50))
-    return dict(beta1_power=beta1 ** t, beta2_power=beta2 ** t, lr=rng.uniform(1e-4, 0.1),
-                beta1=beta1, beta2=beta2, epsilon=float(10.0 ** rng.uniform(-8, -3)))
+    return dict(
+        beta1_power=beta1**t,
+        beta2_power=beta2**t,
+        lr=rng.uniform(1e-4, 0.1),
+        beta1=beta1,
+        beta2=beta2,
+        epsilon=float(10.0 ** rng.uniform(-8, -3)),
+    )
 
 
 def moments(rng, shape, dtype):

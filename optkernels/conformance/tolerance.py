@@ -16,6 +16,7 @@ FTRL's ``sign(linear)·l1 − linear``). The rule therefore measures errors agai
 Integer and boolean results (counters, flags) must be equal. A wrong formula (a missing bias correction, epsilon on the wrong side of a square root, a sign) makes
 errors of 1e-3 and more, millions of ulps.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,10 +49,12 @@ class Comparison:
     def message(self, what: str) -> str:
         if self.ok:
             return f"{what}: ok, worst {self.worst_ulps:.3g} ulps"
-        assert self.first_bad is not None   # set whenever ok is False
+        assert self.first_bad is not None  # set whenever ok is False
         k, actual, expected = self.first_bad
-        return (f"{what}: {self.bad} elements differ by more than {self.allowed_ulps:g} ulps (worst "
-                f"{self.worst_ulps:.3g}); first at flat index {k}: actual {actual!r}, expected {expected!r}")
+        return (
+            f"{what}: {self.bad} elements differ by more than {self.allowed_ulps:g} ulps (worst "
+            f"{self.worst_ulps:.3g}); first at flat index {k}: actual {actual!r}, expected {expected!r}"
+        )
 
 
 def compare(actual, expected, dtype, ulps: float, before=None) -> Comparison:
@@ -63,8 +66,15 @@ def compare(actual, expected, dtype, ulps: float, before=None) -> Comparison:
         if actual.shape != expected.shape:
             raise ValueError(f"shapes differ: {actual.shape} vs {expected.shape}")
         bad = actual != expected
-        first = (int(np.flatnonzero(bad.ravel())[0]), actual.ravel()[bad.ravel()][0],
-                 expected.ravel()[bad.ravel()][0]) if bad.any() else None
+        first = (
+            (
+                int(np.flatnonzero(bad.ravel())[0]),
+                actual.ravel()[bad.ravel()][0],
+                expected.ravel()[bad.ravel()][0],
+            )
+            if bad.any()
+            else None
+        )
         return Comparison(not bad.any(), float("inf") if bad.any() else 0.0, 0.0, int(bad.sum()), first)
     actual = np.asarray(actual, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)

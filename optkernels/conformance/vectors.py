@@ -13,16 +13,26 @@ dtype), so an implementation runs each step from the given inputs and errors nev
 ``check(directory, kernels)`` does exactly that for a mapping of op name -> function with optkernels'
 (MindSpore's) signature.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from .cases import (CASES, CASES_BY_NAME, HALF_DTYPES, bounds, compute_dtype, draw_attrs, draw_stored,
-                    run_reference)
+from .cases import (
+    CASES,
+    CASES_BY_NAME,
+    HALF_DTYPES,
+    bounds,
+    compute_dtype,
+    draw_attrs,
+    draw_stored,
+    run_reference,
+)
 from .tolerance import FLOAT64_RELATIVE, compare
 
 FORMAT_VERSION = "optkernels-golden-vectors/1"
@@ -62,8 +72,11 @@ Let `e = |actual - expected|`.
 
 
 def _scalars(inputs: dict) -> dict:
-    return {k: (int(v) if isinstance(v, (int, np.integer)) else float(v)) for k, v in inputs.items()
-            if not isinstance(v, np.ndarray)}
+    return {
+        k: (int(v) if isinstance(v, (int, np.integer)) else float(v))
+        for k, v in inputs.items()
+        if not isinstance(v, np.ndarray)
+    }
 
 
 def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = None) -> Path:
@@ -79,8 +92,10 @@ def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = No
             for dtype in (np.dtype(np.float32), np.dtype(np.float64)) + HALF_DTYPES:
                 shape = tuple(int(d) for d in rng.integers(1, 6, size=int(rng.integers(1, 3))))
                 inputs = draw_stored(case, rng, shape, dtype)
-                attrs = {a: (v.item() if isinstance(v, np.generic) else v)
-                         for a, v in draw_attrs(case, rng, dtype).items()}
+                attrs = {
+                    a: (v.item() if isinstance(v, np.generic) else v)
+                    for a, v in draw_attrs(case, rng, dtype).items()
+                }
                 arrays: dict[str, Any] = {}
                 scalars: list[dict] = []
                 for step in range(STEPS):
@@ -89,7 +104,7 @@ def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = No
                         inputs.update({n: v for n, v in fresh.items() if n not in case.states})
                     expected = run_reference(case, inputs, attrs)
                     for name, value in inputs.items():
-                        if isinstance(value, np.ndarray):   # half arrays stored widened to float32 (exact)
+                        if isinstance(value, np.ndarray):  # half arrays stored widened to float32 (exact)
                             wide = value.dtype in HALF_DTYPES
                             arrays[f"step{step}.in.{name}"] = value.astype(np.float32) if wide else value
                     for name, value in expected.items():
@@ -101,10 +116,21 @@ def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = No
                 name = np.dtype(dtype).name
                 file = f"{case.name}-{k}-{name}.npz"
                 np.savez(out / file, **arrays)
-                index["cases"].append(dict(op=case.name, module=case.module, file=file, dtype=name,
-                                           shape=list(shape), positional=case.positional,
-                                           states=list(case.states), output=case.output, scalars=scalars,
-                                           attrs=attrs, ulps=case.ulps))
+                index["cases"].append(
+                    dict(
+                        op=case.name,
+                        module=case.module,
+                        file=file,
+                        dtype=name,
+                        shape=list(shape),
+                        positional=case.positional,
+                        states=list(case.states),
+                        output=case.output,
+                        scalars=scalars,
+                        attrs=attrs,
+                        ulps=case.ulps,
+                    )
+                )
     (out / "index.json").write_text(json.dumps(index, indent=1))
     (out / "FORMAT.md").write_text(FORMAT_DOC)
     return out / "index.json"
@@ -131,7 +157,9 @@ def check(directory, kernels: Mapping[str, Callable] | None = None) -> list[str]
         fn = (kernels or {}).get(entry["op"]) or CASES_BY_NAME[entry["op"]].kernel
         data = np.load(root / entry["file"])
         for step, scalars in enumerate(entry["scalars"]):
-            inputs = {k.split(".", 2)[2]: np.array(data[k]) for k in data.files if k.startswith(f"step{step}.in.")}
+            inputs = {
+                k.split(".", 2)[2]: np.array(data[k]) for k in data.files if k.startswith(f"step{step}.in.")
+            }
             dtype = _storage(entry["dtype"])
             if dtype in HALF_DTYPES:
                 inputs = {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in inputs.items()}

@@ -4,11 +4,12 @@ This is what ``python -m optkernels verify`` prints: per op, the number of compa
 in float32 and float64 ulps (see :mod:`.tolerance` for the unit and the pass rule), the published examples
 reproduced, and a verdict.
 """
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -96,16 +97,27 @@ def verify_examples(case: OpCase, report: OpReport) -> None:
             attrs["out_of_range"] = "drop"
         result = case.kernel(*case.args(inputs), **attrs)
         report.examples_total += 1
-        problems = [examples.mismatch(result if name == "output" else inputs[name], value, entry["compare"],
-                                      f"{entry['op']} example {name}")
-                    for name, value in entry["expected"].items()]
+        problems = [
+            examples.mismatch(
+                result if name == "output" else inputs[name],
+                value,
+                entry["compare"],
+                f"{entry['op']} example {name}",
+            )
+            for name, value in entry["expected"].items()
+        ]
         failed = [p for p in problems if p is not None]
         report.failures.extend(failed)
         report.examples_passed += not failed
 
 
-def verify(target: str = "cpu", cases: int = 20, seed: int = 0, only: list[str] | None = None,
-           progress: Callable[[OpReport], None] | None = None) -> list[OpReport]:
+def verify(
+    target: str = "cpu",
+    cases: int = 20,
+    seed: int = 0,
+    only: list[str] | None = None,
+    progress: Callable[[OpReport], None] | None = None,
+) -> list[OpReport]:
     """Verify every op (or those named in ``only``) on ``target`` ('cpu' or 'cuda').
 
     Args:
@@ -144,9 +156,13 @@ def table_row(report: OpReport) -> str:
     examples_cell = f"{report.examples_passed}/{report.examples_total}" if report.examples_total else "-"
     w = report.worst_ulps
     verdict = "pass" if report.ok else "FAIL"
-    return (f"{report.op:<30} {report.steps:>6} {w['float32']:>12.3g} {w['float64']:>12.3g} "
-            f"{w['float16']:>8.3g} {w['bfloat16']:>8.3g} {examples_cell:>9}  {verdict}")
+    return (
+        f"{report.op:<30} {report.steps:>6} {w['float32']:>12.3g} {w['float64']:>12.3g} "
+        f"{w['float16']:>8.3g} {w['bfloat16']:>8.3g} {examples_cell:>9}  {verdict}"
+    )
 
 
-TABLE_HEADER = (f"{'op':<30} {'steps':>6} {'float32 ulps':>12} {'float64 ulps':>12} {'f16 ulps':>8} "
-                f"{'bf16 ulps':>8} {'examples':>9}  result\n" + "-" * 98)
+TABLE_HEADER = (
+    f"{'op':<30} {'steps':>6} {'float32 ulps':>12} {'float64 ulps':>12} {'f16 ulps':>8} "
+    f"{'bf16 ulps':>8} {'examples':>9}  result\n" + "-" * 98
+)

@@ -20,6 +20,7 @@ From Python::
     from optkernels.demo import run
     results = run(steps=500, optimizers=["Adam", "FTRL"])   # prints the tables; returns the results
 """
+
 from .runner import main, run
 
 __all__ = ["main", "run"]

@@ -1,5 +1,6 @@
 """A click-through model on a hashed embedding table: the table's gradient is row-sparse
 (:class:`~optkernels.sparse.RowSparse`), the other parameters' gradients are dense."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,8 +55,9 @@ class ClickModel:
         pooled = self.table.data[rows].sum(axis=1)
         return pooled @ self.weight.data + self.bias.data[0]
 
-    def loss_and_gradients(self, rows: np.ndarray, clicks: np.ndarray
-                           ) -> tuple[float, list[RowSparse | np.ndarray]]:
+    def loss_and_gradients(
+        self, rows: np.ndarray, clicks: np.ndarray
+    ) -> tuple[float, list[RowSparse | np.ndarray]]:
         r"""The loss on a batch and the gradients::
 
             δ_i = (p_i − y_i)/n;   ∂E = RowSparse(rows.ravel(), repeat(δ_i·w, fields));

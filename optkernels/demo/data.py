@@ -1,6 +1,7 @@
 """The demo's data, generated from a seed (nothing is downloaded): two interleaved spirals for the MLP
 classifier, and click logs with categorical features and a known click probability for the click-through
 model."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,14 @@ EFFECT_SCALE = (0.6, 0.8, 0.5, 0.5, 0.4, 0.3, 0.3, 0.2)
 BASE_LOG_ODDS = -1.5
 
 
-def spirals(n: int, rng: np.random.Generator, *, turns: float = 1.5, noise: float = 0.03,
-            dtype: npt.DTypeLike = np.float32) -> tuple[np.ndarray, np.ndarray]:
+def spirals(
+    n: int,
+    rng: np.random.Generator,
+    *,
+    turns: float = 1.5,
+    noise: float = 0.03,
+    dtype: npt.DTypeLike = np.float32,
+) -> tuple[np.ndarray, np.ndarray]:
     r"""``n`` points of two interleaved spirals in the plane, half of each class (in random order).
 
     A point of class ``c`` (0 or 1) at position ``t ~ U(0.05, 1)`` along its arm is::
@@ -79,8 +86,9 @@ class ClickLogs:
         return int(self.clicks.shape[0])
 
 
-def click_logs(n: int, rng: np.random.Generator, effects: list[np.ndarray] | None = None
-               ) -> tuple[ClickLogs, list[np.ndarray]]:
+def click_logs(
+    n: int, rng: np.random.Generator, effects: list[np.ndarray] | None = None
+) -> tuple[ClickLogs, list[np.ndarray]]:
     r"""``n`` rows of click logs with a known click probability.
 
     Field ``f`` takes the value ``v`` in ``[0, FIELD_SIZES[f])`` with probability proportional to

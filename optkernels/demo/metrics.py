@@ -1,4 +1,5 @@
 """Losses and scores of the demo, in plain NumPy: softmax cross-entropy, logistic loss, accuracy, ROC AUC."""
+
 from __future__ import annotations
 
 import numpy as np

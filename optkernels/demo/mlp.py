@@ -1,5 +1,6 @@
 """A multi-layer perceptron classifier in plain NumPy (forward and backward by hand), whose weights are
 :class:`~optkernels.optimizers.Parameter` objects that the optimizers update in place."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,13 @@ class MLP:
         input_gain: factor on the first layer's initial weights. Default 1.0.
     """
 
-    def __init__(self, sizes: tuple[int, ...], rng: np.random.Generator, dtype: npt.DTypeLike = np.float32,
-                 input_gain: float = 1.0):
+    def __init__(
+        self,
+        sizes: tuple[int, ...],
+        rng: np.random.Generator,
+        dtype: npt.DTypeLike = np.float32,
+        input_gain: float = 1.0,
+    ):
         if len(sizes) < 2:
             raise ValueError(f"sizes needs an input and an output width, got {sizes}")
         self.dtype = np.dtype(dtype)
@@ -85,7 +91,7 @@ class MLP:
             grads.append(inputs.T @ delta)
             if k > 0:
                 delta = (delta @ self.weights[k].data.T) * (1 - inputs * inputs)
-        grads.reverse()                     # [W_1, b_1, W_2, b_2, ...]
+        grads.reverse()  # [W_1, b_1, W_2, b_2, ...]
         return loss, grads
 
     def evaluate(self, x: np.ndarray, labels: np.ndarray) -> tuple[float, float]:

@@ -1,5 +1,6 @@
 """The demo's progress display on stderr, drawn by ``tqdm``: a bar redrawn in place on a terminal; off a
 terminal (a pipe, a file, a CI log), one line as each optimizer starts and one summary line per model."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,13 @@ class Progress:
         interval: the least time between two redraws, in seconds.
     """
 
-    def __init__(self, stream: TextIO | None = None, interactive: bool | None = None, width: int = 20,
-                 interval: float = 0.1):
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        interactive: bool | None = None,
+        width: int = 20,
+        interval: float = 0.1,
+    ):
         self.stream = sys.stderr if stream is None else stream
         if interactive is None:
             isatty = getattr(self.stream, "isatty", None)
@@ -54,9 +60,15 @@ class Progress:
             self.stream.write(f"{self._task} [{index}/{self._runs}] {label}: {steps} steps\n")
             self.stream.flush()
             return
-        self._bar = tqdm(total=max(steps, 1), desc=f"{self._task} [{index}/{self._runs}] {label:<16}",
-                         file=self.stream, leave=False, mininterval=self.interval, ascii="-#",
-                         bar_format=f"{{desc}} [{{bar:{self.width}}}] {{n_fmt}}/{{total_fmt}}{{postfix}}")
+        self._bar = tqdm(
+            total=max(steps, 1),
+            desc=f"{self._task} [{index}/{self._runs}] {label:<16}",
+            file=self.stream,
+            leave=False,
+            mininterval=self.interval,
+            ascii="-#",
+            bar_format=f"{{desc}} [{{bar:{self.width}}}] {{n_fmt}}/{{total_fmt}}{{postfix}}",
+        )
 
     def update(self, step: int, loss: float) -> None:
         """``step`` steps of the current run are done and ``loss`` is the loss to show (the training loop

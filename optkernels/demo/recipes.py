@@ -4,10 +4,11 @@ Each :class:`Recipe` builds a fresh optimizer of :mod:`optkernels.optimizers` ov
 Names are matched case-insensitively; ``Adam`` is in both lists (dense on the MLP, row-sparse on the
 click-through model).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .. import optimizers as optim
 from ..optimizers import Optimizer, Parameter
@@ -34,29 +35,46 @@ class Recipe:
 # 1,000 and 2,000 steps (RMSProp's epsilon keeps its late steps from blowing up as gradients vanish).
 MLP_RECIPES: tuple[Recipe, ...] = (
     Recipe("SGD", "lr=0.5", lambda ps: optim.SGD(ps, learning_rate=0.5)),
-    Recipe("Momentum", "lr=0.05, momentum=0.9",
-           lambda ps: optim.Momentum(ps, learning_rate=0.05, momentum=0.9)),
+    Recipe(
+        "Momentum", "lr=0.05, momentum=0.9", lambda ps: optim.Momentum(ps, learning_rate=0.05, momentum=0.9)
+    ),
     Recipe("Adam", "lr=0.02", lambda ps: optim.Adam(ps, learning_rate=0.02)),
-    Recipe("AdamWeightDecay", "lr=0.01, weight_decay=1e-4",
-           lambda ps: optim.AdamWeightDecay(ps, learning_rate=0.01, weight_decay=1e-4)),
+    Recipe(
+        "AdamWeightDecay",
+        "lr=0.01, weight_decay=1e-4",
+        lambda ps: optim.AdamWeightDecay(ps, learning_rate=0.01, weight_decay=1e-4),
+    ),
     Recipe("AdaMax", "lr=0.05", lambda ps: optim.AdaMax(ps, learning_rate=0.05)),
-    Recipe("RMSProp", "lr=0.02, decay=0.9, epsilon=1e-6",
-           lambda ps: optim.RMSProp(ps, learning_rate=0.02, decay=0.9, epsilon=1e-6)),
+    Recipe(
+        "RMSProp",
+        "lr=0.02, decay=0.9, epsilon=1e-6",
+        lambda ps: optim.RMSProp(ps, learning_rate=0.02, decay=0.9, epsilon=1e-6),
+    ),
     Recipe("Lamb", "lr=0.01", lambda ps: optim.Lamb(ps, learning_rate=0.01)),
-    Recipe("LARS", "Momentum(lr=0.05, momentum=0.9), coefficient=0.05",
-           lambda ps: optim.LARS(optim.Momentum(ps, learning_rate=0.05, momentum=0.9), coefficient=0.05)),
+    Recipe(
+        "LARS",
+        "Momentum(lr=0.05, momentum=0.9), coefficient=0.05",
+        lambda ps: optim.LARS(optim.Momentum(ps, learning_rate=0.05, momentum=0.9), coefficient=0.05),
+    ),
     Recipe("AdaFactor", "relative step (MindSpore's defaults)", lambda ps: optim.AdaFactor(ps)),
 )
 
 # The click-through model: the embedding table's gradient is row-sparse, the head's dense.
 CLICK_RECIPES: tuple[Recipe, ...] = (
-    Recipe("Adam", "lr=0.01 (sparse: every row's moments decay)",
-           lambda ps: optim.Adam(ps, learning_rate=0.01)),
-    Recipe("LazyAdam", "lr=0.01 (sparse: only the batch's rows)",
-           lambda ps: optim.LazyAdam(ps, learning_rate=0.01)),
+    Recipe(
+        "Adam", "lr=0.01 (sparse: every row's moments decay)", lambda ps: optim.Adam(ps, learning_rate=0.01)
+    ),
+    Recipe(
+        "LazyAdam",
+        "lr=0.01 (sparse: only the batch's rows)",
+        lambda ps: optim.LazyAdam(ps, learning_rate=0.01),
+    ),
     Recipe("FTRL", "lr=0.5, l1=0.001", lambda ps: optim.FTRL(ps, learning_rate=0.5, l1=0.001)),
-    Recipe("ProximalAdagrad", "lr=0.5, l2=0.001",
-           lambda ps: optim.ProximalAdagrad(ps, learning_rate=0.5, l2=0.001)),
+    Recipe(
+        "ProximalAdagrad",
+        "lr=0.5, l2=0.001",
+        lambda ps: optim.ProximalAdagrad(ps, learning_rate=0.5, l2=0.001),
+    ),
 )
 
 

@@ -1,10 +1,11 @@
 """The demo's report: one table per model, and the loss curves as a PNG (with matplotlib, optional)."""
+
 from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -27,20 +28,25 @@ def format_table(task: Task, results: Sequence[RunResult]) -> str:
     initial = results[0].initial_loss if results else math.nan
     initial_score = results[0].initial_score if results else math.nan
     score = task.score_name
-    intro = (f"{task.describe()}. Initial loss {initial:.4f}, {score} {initial_score:.4f}: the same initial "
-             f"weights and batches for every optimizer.")
+    intro = (
+        f"{task.describe()}. Initial loss {initial:.4f}, {score} {initial_score:.4f}: the same initial "
+        f"weights and batches for every optimizer."
+    )
     lines = [f"## {task.title}", textwrap.fill(intro, width=110), ""]
     name_width = max([len("optimizer")] + [len(r.name) for r in results])
-    header = (f"{'optimizer':<{name_width}}  {'final loss':>10}  {score:>8}  {'opt ms/step':>11}  "
-              f"{'step ms/step':>12}  settings")
+    header = (
+        f"{'optimizer':<{name_width}}  {'final loss':>10}  {score:>8}  {'opt ms/step':>11}  "
+        f"{'step ms/step':>12}  settings"
+    )
     lines += [header, "-" * len(header)]
     for r in results:
         if r.diverged:
             numbers = f"{'diverged':>10}  {'':>8}"
         else:
             numbers = f"{r.final_loss:>10.4f}  {r.final_score:>8.4f}"
-        lines.append(f"{r.name:<{name_width}}  {numbers}  {r.optimizer_ms:>11.3f}  {r.step_ms:>12.3f}  "
-                     f"{r.settings}")
+        lines.append(
+            f"{r.name:<{name_width}}  {numbers}  {r.optimizer_ms:>11.3f}  {r.step_ms:>12.3f}  {r.settings}"
+        )
     return "\n".join(lines)
 
 
@@ -54,8 +60,10 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise MissingMatplotlib("--plot needs matplotlib, which is not installed: python -m pip install "
-                                f"matplotlib (or {install_hint('demo')})") from None
+        raise MissingMatplotlib(
+            "--plot needs matplotlib, which is not installed: python -m pip install "
+            f"matplotlib (or {install_hint('demo')})"
+        ) from None
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -92,8 +100,9 @@ def write_plot(path: Path, runs: Sequence[tuple[Task, Sequence[RunResult]]]) -> 
             ax.plot(np.arange(1, len(r.losses) + 1), smooth(r.losses, window), label=r.name, linewidth=1.2)
         true_loss = getattr(task, "true_loss", None)
         if true_loss is not None:
-            ax.axhline(true_loss, color="black", linestyle=":", linewidth=1,
-                       label="true probabilities (held out)")
+            ax.axhline(
+                true_loss, color="black", linestyle=":", linewidth=1, label="true probabilities (held out)"
+            )
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("training loss (running mean)")

@@ -1,12 +1,14 @@
 """``python -m optkernels demo``: its options, and the run that trains every chosen optimizer on both tasks
 and prints the report."""
+
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .progress import Progress
 from .recipes import CLICK_RECIPES, MLP_RECIPES, all_names, canonical_name
@@ -51,8 +53,9 @@ def _seed(text: str) -> int:
 def _optimizer_name(text: str) -> str:
     name = canonical_name(text)
     if name is None:
-        raise argparse.ArgumentTypeError(f"unknown optimizer {text!r}; choose from {', '.join(all_names())} "
-                                         f"(any case)")
+        raise argparse.ArgumentTypeError(
+            f"unknown optimizer {text!r}; choose from {', '.join(all_names())} (any case)"
+        )
     return name
 
 
@@ -70,31 +73,63 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineErrors(
         prog=PROG,
         description="Train two small models on generated data with optkernels' optimizers and compare them: "
-                    "an MLP classifier of two interleaved spirals (dense gradients: " +
-                    ", ".join(r.name for r in MLP_RECIPES) + ") and a click-through model with a "
-                    "hashed embedding table (row-sparse gradients: " +
-                    ", ".join(r.name for r in CLICK_RECIPES) + "). Prints one table per model: "
-                    "held-out loss and accuracy or AUC, and the median ms of the optimizer step and of the "
-                    "whole step. Progress goes to stderr, the tables to stdout.")
-    parser.add_argument("--steps", type=_positive_int, default=DEFAULT_STEPS, metavar="N",
-                        help=f"training steps per optimizer and model (default {DEFAULT_STEPS})")
-    parser.add_argument("--seed", type=_seed, default=0, metavar="S",
-                        help="seed of the data, the initial weights and the batch order (default 0)")
-    parser.add_argument("--optimizers", type=_optimizer_name, nargs="+", metavar="NAME",
-                        help="only these optimizers, case-insensitive (default: all); Adam trains both "
-                             "models; a model none of them trains is skipped")
-    parser.add_argument("--plot", type=_png_path, metavar="FILE.png",
-                        help="also save the training-loss curves to FILE.png (needs matplotlib)")
-    parser.add_argument("--threads", type=_positive_int, default=1, metavar="N",
-                        help="Numba threads for the optimizer kernels (default 1: these models are small, "
-                             "and waking a thread pool on every step costs more than it saves, far more on a "
-                             "busy machine; the results are the same bits with any number)")
+        "an MLP classifier of two interleaved spirals (dense gradients: "
+        + ", ".join(r.name for r in MLP_RECIPES)
+        + ") and a click-through model with a "
+        "hashed embedding table (row-sparse gradients: "
+        + ", ".join(r.name for r in CLICK_RECIPES)
+        + "). Prints one table per model: "
+        "held-out loss and accuracy or AUC, and the median ms of the optimizer step and of the "
+        "whole step. Progress goes to stderr, the tables to stdout.",
+    )
+    parser.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=DEFAULT_STEPS,
+        metavar="N",
+        help=f"training steps per optimizer and model (default {DEFAULT_STEPS})",
+    )
+    parser.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        metavar="S",
+        help="seed of the data, the initial weights and the batch order (default 0)",
+    )
+    parser.add_argument(
+        "--optimizers",
+        type=_optimizer_name,
+        nargs="+",
+        metavar="NAME",
+        help="only these optimizers, case-insensitive (default: all); Adam trains both "
+        "models; a model none of them trains is skipped",
+    )
+    parser.add_argument(
+        "--plot",
+        type=_png_path,
+        metavar="FILE.png",
+        help="also save the training-loss curves to FILE.png (needs matplotlib)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="Numba threads for the optimizer kernels (default 1: these models are small, "
+        "and waking a thread pool on every step costs more than it saves, far more on a "
+        "busy machine; the results are the same bits with any number)",
+    )
     return parser
 
 
-def run(steps: int = DEFAULT_STEPS, seed: int = 0, optimizers: Sequence[str] | None = None,
-        plot: Path | None = None, out: TextIO | None = None, progress: Progress | None = None
-        ) -> list[tuple[Task, list[RunResult]]]:
+def run(
+    steps: int = DEFAULT_STEPS,
+    seed: int = 0,
+    optimizers: Sequence[str] | None = None,
+    plot: Path | None = None,
+    out: TextIO | None = None,
+    progress: Progress | None = None,
+) -> list[tuple[Task, list[RunResult]]]:
     """Train the chosen optimizers on both tasks and print the report.
 
     For each task (the spirals MLP, then the click-through model) that at least one chosen optimizer
@@ -137,16 +172,24 @@ def run(steps: int = DEFAULT_STEPS, seed: int = 0, optimizers: Sequence[str] | N
         for index, recipe in enumerate(recipes, start=1):
             progress.begin_run(index, recipe.name, steps)
             results.append(train(task, recipe, progress))
-        progress.end_task(f"{task.title}: {len(results)} optimizer(s) x {_steps(steps)} in "
-                          f"{time.perf_counter() - start:.1f} s")
+        progress.end_task(
+            f"{task.title}: {len(results)} optimizer(s) x {_steps(steps)} in "
+            f"{time.perf_counter() - start:.1f} s"
+        )
         done.append((task, results))
     if done:
         import numba
 
-        timing = ("times are medians over the steps after the first" if steps > 1 else
-                  "times are of the only step, which loads (or compiles) the kernels")
-        print(f"optkernels demo: seed {seed}, {_steps(steps)} per optimizer, float32, Numba threads "
-              f"{numba.get_num_threads()}; {timing}", file=out)
+        timing = (
+            "times are medians over the steps after the first"
+            if steps > 1
+            else "times are of the only step, which loads (or compiles) the kernels"
+        )
+        print(
+            f"optkernels demo: seed {seed}, {_steps(steps)} per optimizer, float32, Numba threads "
+            f"{numba.get_num_threads()}; {timing}",
+            file=out,
+        )
     for trained, results in done:
         print(file=out)
         print(format_table(trained, results), file=out)
@@ -165,13 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m optkernels demo [options]``: parse ``argv`` and run; returns the exit code (0; 2 for bad
     arguments or a missing matplotlib with ``--plot``; 130 if interrupted)."""
     args = build_parser().parse_args(argv)
-    from .report import MissingMatplotlib
-
     import numba
 
+    from .report import MissingMatplotlib
+
     if args.threads > numba.config.NUMBA_NUM_THREADS:
-        print(f"{PROG}: error: argument --threads: at most {numba.config.NUMBA_NUM_THREADS} (the size of "
-              f"Numba's thread pool; NUMBA_NUM_THREADS sets it)", file=sys.stderr)
+        print(
+            f"{PROG}: error: argument --threads: at most {numba.config.NUMBA_NUM_THREADS} (the size of "
+            f"Numba's thread pool; NUMBA_NUM_THREADS sets it)",
+            file=sys.stderr,
+        )
         return 2
     from ..kernels import _threading
 

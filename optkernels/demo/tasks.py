@@ -1,5 +1,6 @@
 """The demo's two learning problems, each a data set, a model factory, a batch order and an evaluation:
 :class:`SpiralsTask` (the MLP classifier) and :class:`ClickTask` (the click-through model)."""
+
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -95,9 +96,11 @@ class SpiralsTask:
     def describe(self) -> str:
         """The problem, the model and the data, in one sentence."""
         sizes = "-".join(map(str, self.sizes))
-        return (f"two interleaved spirals, a {sizes} tanh MLP in float32, softmax cross-entropy; "
-                f"{self.steps} steps of {self.batch_size} of {self.train_points} points; loss and accuracy "
-                f"on {self.test_points} held-out points (chance 50%)")
+        return (
+            f"two interleaved spirals, a {sizes} tanh MLP in float32, softmax cross-entropy; "
+            f"{self.steps} steps of {self.batch_size} of {self.train_points} points; loss and accuracy "
+            f"on {self.test_points} held-out points (chance 50%)"
+        )
 
 
 class ClickTask:
@@ -117,16 +120,16 @@ class ClickTask:
     score_name = "AUC"
     chance = 0.5
     recipes = CLICK_RECIPES
-    rows = 2 ** 16
+    rows = 2**16
     dim = 8
     batch_size = 256
-    test_rows = 2 ** 14
+    test_rows = 2**14
 
     def __init__(self, steps: int, seed: int):
         data_seed, init_seed, _ = _seeds(seed, 1)
         rng = np.random.default_rng(data_seed)
         self.steps = steps
-        test, effects = click_logs(self.test_rows, rng)          # first: the same for any number of steps
+        test, effects = click_logs(self.test_rows, rng)  # first: the same for any number of steps
         train, _ = click_logs(steps * self.batch_size, rng, effects)
         self.train_rows = hash_features(train.values, self.rows)
         self.train_clicks = train.clicks
@@ -152,8 +155,10 @@ class ClickTask:
 
     def describe(self) -> str:
         """The problem, the model and the data, in one sentence."""
-        return (f"{len(FIELD_SIZES)} categorical fields hashed into a {self.rows} x {self.dim} float32 "
-                f"embedding table (row-sparse gradients), logistic regression on the summed embeddings; "
-                f"{self.steps} steps of {self.batch_size} new rows; loss and AUC on {self.test_rows} "
-                f"held-out rows (chance AUC 0.5; the true click probabilities score loss "
-                f"{self.true_loss:.4f}, AUC {self.true_auc:.4f})")
+        return (
+            f"{len(FIELD_SIZES)} categorical fields hashed into a {self.rows} x {self.dim} float32 "
+            f"embedding table (row-sparse gradients), logistic regression on the summed embeddings; "
+            f"{self.steps} steps of {self.batch_size} new rows; loss and AUC on {self.test_rows} "
+            f"held-out rows (chance AUC 0.5; the true click probabilities score loss "
+            f"{self.true_loss:.4f}, AUC {self.true_auc:.4f})"
+        )

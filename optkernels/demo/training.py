@@ -1,4 +1,5 @@
 """The training loop: one optimizer on one task, timed step by step."""
+
 from __future__ import annotations
 
 import math
@@ -87,17 +88,23 @@ def train(task: Task, recipe: Recipe, progress: Progress | None = None) -> RunRe
         losses[step], optimizer_s[step], step_s[step] = loss, t2 - t1, t2 - t0
         done = step + 1
         if progress is not None:
-            progress.update(done, float(losses[max(0, done - 50):done].mean()))
+            progress.update(done, float(losses[max(0, done - 50) : done].mean()))
     if diverged:
         final_loss = final_score = math.nan
     else:
         final_loss, final_score = task.evaluate(model)
     timed = slice(1, done) if done > 1 else slice(0, done)
     return RunResult(
-        name=recipe.name, settings=recipe.settings, losses=losses[:done],
-        initial_loss=initial_loss, initial_score=initial_score,
-        final_loss=final_loss, final_score=final_score,
+        name=recipe.name,
+        settings=recipe.settings,
+        losses=losses[:done],
+        initial_loss=initial_loss,
+        initial_score=initial_score,
+        final_loss=final_loss,
+        final_score=final_score,
         optimizer_ms=float(np.median(optimizer_s[timed]) * 1e3) if done else math.nan,
         step_ms=float(np.median(step_s[timed]) * 1e3) if done else math.nan,
         first_step_s=float(step_s[0]) if done else math.nan,
-        seconds=time.perf_counter() - start, diverged=diverged)
+        seconds=time.perf_counter() - start,
+        diverged=diverged,
+    )

@@ -14,10 +14,18 @@ checks passed, which call it is in, its step counters and its configuration (:mo
 one rank is raised on every rank, naming it. An uncaught exception aborts every rank (opt out:
 ``OPTKERNELS_MPI_ABORT=0`` or :func:`abort_on_uncaught`); non-finite gradients: :func:`set_nonfinite`.
 """
+
 from ._agree import abort_on_uncaught
 from .parallel import ParallelOptimizer, assign_owners, set_nonfinite
 from .reduce import all_finite, reduce_gradients
 from .table import ShardedTable
 
-__all__ = ["ParallelOptimizer", "ShardedTable", "all_finite", "assign_owners", "reduce_gradients",
-           "abort_on_uncaught", "set_nonfinite"]
+__all__ = [
+    "ParallelOptimizer",
+    "ShardedTable",
+    "all_finite",
+    "assign_owners",
+    "reduce_gradients",
+    "abort_on_uncaught",
+    "set_nonfinite",
+]

@@ -17,13 +17,15 @@ Two process-wide guards are installed when a communicator of more than one rank 
   communicator it used, so a rank still stepping (the ranks took different numbers of steps) raises
   instead of waiting forever, and the exiting rank reports the mismatch and aborts the job.
 """
+
 from __future__ import annotations
 
 import atexit
 import os
 import sys
 import traceback
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -32,15 +34,40 @@ from ._fingerprint import describe, digest_fields
 
 __all__ = ["abort_on_uncaught", "agree", "register"]
 
-KINDS = ("construction", "step", "load_state_dict", "load", "consolidated_state_dict", "reduce_gradients",
-         "all_finite", "flag", "lookup", "gather", "exit")
-_MAGIC = 0x6F6B6167726565      # 'okagree'
+KINDS = (
+    "construction",
+    "step",
+    "load_state_dict",
+    "load",
+    "consolidated_state_dict",
+    "reduce_gradients",
+    "all_finite",
+    "flag",
+    "lookup",
+    "gather",
+    "exit",
+)
+_MAGIC = 0x6F6B6167726565  # 'okagree'
 _MAGIC_AT, _KIND, _OK, _FINITE, _OBJECT, _COUNT = range(6)
-_DIGEST = 8                     # record[8:12]: the 32-byte digest
+_DIGEST = 8  # record[8:12]: the 32-byte digest
 _RECORD = 12
-_ERRORS = {e.__name__: e for e in (TypeError, ValueError, IndexError, KeyError, RuntimeError,
-                                   FloatingPointError, ZeroDivisionError, OverflowError, NotImplementedError,
-                                   AttributeError, LookupError, ArithmeticError)}
+_ERRORS = {
+    e.__name__: e
+    for e in (
+        TypeError,
+        ValueError,
+        IndexError,
+        KeyError,
+        RuntimeError,
+        FloatingPointError,
+        ZeroDivisionError,
+        OverflowError,
+        NotImplementedError,
+        AttributeError,
+        LookupError,
+        ArithmeticError,
+    )
+}
 
 
 class _Session:
@@ -74,9 +101,19 @@ def register(comm: Any, name: str) -> int:
     return len(session.objects) - 1
 
 
-def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = None, finite: bool = True,
-          obj: int = -1, count: int = 0, fields: Callable[[], dict] | dict | None = None,
-          explain: Callable[[], dict] | None = None, what: str = "the configurations") -> list[int]:
+def agree(
+    comm: Any,
+    kind: str,
+    where: str,
+    *,
+    error: BaseException | None = None,
+    finite: bool = True,
+    obj: int = -1,
+    count: int = 0,
+    fields: Callable[[], dict] | dict | None = None,
+    explain: Callable[[], dict] | None = None,
+    what: str = "the configurations",
+) -> list[int]:
     """One record exchange over ``comm`` (a collective call): raise on every rank if any rank failed or
     disagrees; else the ranks whose gradients were not finite (empty: all finite).
 
@@ -100,11 +137,11 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
         ValueError: the counters or fields differ (naming the fields and the ranks).
     """
     size, rank = comm.Get_size(), comm.Get_rank()
-    values: dict | None = None          # the fields, evaluated (None: none, or this rank failed)
+    values: dict | None = None  # the fields, evaluated (None: none, or this rank failed)
     if fields is not None and error is None:
         try:
             values = fields() if callable(fields) else fields
-        except Exception as caught:     # a schedule raising, say: this rank's failure like any other
+        except Exception as caught:  # a schedule raising, say: this rank's failure like any other
             error = caught
     if size == 1:
         if error is not None:
@@ -112,8 +149,14 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
         return [] if finite else [0]
     session = _session(comm)
     mine = np.zeros(_RECORD, np.int64)
-    mine[[_MAGIC_AT, _KIND, _OK, _FINITE, _OBJECT, _COUNT]] = (_MAGIC, KINDS.index(kind), error is None,
-                                                               bool(finite), obj, count)
+    mine[[_MAGIC_AT, _KIND, _OK, _FINITE, _OBJECT, _COUNT]] = (
+        _MAGIC,
+        KINDS.index(kind),
+        error is None,
+        bool(finite),
+        obj,
+        count,
+    )
     if values is not None and error is None:
         mine[_DIGEST:] = np.frombuffer(digest_fields(values), np.int64)
     every = np.empty((size, _RECORD), np.int64)
@@ -124,8 +167,10 @@ def agree(comm: Any, kind: str, where: str, *, error: BaseException | None = Non
         _raise_together(comm, failed, error, where, size)
     counts = every[:, _COUNT]
     if (counts != counts[0]).any():
-        raise ValueError(f"For '{where}', the ranks are at different calls (step counters {counts.tolist()} "
-                         f"on ranks 0..{size - 1}): every rank must call it the same number of times")
+        raise ValueError(
+            f"For '{where}', the ranks are at different calls (step counters {counts.tolist()} "
+            f"on ranks 0..{size - 1}): every rank must call it the same number of times"
+        )
     differ = [r for r in range(size) if (every[r, _DIGEST:] != every[0, _DIGEST:]).any()]
     if differ:
         _raise_differing_fields(comm, explain() if explain is not None else values, where, what)
@@ -147,13 +192,16 @@ def _check_same_call(every: np.ndarray, session: _Session, where: str, rank: int
     if all(k == keys[0] for k in keys):
         return
     calls = "; ".join(f"rank {r}: {_call_name(every[r], session)}" for r in range(size))
-    raise RuntimeError(f"For '{where}', the ranks are not in the same call ({calls}): every rank must make "
-                       "the same collective calls in the same order (a rank that skips a step, takes more "
-                       f"steps or leaves the loop early desynchronizes them); this is rank {rank}")
+    raise RuntimeError(
+        f"For '{where}', the ranks are not in the same call ({calls}): every rank must make "
+        "the same collective calls in the same order (a rank that skips a step, takes more "
+        f"steps or leaves the loop early desynchronizes them); this is rank {rank}"
+    )
 
 
-def _raise_together(comm: Any, failed: list[int], error: BaseException | None, where: str,
-                    size: int) -> NoReturn:
+def _raise_together(
+    comm: Any, failed: list[int], error: BaseException | None, where: str, size: int
+) -> NoReturn:
     told = comm.allgather(None if error is None else (type(error).__name__, _message(error)))
     first = failed[0]
     name, message = told[first]
@@ -186,6 +234,7 @@ def _raise_differing_fields(comm: Any, fields: Any, where: str, what: str) -> No
 
 
 # ---------------------------------------------------------------------------------------- process guards
+
 
 def abort_on_uncaught(enabled: bool = True) -> None:
     """Whether an uncaught exception on this rank aborts every rank (``MPI_Abort`` on ``COMM_WORLD`` after
@@ -222,15 +271,17 @@ def _excepthook(kind: type, value: BaseException, tb: Any) -> None:
     previous = _hook["previous"] or sys.__excepthook__
     try:
         previous(kind, value, tb)
-    except Exception:       # pragma: no cover - a broken previous hook must not stop the abort
+    except Exception:  # pragma: no cover - a broken previous hook must not stop the abort
         traceback.print_exception(kind, value, tb)
     MPI = _comm.mpi()
     if MPI.Is_finalized():
         return
     world = MPI.COMM_WORLD
-    sys.stderr.write(f"optkernels.distributed: uncaught {kind.__name__} on rank {world.Get_rank()} of "
-                     f"{world.Get_size()}: aborting every rank (MPI_Abort). To opt out: "
-                     "OPTKERNELS_MPI_ABORT=0 or optkernels.distributed.abort_on_uncaught(False)\n")
+    sys.stderr.write(
+        f"optkernels.distributed: uncaught {kind.__name__} on rank {world.Get_rank()} of "
+        f"{world.Get_size()}: aborting every rank (MPI_Abort). To opt out: "
+        "OPTKERNELS_MPI_ABORT=0 or optkernels.distributed.abort_on_uncaught(False)\n"
+    )
     sys.stderr.flush()
     sys.stdout.flush()
     world.Abort(1)
@@ -248,9 +299,11 @@ def _exit_check() -> None:
                 continue
             agree(comm, "exit", "the exit check of optkernels.distributed")
         except RuntimeError as error:
-            sys.stderr.write(f"optkernels.distributed: rank {comm.Get_rank()} ended its program while "
-                             f"another rank is still in a collective call: {error}\n")
+            sys.stderr.write(
+                f"optkernels.distributed: rank {comm.Get_rank()} ended its program while "
+                f"another rank is still in a collective call: {error}\n"
+            )
             sys.stderr.flush()
             MPI.COMM_WORLD.Abort(1)
-        except Exception:       # a freed communicator, MPI errors at shutdown: nothing left to check
+        except Exception:  # a freed communicator, MPI errors at shutdown: nothing left to check
             continue

@@ -5,17 +5,27 @@ agreement across ranks before each collective is :mod:`._agree`).
 Every collective here moves raw bytes (a contiguous MPI type of the element's size), so any NumPy dtype,
 float16 and ml_dtypes' bfloat16 included, travels bit for bit; the arithmetic is NumPy's, on each rank.
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from .._install import install_hint
 
-__all__ = ["as_bytes", "check_comm", "chunk_bounds", "concat_rows", "digest", "element_type",
-           "mpi", "ordered_sum"]
+__all__ = [
+    "as_bytes",
+    "check_comm",
+    "chunk_bounds",
+    "concat_rows",
+    "digest",
+    "element_type",
+    "mpi",
+    "ordered_sum",
+]
 
 _TYPES: dict[int, Any] = {}
 
@@ -29,8 +39,7 @@ def mpi() -> Any:
     try:
         from mpi4py import MPI
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(f"optkernels.distributed needs mpi4py and an MPI: {install_hint('mpi')}") \
-            from error
+        raise ImportError(f"optkernels.distributed needs mpi4py and an MPI: {install_hint('mpi')}") from error
     return MPI
 
 
@@ -38,8 +47,10 @@ def check_comm(comm: Any, owner: str) -> Any:
     """``comm`` if it is an mpi4py intracommunicator, else TypeError naming ``owner``."""
     MPI = mpi()
     if not isinstance(comm, MPI.Intracomm):
-        raise TypeError(f"For '{owner}', 'comm' must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), "
-                        f"got {type(comm).__name__}")
+        raise TypeError(
+            f"For '{owner}', 'comm' must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), "
+            f"got {type(comm).__name__}"
+        )
     return comm
 
 
@@ -98,16 +109,18 @@ def ordered_sum(comm: Any, flat: np.ndarray, *, average: bool) -> np.ndarray:
     kind = element_type(dtype.itemsize)
     # The result's buffer first receives every rank's chunk (P·mine <= n + P − 1 elements): one allocation.
     out = np.empty(max(flat.size, size * mine), dtype)
-    parts = out[:size * mine].reshape(size, mine)
-    comm.Alltoallv([as_bytes(flat), (counts, displs), kind],
-                   [as_bytes(parts), ([mine] * size, [mine * r for r in range(size)]), kind])
+    parts = out[: size * mine].reshape(size, mine)
+    comm.Alltoallv(
+        [as_bytes(flat), (counts, displs), kind],
+        [as_bytes(parts), ([mine] * size, [mine * r for r in range(size)]), kind],
+    )
     acc = parts[0].copy()
     for r in range(1, size):
         np.add(acc, parts[r], out=acc)
     if average:
         np.divide(acc, dtype.type(size), out=acc)
     comm.Allgatherv([as_bytes(acc), kind], [as_bytes(out), (counts, displs), kind])
-    return out[:flat.size]
+    return out[: flat.size]
 
 
 def concat_rows(comm: Any, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:

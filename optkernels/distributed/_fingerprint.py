@@ -7,6 +7,7 @@ with another ``lr`` differs); a ``functools.partial`` by its function, arguments
 its dtype, shape and a hash of its bytes (small arrays by their values); any other object by its class and
 its attributes, a few levels deep.
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,8 +17,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["config_fields", "describe", "digest_fields", "fingerprint", "optimizer_fields",
-           "small_scalar_state", "step_fields"]
+__all__ = [
+    "config_fields",
+    "describe",
+    "digest_fields",
+    "fingerprint",
+    "optimizer_fields",
+    "small_scalar_state",
+    "step_fields",
+]
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _DEPTH = 5
@@ -48,15 +56,24 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((str(k), fingerprint(v, deeper)) for k, v in value.items()))
     if isinstance(value, functools.partial):
-        return ("partial", fingerprint(value.func, deeper), fingerprint(value.args, deeper),
-                fingerprint(value.keywords, deeper))
+        return (
+            "partial",
+            fingerprint(value.func, deeper),
+            fingerprint(value.args, deeper),
+            fingerprint(value.keywords, deeper),
+        )
     if isinstance(value, types.MethodType):
         return ("method", fingerprint(value.__func__, deeper), fingerprint(value.__self__, deeper))
     if isinstance(value, types.FunctionType):
         cells = tuple(_cell(c) for c in value.__closure__ or ())
-        return ("function", f"{value.__module__}.{value.__qualname__}", _code(value.__code__),
-                fingerprint(value.__defaults__, deeper), fingerprint(value.__kwdefaults__, deeper),
-                fingerprint(cells, deeper))
+        return (
+            "function",
+            f"{value.__module__}.{value.__qualname__}",
+            _code(value.__code__),
+            fingerprint(value.__defaults__, deeper),
+            fingerprint(value.__kwdefaults__, deeper),
+            fingerprint(cells, deeper),
+        )
     if isinstance(value, types.BuiltinFunctionType):
         return ("builtin", getattr(value, "__module__", None), value.__qualname__)
     attributes = _attributes(value)
@@ -86,7 +103,7 @@ def describe(value: Any) -> str:
 def _cell(cell: Any) -> Any:
     try:
         return cell.cell_contents
-    except ValueError:          # an empty cell
+    except ValueError:  # an empty cell
         return None
 
 
@@ -112,8 +129,11 @@ def _is_scalar(value: Any) -> bool:
         return False
     if isinstance(value, (_PLAIN, np.generic)):
         return True
-    return isinstance(value, tuple) and len(value) > 0 and all(
-        isinstance(v, (_PLAIN, np.generic)) and v is not None for v in value)
+    return (
+        isinstance(value, tuple)
+        and len(value) > 0
+        and all(isinstance(v, (_PLAIN, np.generic)) and v is not None for v in value)
+    )
 
 
 def optimizer_fields(optimizer: Any) -> dict[str, Any]:
@@ -123,7 +143,7 @@ def optimizer_fields(optimizer: Any) -> dict[str, Any]:
     number or a callable's fingerprint)."""
     cls = type(optimizer)
     fields: dict[str, Any] = {"rule": f"{cls.__module__}.{cls.__qualname__}"}
-    slots = set(getattr(optimizer, "_slot_names", ()))     # this rank's share of the slots
+    slots = set(getattr(optimizer, "_slot_names", ()))  # this rank's share of the slots
     for name, value in sorted(vars(optimizer).items()):
         if _is_scalar(value) and name != "_owner" and name not in slots:
             fields[name.lstrip("_")] = value
@@ -160,17 +180,20 @@ def step_fields(optimizer: Any, config: bytes | None = None, scalars: bool = Tru
     """What the next step uses: the configuration (:func:`config_fields`, or its digest ``config`` when
     given: the per-step check stays cheap), the counters, the learning rate and weight decay of every group
     at the current global step, and (when ``scalars``) the small per-step scalars (beta powers)."""
-    fields: dict[str, Any] = (config_fields(optimizer) if config is None
-                              else {"configuration (digest)": config})
+    fields: dict[str, Any] = (
+        config_fields(optimizer) if config is None else {"configuration (digest)": config}
+    )
     for counter in _COUNTERS:
         fields[counter] = getattr(optimizer, "_" + counter, 0)
     if getattr(optimizer, "_lrs", None) is not None:
         step = optimizer._global_step
         # a table's value follows from the table and the step (both compared; no past-the-end warning here)
-        fields["learning rates at this step"] = tuple(lr.value(step) if lr.kind != "table" else None
-                                                      for lr in optimizer._lrs)
-        fields["weight decays at this step"] = tuple(float(w(step)) if callable(w) else w
-                                                     for w in optimizer._wds)
+        fields["learning rates at this step"] = tuple(
+            lr.value(step) if lr.kind != "table" else None for lr in optimizer._lrs
+        )
+        fields["weight decays at this step"] = tuple(
+            float(w(step)) if callable(w) else w for w in optimizer._wds
+        )
     for key, value in (optimizer._scalar_state() if scalars else {}).items():
         if np.size(value) <= 8:
             fields[key] = fingerprint(np.asarray(value))

@@ -6,6 +6,7 @@ MindSpore's overflow rule under loss scaling), ``"raise"`` (FloatingPointError o
 (the step is applied, as one process would, with a RuntimeWarning), ``"off"`` (not checked: no pass over
 the gradients).
 """
+
 from __future__ import annotations
 
 import warnings

@@ -15,6 +15,7 @@ broadcast). Every rank needs the same, already reduced
 gradients (:func:`~optkernels.distributed.reduce_gradients`); the gradients of the parameters it does not
 own are checked and not read.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,7 +30,7 @@ from .reduce import origin
 
 __all__ = ["ParallelOptimizer", "assign_owners", "set_nonfinite"]
 
-_SHARE = "share."       # the keys a rank's state_dict() adds to say whose share it is
+_SHARE = "share."  # the keys a rank's state_dict() adds to say whose share it is
 
 
 def assign_owners(nbytes: list[int], size: int) -> list[int]:
@@ -72,24 +73,44 @@ class ParallelOptimizer:
         self._config_digest: tuple[bytes, bool] | None = None
         self._owner = owner
         plans = optimizer._plans
-        error = next((TypeError(f"For '{owner}', the parallel optimizer (comm=) takes NumPy parameters; "
-                                f"{plan.name} is a CUDA array") for plan in plans if plan.device != "cpu"),
-                     None)
+        error = next(
+            (
+                TypeError(
+                    f"For '{owner}', the parallel optimizer (comm=) takes NumPy parameters; "
+                    f"{plan.name} is a CUDA array"
+                )
+                for plan in plans
+                if plan.device != "cpu"
+            ),
+            None,
+        )
         self.obj = _agree.register(comm, owner)
-        _agree.agree(comm, "construction", owner, error=error, obj=self.obj,
-                     fields=lambda: {"parameters (names, shapes, dtypes)": _comm.digest(
-                         [(p.name, p.shape, p.dtype.str) for p in plans]), **optimizer_fields(optimizer)},
-                     what="the optimizers (parameter lists, hyper-parameters)")
+        _agree.agree(
+            comm,
+            "construction",
+            owner,
+            error=error,
+            obj=self.obj,
+            fields=lambda: {
+                "parameters (names, shapes, dtypes)": _comm.digest(
+                    [(p.name, p.shape, p.dtype.str) for p in plans]
+                ),
+                **optimizer_fields(optimizer),
+            },
+            what="the optimizers (parameter lists, hyper-parameters)",
+        )
         self.owners = assign_owners([p.size * p.dtype.itemsize for p in plans], self.size)
         for plan, rank in zip(plans, self.owners):
             plan.owned = rank == self.rank
         self._by_root = [[p for p in plans if self.owners[p.index] == r] for r in range(self.size)]
         # Per root: parameters of at least 1 MiB are broadcast in place, the smaller ones packed together
         # into one buffer (one broadcast for many small tensors, no copies of the large ones).
-        self._sends = [([p for p in ps if _in_place(p)], [p for p in ps if not _in_place(p)])
-                       for ps in self._by_root]
-        self._buffer = np.empty(max([sum(p.size * p.dtype.itemsize for p in small)
-                                     for _, small in self._sends] + [0]), np.uint8)
+        self._sends = [
+            ([p for p in ps if _in_place(p)], [p for p in ps if not _in_place(p)]) for ps in self._by_root
+        ]
+        self._buffer = np.empty(
+            max([sum(p.size * p.dtype.itemsize for p in small) for _, small in self._sends] + [0]), np.uint8
+        )
 
     @property
     def nonfinite(self) -> str:
@@ -128,18 +149,30 @@ class ParallelOptimizer:
             error = caught
         self.steps += 1
         where = f"{self._owner}.step"
-        found = _agree.agree(self.comm, "step", where, error=error, finite=finite, obj=self.obj,
-                             count=self.steps,
-                             fields=lambda: step_fields(optimizer, *self._config(optimizer)),
-                             explain=lambda: step_fields(optimizer),
-                             what="the optimizers' configurations at this step")
-        assert checked is not None      # agree raised on every rank if this rank's checks failed
+        found = _agree.agree(
+            self.comm,
+            "step",
+            where,
+            error=error,
+            finite=finite,
+            obj=self.obj,
+            count=self.steps,
+            fields=lambda: step_fields(optimizer, *self._config(optimizer)),
+            explain=lambda: step_fields(optimizer),
+            what="the optimizers' configurations at this step",
+        )
+        assert checked is not None  # agree raised on every rank if this rank's checks failed
         if found:
-            names = self.comm.allgather(None if finite else [p.name for p in optimizer._local_plans
-                                                            if not local_all_finite(checked[0][p.index])])
+            names = self.comm.allgather(
+                None
+                if finite
+                else [p.name for p in optimizer._local_plans if not local_all_finite(checked[0][p.index])]
+            )
             bad = [n for r in found for n in names[r]]
-            self.last_nonfinite = (f"For '{where}', non-finite gradients at step call {self.steps}: {bad} "
-                                   f"({origin(self.comm, found)})")
+            self.last_nonfinite = (
+                f"For '{where}', non-finite gradients at step call {self.steps}: {bad} "
+                f"({origin(self.comm, found)})"
+            )
             if not _nonfinite.handle(self._nonfinite, self.last_nonfinite):
                 return None
         return checked
@@ -168,23 +201,32 @@ class ParallelOptimizer:
             error = caught
 
         def fields() -> dict:
-            assert arrays is not None   # agree calls fields only when this rank's checks passed
-            loaded = {f"loaded {k}": np.asarray(v) for k, v in arrays.items()
-                      if "." not in k and np.size(v) <= 8}
+            assert arrays is not None  # agree calls fields only when this rank's checks passed
+            loaded = {
+                f"loaded {k}": np.asarray(v) for k, v in arrays.items() if "." not in k and np.size(v) <= 8
+            }
             return {**loaded, **optimizer_fields(optimizer)}
 
-        _agree.agree(self.comm, "load_state_dict", f"{self._owner}.load_state_dict", error=error,
-                     obj=self.obj, fields=fields, what="the loaded states (step counters, per-step scalars) "
-                     "or the optimizers' configurations")
+        _agree.agree(
+            self.comm,
+            "load_state_dict",
+            f"{self._owner}.load_state_dict",
+            error=error,
+            obj=self.obj,
+            fields=fields,
+            what="the loaded states (step counters, per-step scalars) or the optimizers' configurations",
+        )
         optimizer._write_state(arrays)
 
     def share_metadata(self, optimizer: Any) -> dict[str, np.ndarray]:
         """What a rank's ``state_dict`` carries to say whose share it is: ``"share.world_size"``,
         ``"share.rank"`` and ``"share.fingerprint"`` (a digest of the optimizer's configuration: rule,
         hyper-parameters, not the counters)."""
-        return {"share.world_size": np.array(self.size, np.int64),
-                "share.rank": np.array(self.rank, np.int64),
-                "share.fingerprint": np.frombuffer(self._config(optimizer)[0], np.uint8).copy()}
+        return {
+            "share.world_size": np.array(self.size, np.int64),
+            "share.rank": np.array(self.rank, np.int64),
+            "share.fingerprint": np.frombuffer(self._config(optimizer)[0], np.uint8).copy(),
+        }
 
     def _own_share(self, optimizer: Any, state: Any) -> Any:
         """The state to load (a whole state, the subset this rank checks) from what ``load_state_dict``
@@ -197,8 +239,10 @@ class ParallelOptimizer:
             sizes = {int(s["share.world_size"]) for s in shares}
             if len(sizes) != 1 or ranks != list(range(sizes.pop())):
                 every = sorted({int(s["share.world_size"]) for s in shares})
-                raise ValueError(f"For '{owner}', the shares must be those of every rank of one run: got "
-                                 f"ranks {ranks} of world sizes {every}")
+                raise ValueError(
+                    f"For '{owner}', the shares must be those of every rank of one run: got "
+                    f"ranks {ranks} of world sizes {every}"
+                )
             merged: dict[str, np.ndarray] = {}
             for share in shares:
                 for key, value in share.items():
@@ -212,25 +256,34 @@ class ParallelOptimizer:
             share = self._checked_share(optimizer, state)
             size, rank = int(share["share.world_size"]), int(share["share.rank"])
             if (size, rank) != (self.size, self.rank):
-                raise ValueError(f"For '{owner}', the state is the share of rank {rank} of {size}; this is "
-                                 f"rank {self.rank} of {self.size}: load every rank's share as a list to "
-                                 "reshard, or give each rank its own file")
+                raise ValueError(
+                    f"For '{owner}', the state is the share of rank {rank} of {size}; this is "
+                    f"rank {self.rank} of {self.size}: load every rank's share as a list to "
+                    "reshard, or give each rank its own file"
+                )
             return {k: v for k, v in share.items() if not k.startswith(_SHARE)}
         return state
 
     def _checked_share(self, optimizer: Any, state: Any) -> dict[str, np.ndarray]:
         owner = self._owner
-        if not hasattr(state, "keys") or "share.rank" not in state.keys() \
-                or "share.world_size" not in state.keys():
-            raise TypeError(f"For '{owner}', a share must be a mapping from a parallel optimizer's "
-                            f"state_dict() (with 'share.rank' and 'share.world_size'), got "
-                            f"{type(state).__name__}")
+        if (
+            not hasattr(state, "keys")
+            or "share.rank" not in state.keys()
+            or "share.world_size" not in state.keys()
+        ):
+            raise TypeError(
+                f"For '{owner}', a share must be a mapping from a parallel optimizer's "
+                f"state_dict() (with 'share.rank' and 'share.world_size'), got "
+                f"{type(state).__name__}"
+            )
         share = {key: np.asarray(state[key]) for key in state.keys()}
         mine = self.share_metadata(optimizer)["share.fingerprint"]
         if "share.fingerprint" in share and share["share.fingerprint"].tobytes() != mine.tobytes():
-            raise ValueError(f"For '{owner}', the share's configuration fingerprint differs from this "
-                             "optimizer's (another rule or hyper-parameters); drop its 'share.fingerprint' "
-                             "entry to load it anyway")
+            raise ValueError(
+                f"For '{owner}', the share's configuration fingerprint differs from this "
+                "optimizer's (another rule or hyper-parameters); drop its 'share.fingerprint' "
+                "entry to load it anyway"
+            )
         return share
 
     def shard_bytes(self, rank: int | None = None) -> int:
@@ -271,7 +324,7 @@ class ParallelOptimizer:
             total = _comm.ordered_sum(self.comm, flat, average=True)
             parts, start = [], 0
             for a in arrays:
-                parts.append(total[start:start + a.size].reshape(a.shape))
+                parts.append(total[start : start + a.size].reshape(a.shape))
                 start += a.size
             out.append(parts)
         return out
@@ -279,11 +332,13 @@ class ParallelOptimizer:
     def all_agree(self, flag: bool) -> bool:
         """The AND of ``flag`` over the ranks (e.g. "all gradients finite": every rank skips together); a
         False is recorded in :attr:`last_nonfinite` with the ranks that produced it."""
-        found = _agree.agree(self.comm, "flag", f"{self._owner} (a flag over the ranks)", finite=bool(flag),
-                             obj=self.obj)
+        found = _agree.agree(
+            self.comm, "flag", f"{self._owner} (a flag over the ranks)", finite=bool(flag), obj=self.obj
+        )
         if found:
-            self.last_nonfinite = (f"For '{self._owner}', a False flag on ranks {found} "
-                                   f"({origin(self.comm, found)})")
+            self.last_nonfinite = (
+                f"For '{self._owner}', a False flag on ranks {found} ({origin(self.comm, found)})"
+            )
         return not found
 
     def consolidated_state_dict(self, optimizer: Any, root: int | None) -> dict | None:
@@ -291,12 +346,20 @@ class ParallelOptimizer:
         optimizer over the same parameters has, loadable into one (or into a parallel optimizer of any number
         of ranks). Other ranks get None. A collective call."""
         error = None
-        if root is not None and (isinstance(root, bool) or not isinstance(root, (int, np.integer))
-                                 or not 0 <= root < self.size):
-            error = ValueError(f"For '{self._owner}', 'root' must be None or a rank in [0, {self.size}), "
-                               f"got {root!r}")
-        _agree.agree(self.comm, "consolidated_state_dict", f"{self._owner}.consolidated_state_dict",
-                     error=error, obj=self.obj, fields={"root": root})
+        if root is not None and (
+            isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size
+        ):
+            error = ValueError(
+                f"For '{self._owner}', 'root' must be None or a rank in [0, {self.size}), got {root!r}"
+            )
+        _agree.agree(
+            self.comm,
+            "consolidated_state_dict",
+            f"{self._owner}.consolidated_state_dict",
+            error=error,
+            obj=self.obj,
+            fields={"root": root},
+        )
         mine = {k: v for k, v in optimizer.state_dict().items() if not k.startswith(_SHARE)}
         if self.size == 1:
             return mine
@@ -340,8 +403,10 @@ def set_nonfinite(target: Any, mode: str) -> None:
     """
     hook = getattr(getattr(target, "opt", target), "_parallel", None)
     if hook is None and not hasattr(target, "nonfinite"):
-        raise TypeError(f"For 'set_nonfinite', 'target' must be an optimizer built with comm= or a "
-                        f"ShardedTable, got {type(target).__name__}")
+        raise TypeError(
+            f"For 'set_nonfinite', 'target' must be an optimizer built with comm= or a "
+            f"ShardedTable, got {type(target).__name__}"
+        )
     (hook or target).nonfinite = mode
 
 
@@ -353,7 +418,7 @@ def _pack(plans: list, buffer: np.ndarray) -> None:
     start = 0
     for p in plans:
         n = p.size * p.dtype.itemsize
-        buffer[start:start + n] = np.ascontiguousarray(p.param.data).reshape(-1).view(np.uint8)
+        buffer[start : start + n] = np.ascontiguousarray(p.param.data).reshape(-1).view(np.uint8)
         start += n
 
 
@@ -362,7 +427,7 @@ def _unpack(plans: list, buffer: np.ndarray) -> None:
     for p in plans:
         n = p.size * p.dtype.itemsize
         data = p.param.data
-        data[...] = buffer[start:start + n].view(p.dtype).reshape(p.shape)
+        data[...] = buffer[start : start + n].view(p.dtype).reshape(p.shape)
         start += n
 
 

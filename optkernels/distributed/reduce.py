@@ -1,9 +1,11 @@
 """``reduce_gradients``: MindSpore's DistributedGradReducer over MPI, deterministic, and a global finiteness
 flag for loss scaling across ranks."""
+
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +16,7 @@ from . import _agree, _comm
 __all__ = ["reduce_gradients", "all_finite", "origin"]
 
 _local = threading.local()
-_produced: dict[int, list[int]] = {}    # communicator -> the ranks whose last reduce inputs were not finite
+_produced: dict[int, list[int]] = {}  # communicator -> the ranks whose last reduce inputs were not finite
 
 
 def _scratch(dtype: np.dtype, n: int) -> np.ndarray:
@@ -28,16 +30,22 @@ def _scratch(dtype: np.dtype, n: int) -> np.ndarray:
 
 def _check(grads: Any) -> list:
     if not isinstance(grads, (tuple, list)):
-        raise TypeError(f"For 'reduce_gradients', 'grads' must be a tuple or list of gradients, got "
-                        f"{type(grads).__name__}")
+        raise TypeError(
+            f"For 'reduce_gradients', 'grads' must be a tuple or list of gradients, got "
+            f"{type(grads).__name__}"
+        )
     for k, g in enumerate(grads):
         if isinstance(g, RowSparse):
             if not (isinstance(g.values, np.ndarray) and isinstance(g.indices, np.ndarray)):
-                raise TypeError(f"For 'reduce_gradients', grads[{k}] is a row-sparse gradient on the GPU; "
-                                "only NumPy gradients are reduced")
+                raise TypeError(
+                    f"For 'reduce_gradients', grads[{k}] is a row-sparse gradient on the GPU; "
+                    "only NumPy gradients are reduced"
+                )
         elif not isinstance(g, np.ndarray):
-            raise TypeError(f"For 'reduce_gradients', grads[{k}] must be a NumPy array or a RowSparse, got "
-                            f"{type(g).__name__}")
+            raise TypeError(
+                f"For 'reduce_gradients', grads[{k}] must be a NumPy array or a RowSparse, got "
+                f"{type(g).__name__}"
+            )
         elif g.dtype.kind not in "fc" and g.dtype.name != "bfloat16":
             raise TypeError(f"For 'reduce_gradients', grads[{k}] must have a floating dtype, got {g.dtype}")
     return list(grads)
@@ -49,8 +57,9 @@ def _describe(g: Any) -> tuple:
     return ("dense", g.shape, g.dtype.str)
 
 
-def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True,
-                     nonfinite: str = "record") -> tuple:
+def reduce_gradients(
+    grads: Sequence[Any], comm: Any, *, average: bool = True, nonfinite: str = "record"
+) -> tuple:
     r"""The gradients summed (or averaged) over the ranks of ``comm`` (MindSpore's DistributedGradReducer):
     a new tuple, the same bits on every rank.
 
@@ -96,24 +105,36 @@ def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True,
         if not isinstance(average, (bool, np.bool_)):
             raise TypeError(f"For 'reduce_gradients', 'average' must be a bool, got {type(average).__name__}")
         if nonfinite not in ("record", "raise", "off"):
-            raise ValueError(f"For 'reduce_gradients', 'nonfinite' must be 'record', 'raise' or 'off', got "
-                             f"{nonfinite!r}")
+            raise ValueError(
+                f"For 'reduce_gradients', 'nonfinite' must be 'record', 'raise' or 'off', got {nonfinite!r}"
+            )
         if nonfinite != "off":
             finite = _local_all_finite(grads)
     except Exception as caught:
         error = caught
-    found = _agree.agree(comm, "reduce_gradients", "reduce_gradients", error=error, finite=finite,
-                         fields=lambda: {"gradients (kinds, shapes, dtypes)": [_describe(g) for g in grads],
-                                         "average": bool(average), "nonfinite": nonfinite},
-                         what="the gradient lists (kinds, shapes, dtypes) or the options")
+    found = _agree.agree(
+        comm,
+        "reduce_gradients",
+        "reduce_gradients",
+        error=error,
+        finite=finite,
+        fields=lambda: {
+            "gradients (kinds, shapes, dtypes)": [_describe(g) for g in grads],
+            "average": bool(average),
+            "nonfinite": nonfinite,
+        },
+        what="the gradient lists (kinds, shapes, dtypes) or the options",
+    )
     if nonfinite != "off":
         _produced[comm.py2f()] = found
     if found and nonfinite == "raise":
-        which = comm.allgather(None if finite else
-                               [k for k, g in enumerate(grads) if not _local_all_finite(g)])
+        which = comm.allgather(
+            None if finite else [k for k, g in enumerate(grads) if not _local_all_finite(g)]
+        )
         listed = ", ".join(f"rank {r}: grads{which[r]}" for r in found)
-        raise FloatingPointError(f"For 'reduce_gradients', non-finite gradients ({listed}); nothing was "
-                                 "summed")
+        raise FloatingPointError(
+            f"For 'reduce_gradients', non-finite gradients ({listed}); nothing was summed"
+        )
     size = comm.Get_size()
     out: list[Any] = [None] * len(grads)
     by_dtype: dict[str, list[int]] = {}
@@ -121,11 +142,11 @@ def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True,
         if not isinstance(g, RowSparse):
             by_dtype.setdefault(g.dtype.str, []).append(k)
     for ks in by_dtype.values():
-        if size == 1:        # the sum over one rank: a copy of each gradient
+        if size == 1:  # the sum over one rank: a copy of each gradient
             for k in ks:
                 out[k] = np.array(grads[k], copy=True)
             continue
-        if len(ks) > 1:      # one flat buffer (kept per thread and reused: no page faults each step)
+        if len(ks) > 1:  # one flat buffer (kept per thread and reused: no page faults each step)
             flat = _scratch(grads[ks[0]].dtype, sum(grads[k].size for k in ks))
             np.concatenate([grads[k].reshape(-1) for k in ks], out=flat)
         else:
@@ -134,7 +155,7 @@ def reduce_gradients(grads: Sequence[Any], comm: Any, *, average: bool = True,
         start = 0
         for k in ks:
             n = grads[k].size
-            out[k] = total[start:start + n].reshape(grads[k].shape)
+            out[k] = total[start : start + n].reshape(grads[k].shape)
             start += n
     sparse = [k for k, g in enumerate(grads) if isinstance(g, RowSparse)]
     if sparse:
@@ -181,6 +202,8 @@ def origin(comm: Any, found: list[int]) -> str:
     if produced:
         return f"produced by rank(s) {produced}: their gradients given to reduce_gradients held infs or NaNs"
     if produced is not None:
-        return (f"found by rank(s) {found}; every rank's gradients given to reduce_gradients were finite: "
-                "their sum overflowed")
+        return (
+            f"found by rank(s) {found}; every rank's gradients given to reduce_gradients were finite: "
+            "their sum overflowed"
+        )
     return f"found by rank(s) {found}, among the gradients of the parameters they own"

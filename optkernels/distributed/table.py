@@ -10,9 +10,11 @@ equals, bit for bit, the single-process optimizer over the whole table fed that 
 round-robin (not in contiguous ranges) so that the frequent small ids of a Zipf distribution spread over
 all ranks.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -62,9 +64,19 @@ class ShardedTable:
         Any rank's error is raised on every rank, naming that rank.
     """
 
-    def __init__(self, num_rows: int, dim: int, comm: Any, optimizer: Callable[[list], Optimizer], *,
-                 dtype: Any = np.float32, init: Callable[[np.ndarray], Any] | None = None,
-                 name: str = "embedding.table", average: bool = True, nonfinite: str | None = None):
+    def __init__(
+        self,
+        num_rows: int,
+        dim: int,
+        comm: Any,
+        optimizer: Callable[[list], Optimizer],
+        *,
+        dtype: Any = np.float32,
+        init: Callable[[np.ndarray], Any] | None = None,
+        name: str = "embedding.table",
+        average: bool = True,
+        nonfinite: str | None = None,
+    ):
         owner = "ShardedTable"
         self.comm = _comm.check_comm(comm, owner)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
@@ -77,13 +89,27 @@ class ShardedTable:
             self._build(num_rows, dim, optimizer, dtype, init, name, average, nonfinite)
         except Exception as caught:
             error = caught
-        _agree.agree(comm, "construction", owner, error=error, obj=self.obj,
-                     fields=lambda: {**self._geometry(), "optimizer": optimizer,
-                                     **optimizer_fields(self.optimizer)},
-                     what="the tables (geometry, optimizer rule and hyper-parameters)")
+        _agree.agree(
+            comm,
+            "construction",
+            owner,
+            error=error,
+            obj=self.obj,
+            fields=lambda: {**self._geometry(), "optimizer": optimizer, **optimizer_fields(self.optimizer)},
+            what="the tables (geometry, optimizer rule and hyper-parameters)",
+        )
 
-    def _build(self, num_rows: int, dim: int, optimizer: Callable, dtype: Any, init: Any, name: str,
-               average: bool, nonfinite: str | None) -> None:
+    def _build(
+        self,
+        num_rows: int,
+        dim: int,
+        optimizer: Callable,
+        dtype: Any,
+        init: Any,
+        name: str,
+        average: bool,
+        nonfinite: str | None,
+    ) -> None:
         owner = "ShardedTable"
         for label, value in (("num_rows", num_rows), ("dim", dim)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -101,20 +127,30 @@ class ShardedTable:
         else:
             data = np.ascontiguousarray(init(self.rows), dtype=dtype)
             if data.shape != (self.rows.size, self.dim):
-                raise ValueError(f"For '{owner}', init(rows) must return shape {(self.rows.size, self.dim)}, "
-                                 f"got {data.shape}")
+                raise ValueError(
+                    f"For '{owner}', init(rows) must return shape {(self.rows.size, self.dim)}, "
+                    f"got {data.shape}"
+                )
         self.parameter = Parameter(data, name)
         self.optimizer = optimizer([self.parameter])
         if not isinstance(self.optimizer, Optimizer) or not self.optimizer._accepts_sparse:
-            raise TypeError(f"For '{owner}', 'optimizer' must build an optimizer that takes row-sparse "
-                            f"gradients (LazyAdam, Adam, FTRL, ProximalAdagrad, Adagrad), got "
-                            f"{type(self.optimizer).__name__}")
-        self.nonfinite = nonfinite_mode.default_mode(self.optimizer.need_scale) if nonfinite is None \
-            else nonfinite
+            raise TypeError(
+                f"For '{owner}', 'optimizer' must build an optimizer that takes row-sparse "
+                f"gradients (LazyAdam, Adam, FTRL, ProximalAdagrad, Adagrad), got "
+                f"{type(self.optimizer).__name__}"
+            )
+        self.nonfinite = (
+            nonfinite_mode.default_mode(self.optimizer.need_scale) if nonfinite is None else nonfinite
+        )
 
     def _geometry(self) -> dict[str, Any]:
-        return {"num_rows": self.num_rows, "dim": self.dim, "dtype": self.dtype.str, "name": self.name,
-                "average": self.average}
+        return {
+            "num_rows": self.num_rows,
+            "dim": self.dim,
+            "dtype": self.dtype.str,
+            "name": self.name,
+            "average": self.average,
+        }
 
     @property
     def nonfinite(self) -> str:
@@ -142,21 +178,44 @@ class ShardedTable:
 
     # ------------------------------------------------------------------------------------ agreement
 
-    def _agree(self, kind: str, error: BaseException | None, *, finite: bool = True, count: int = 0,
-               fields: Any = None, explain: Any = None, what: str = "the tables' states") -> list[int]:
-        return _agree.agree(self.comm, kind, f"ShardedTable.{kind}", error=error, finite=finite, obj=self.obj,
-                            count=count, fields=fields, explain=explain, what=what)
+    def _agree(
+        self,
+        kind: str,
+        error: BaseException | None,
+        *,
+        finite: bool = True,
+        count: int = 0,
+        fields: Any = None,
+        explain: Any = None,
+        what: str = "the tables' states",
+    ) -> list[int]:
+        return _agree.agree(
+            self.comm,
+            kind,
+            f"ShardedTable.{kind}",
+            error=error,
+            finite=finite,
+            obj=self.obj,
+            count=count,
+            fields=fields,
+            explain=explain,
+            what=what,
+        )
 
     def _checked_ids(self, ids: Any, label: str) -> np.ndarray:
         """The ids as int64 (checked on every rank before any collective)."""
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise TypeError(f"For 'ShardedTable', '{label}' must be a 1-D integer array, got {ids.dtype} of "
-                            f"shape {ids.shape}")
+            raise TypeError(
+                f"For 'ShardedTable', '{label}' must be a 1-D integer array, got {ids.dtype} of "
+                f"shape {ids.shape}"
+            )
         bad = np.flatnonzero((ids < 0) | (ids >= self.num_rows))
         if bad.size:
-            raise IndexError(f"For 'ShardedTable', '{label}' holds {ids[bad[0]]} at position {bad[0]}, "
-                             f"outside [0, {self.num_rows})")
+            raise IndexError(
+                f"For 'ShardedTable', '{label}' holds {ids[bad[0]]} at position {bad[0]}, "
+                f"outside [0, {self.num_rows})"
+            )
         return ids.astype(np.int64, copy=False)
 
     def _route(self, ids: np.ndarray, payload: np.ndarray | None) -> tuple:
@@ -164,7 +223,7 @@ class ShardedTable:
         order (each source's items in their order), plus the plan to send answers back."""
         size = self.size
         dest = ids % size
-        if size <= 8:    # a stable grouping by owner: a few vectorized passes beat a stable sort
+        if size <= 8:  # a stable grouping by owner: a few vectorized passes beat a stable sort
             order = np.concatenate([np.flatnonzero(dest == r) for r in range(size)])
         else:
             order = np.argsort(dest, kind="stable")
@@ -203,28 +262,40 @@ class ShardedTable:
         error, ids, finite = None, None, True
         try:
             if not isinstance(gradient, RowSparse) or not isinstance(gradient.values, np.ndarray):
-                raise TypeError(f"For 'ShardedTable', 'gradient' must be a NumPy RowSparse, got "
-                                f"{type(gradient).__name__}")
+                raise TypeError(
+                    f"For 'ShardedTable', 'gradient' must be a NumPy RowSparse, got {type(gradient).__name__}"
+                )
             if tuple(gradient.dense_shape) != (self.num_rows, self.dim):
-                raise ValueError(f"For 'ShardedTable', 'gradient' has dense_shape "
-                                 f"{tuple(gradient.dense_shape)}, the table is {(self.num_rows, self.dim)}")
+                raise ValueError(
+                    f"For 'ShardedTable', 'gradient' has dense_shape "
+                    f"{tuple(gradient.dense_shape)}, the table is {(self.num_rows, self.dim)}"
+                )
             if gradient.values.dtype != self.dtype:
-                raise TypeError(f"For 'ShardedTable', 'gradient' has dtype {gradient.values.dtype}, the "
-                                f"table {self.dtype}")
+                raise TypeError(
+                    f"For 'ShardedTable', 'gradient' has dtype {gradient.values.dtype}, the "
+                    f"table {self.dtype}"
+                )
             ids = self._checked_ids(gradient.indices, "gradient.indices")
             if self._nonfinite != "off":
                 finite = local_all_finite(gradient.values)
         except Exception as caught:
             error = caught
         self.steps += 1
-        found = self._agree("step", error, finite=finite, count=self.steps,
-                            fields=lambda: step_fields(self.optimizer, self.fingerprint().tobytes()),
-                            explain=lambda: step_fields(self.optimizer),
-                            what="the tables' optimizer configurations at this step")
-        assert ids is not None          # _agree raised on every rank if this rank's checks failed
+        found = self._agree(
+            "step",
+            error,
+            finite=finite,
+            count=self.steps,
+            fields=lambda: step_fields(self.optimizer, self.fingerprint().tobytes()),
+            explain=lambda: step_fields(self.optimizer),
+            what="the tables' optimizer configurations at this step",
+        )
+        assert ids is not None  # _agree raised on every rank if this rank's checks failed
         if found:
-            self.last_nonfinite = (f"For 'ShardedTable.step', non-finite gradient values at step call "
-                                   f"{self.steps}, produced by rank(s) {found}")
+            self.last_nonfinite = (
+                f"For 'ShardedTable.step', non-finite gradient values at step call "
+                f"{self.steps}, produced by rank(s) {found}"
+            )
             if not nonfinite_mode.handle(self._nonfinite, self.last_nonfinite):
                 return False
         got_ids, values, _ = self._route(ids, np.ascontiguousarray(gradient.values))
@@ -246,7 +317,7 @@ class ShardedTable:
         except Exception as caught:
             error = caught
         self._agree("lookup", error)
-        assert checked is not None      # _agree raised on every rank if this rank's checks failed
+        assert checked is not None  # _agree raised on every rank if this rank's checks failed
         asked, _, (order, send_counts, recv_counts) = self._route(checked, None)
         answers = np.ascontiguousarray(self.local[asked // self.size])
         back = _alltoallv(self.comm, answers, recv_counts, send_counts)
@@ -260,11 +331,13 @@ class ShardedTable:
         return self._gather_rows(self.local, root)
 
     def _root_error(self, root: Any) -> ValueError | None:
-        if root is None or (isinstance(root, (int, np.integer)) and not isinstance(root, bool)
-                            and 0 <= root < self.size):
+        if root is None or (
+            isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < self.size
+        ):
             return None
-        return ValueError(f"For 'ShardedTable', 'root' must be None or a rank in [0, {self.size}), got "
-                          f"{root!r}")
+        return ValueError(
+            f"For 'ShardedTable', 'root' must be None or a rank in [0, {self.size}), got {root!r}"
+        )
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """This rank's checkpoint: its optimizer state (its rows' slots, keyed as the optimizer's), its rows
@@ -273,10 +346,16 @@ class ShardedTable:
         (:meth:`fingerprint`). Loads back into the same rank (:meth:`load_state_dict`), or, with the other
         ranks' files, into a table of any number of ranks. Not a collective call."""
         out = self.optimizer.state_dict()
-        out.update({"shard.world_size": np.array(self.size, np.int64),
-                    "shard.rank": np.array(self.rank, np.int64),
-                    "shard.num_rows": np.array(self.num_rows, np.int64), "shard.row_ids": self.rows.copy(),
-                    "shard.fingerprint": self.fingerprint(), "shard.values": self.local.copy()})
+        out.update(
+            {
+                "shard.world_size": np.array(self.size, np.int64),
+                "shard.rank": np.array(self.rank, np.int64),
+                "shard.num_rows": np.array(self.num_rows, np.int64),
+                "shard.row_ids": self.rows.copy(),
+                "shard.fingerprint": self.fingerprint(),
+                "shard.values": self.local.copy(),
+            }
+        )
         return out
 
     def consolidated_state_dict(self, root: int | None = 0) -> dict[str, np.ndarray] | None:
@@ -327,12 +406,17 @@ class ShardedTable:
             error = caught
 
         def fields() -> dict:
-            assert arrays is not None   # _agree calls fields only when this rank's checks passed
-            return {f"loaded {k}": np.asarray(v) for k, v in arrays.items()
-                    if "." not in k and np.size(v) <= 8}
+            assert arrays is not None  # _agree calls fields only when this rank's checks passed
+            return {
+                f"loaded {k}": np.asarray(v) for k, v in arrays.items() if "." not in k and np.size(v) <= 8
+            }
 
-        self._agree("load_state_dict", error, fields=fields,
-                    what="the loaded states (step counters, per-step scalars)")
+        self._agree(
+            "load_state_dict",
+            error,
+            fields=fields,
+            what="the loaded states (step counters, per-step scalars)",
+        )
         self.optimizer._write_state(arrays)
         if values is not None:
             self.local[...] = values
@@ -346,20 +430,24 @@ class ShardedTable:
             shard = _shard(owner, state)
             size, rank = int(shard["shard.world_size"]), int(shard["shard.rank"])
             if (size, rank) != (self.size, self.rank):
-                raise ValueError(f"For '{owner}', the checkpoint holds the shard of rank {rank} of {size}; "
-                                 f"this is rank {self.rank} of {self.size}: load every rank's checkpoint as "
-                                 "a list to reshard, or give each rank its own file")
+                raise ValueError(
+                    f"For '{owner}', the checkpoint holds the shard of rank {rank} of {size}; "
+                    f"this is rank {self.rank} of {self.size}: load every rank's checkpoint as "
+                    "a list to reshard, or give each rank its own file"
+                )
             self._check_shard(shard, strict)
             return {k: v for k, v in shard.items() if not k.startswith("shard.")}, shard["shard.values"]
         elif hasattr(state, "keys"):
             whole = {key: np.asarray(state[key]) for key in state.keys()}
         else:
-            raise TypeError(f"For '{owner}', load_state_dict needs a mapping or a list of per-rank "
-                            f"checkpoints, got {type(state).__name__}")
+            raise TypeError(
+                f"For '{owner}', load_state_dict needs a mapping or a list of per-rank "
+                f"checkpoints, got {type(state).__name__}"
+            )
         mine = {}
         for key, value in whole.items():
             if value.ndim == 2 and value.shape[0] == self.num_rows:
-                value = value[self.rank::self.size]
+                value = value[self.rank :: self.size]
             mine[key] = value
         values = mine.pop("shard.values", None)
         return mine, values
@@ -367,15 +455,21 @@ class ShardedTable:
     def _check_shard(self, shard: dict, strict: bool) -> None:
         owner = "ShardedTable"
         if int(shard["shard.num_rows"]) != self.num_rows:
-            raise ValueError(f"For '{owner}', the checkpoint is of a table of "
-                             f"{int(shard['shard.num_rows'])} rows, this one has {self.num_rows}")
+            raise ValueError(
+                f"For '{owner}', the checkpoint is of a table of "
+                f"{int(shard['shard.num_rows'])} rows, this one has {self.num_rows}"
+            )
         if shard["shard.values"].shape[1:] != (self.dim,):
-            raise ValueError(f"For '{owner}', the checkpoint's rows have shape "
-                             f"{shard['shard.values'].shape[1:]}, this table's ({self.dim},)")
+            raise ValueError(
+                f"For '{owner}', the checkpoint's rows have shape "
+                f"{shard['shard.values'].shape[1:]}, this table's ({self.dim},)"
+            )
         if strict and shard["shard.fingerprint"].tobytes() != self.fingerprint().tobytes():
-            raise ValueError(f"For '{owner}', the checkpoint's configuration fingerprint differs from this "
-                             "table's (another optimizer rule, hyper-parameters or geometry); pass "
-                             "strict=False to resume with other hyper-parameters")
+            raise ValueError(
+                f"For '{owner}', the checkpoint's configuration fingerprint differs from this "
+                "table's (another optimizer rule, hyper-parameters or geometry); pass "
+                "strict=False to resume with other hyper-parameters"
+            )
 
     def _reassembled(self, shards: list[dict], strict: bool) -> dict[str, np.ndarray]:
         """The whole-table state from every rank's checkpoint (any number of ranks)."""
@@ -386,15 +480,18 @@ class ShardedTable:
         ranks = sorted(int(s["shard.rank"]) for s in shards)
         if any(int(s["shard.world_size"]) != size for s in shards) or ranks != list(range(size)):
             every = sorted({int(s["shard.world_size"]) for s in shards})
-            raise ValueError(f"For '{owner}', the checkpoints must be those of every rank of one run: got "
-                             f"ranks {ranks} of world sizes {every}")
+            raise ValueError(
+                f"For '{owner}', the checkpoints must be those of every rank of one run: got "
+                f"ranks {ranks} of world sizes {every}"
+            )
         keys = set(shards[0])
         whole: dict[str, np.ndarray] = {}
         for shard in shards:
             self._check_shard(shard, strict)
             if set(shard) != keys:
-                raise ValueError(f"For '{owner}', the checkpoints hold different entries: "
-                                 f"{sorted(keys ^ set(shard))}")
+                raise ValueError(
+                    f"For '{owner}', the checkpoints hold different entries: {sorted(keys ^ set(shard))}"
+                )
             ids = shard["shard.row_ids"]
             for key, value in shard.items():
                 if key in ("shard.row_ids", "shard.rank", "shard.fingerprint"):
@@ -416,10 +513,12 @@ class ShardedTable:
         table = np.asarray(table)
         error = None
         if table.shape != (self.num_rows, self.dim):
-            error = ValueError(f"For 'ShardedTable', the table must have shape {(self.num_rows, self.dim)}, "
-                               f"got {table.shape}")
+            error = ValueError(
+                f"For 'ShardedTable', the table must have shape {(self.num_rows, self.dim)}, "
+                f"got {table.shape}"
+            )
         self._agree("load", error)
-        self.local[...] = table[self.rank::self.size]
+        self.local[...] = table[self.rank :: self.size]
 
     def _gather_rows(self, rows: np.ndarray, root: int | None) -> np.ndarray | None:
         counts = np.array([len(range(r, self.num_rows, self.size)) for r in range(self.size)], np.int64)
@@ -433,7 +532,7 @@ class ShardedTable:
         out = np.empty((self.num_rows,) + rows.shape[1:], rows.dtype)
         start = 0
         for r in range(self.size):
-            out[r::self.size] = stacked[start:start + counts[r]]
+            out[r :: self.size] = stacked[start : start + counts[r]]
             start += counts[r]
         return out
 
@@ -445,13 +544,20 @@ def _shard(owner: str, state: Any) -> dict[str, np.ndarray]:
     out = {key: np.asarray(state[key]) for key in state.keys()}
     missing = [k for k in _SHARD_KEYS if k not in out]
     if missing:
-        raise KeyError(f"For '{owner}', the checkpoint has no {missing[0]!r}: not a "
-                       "ShardedTable.state_dict()")
+        raise KeyError(
+            f"For '{owner}', the checkpoint has no {missing[0]!r}: not a ShardedTable.state_dict()"
+        )
     return out
 
 
-_SHARD_KEYS = ("shard.world_size", "shard.rank", "shard.num_rows", "shard.row_ids", "shard.fingerprint",
-               "shard.values")
+_SHARD_KEYS = (
+    "shard.world_size",
+    "shard.rank",
+    "shard.num_rows",
+    "shard.row_ids",
+    "shard.fingerprint",
+    "shard.values",
+)
 
 
 def _alltoallv(comm: Any, send: np.ndarray, send_counts: np.ndarray, recv_counts: np.ndarray) -> np.ndarray:

@@ -10,28 +10,35 @@ float16 and bfloat16 (``ml_dtypes.bfloat16``) arrays are computed in float32 and
 rounded once to its storage dtype: bit-identical to the float32 kernel on upcast copies (see ``_lowp``;
 :func:`stochastic_rounding` for stochastic write-back).
 """
+
+from ._lowp import stochastic_rounding
+from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from .ada_max import apply_ada_max
 from .adagrad import apply_adagrad, apply_adagrad_v2
 from .adam import adam_no_update_param, apply_adam, apply_adam_with_amsgrad
 from .adam_weight_decay import adam_weight_decay
+from .ademamix import ademamix
+from .adopt import adopt
+from .blockwise_optim import optimizer_update_8bit_blockwise, optimizer_update_32bit
 from .ftrl import apply_ftrl, apply_ftrl_v2
 from .lamb import lamb
 from .lars import lars_update
+from .lion import lion
 from .momentum import apply_momentum
 from .proximal_adagrad import apply_proximal_adagrad
-from .rms_prop import apply_centered_rms_prop, apply_rms_prop
-from .sgd import sgd
-from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
-from ._lowp import stochastic_rounding
-from .torch_family import (torch_adadelta, torch_asgd, torch_muon_momentum, torch_nadam, torch_radam,
-                           torch_rprop)
-from .torch_adafactor import torch_adafactor
-from .lion import lion
-from .adopt import adopt
-from .ademamix import ademamix
 from .quantization import dequantize_blockwise, dynamic_map, quantize_blockwise
-from .blockwise_optim import optimizer_update_32bit, optimizer_update_8bit_blockwise
+from .rms_prop import apply_centered_rms_prop, apply_rms_prop
 from .schedule_free import schedule_free_adamw, schedule_free_eval, schedule_free_sgd, schedule_free_train
+from .sgd import sgd
+from .torch_adafactor import torch_adafactor
+from .torch_family import (
+    torch_adadelta,
+    torch_asgd,
+    torch_muon_momentum,
+    torch_nadam,
+    torch_radam,
+    torch_rprop,
+)
 
 __all__ = [
     "adam_no_update_param",

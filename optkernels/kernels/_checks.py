@@ -3,10 +3,12 @@
 Errors name the argument and follow MindSpore's kinds: TypeError for a wrong type or dtype (or arrays on
 different devices), ValueError for a wrong shape, layout or value.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -38,8 +40,10 @@ def plain_array(name: str, x: Any) -> Any:
     if type(x) is np.ndarray or not isinstance(x, np.ndarray):
         return x
     if isinstance(x, np.ma.MaskedArray):
-        raise TypeError(f"{name} is a masked array (np.ma.MaskedArray), whose mask a kernel cannot honour; "
-                        f"pass a plain array ({name}.filled(...) or np.asarray({name}))")
+        raise TypeError(
+            f"{name} is a masked array (np.ma.MaskedArray), whose mask a kernel cannot honour; "
+            f"pass a plain array ({name}.filled(...) or np.asarray({name}))"
+        )
     return x.view(np.ndarray)
 
 
@@ -67,8 +71,10 @@ def not_an_array_error(name: str, x: Any) -> TypeError:
     says how to pass one (``.numpy()`` shares the memory) and where the torch.optim drop-ins are."""
     message = f"{name} must be a NumPy array or a CUDA array, got {type(x).__name__}"
     if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "numpy"):
-        message += (f" on the CPU: pass {name}.numpy() (a NumPy view of the same memory, updated in place), "
-                    "or use the torch.optim drop-ins of optkernels.torch, which take tensors")
+        message += (
+            f" on the CPU: pass {name}.numpy() (a NumPy view of the same memory, updated in place), "
+            "or use the torch.optim drop-ins of optkernels.torch, which take tensors"
+        )
     return TypeError(message)
 
 
@@ -120,8 +126,9 @@ class Batch:
         return to_scalar(name, value, self.dtype)
 
 
-def check_arrays(state: Mapping[str, Any], inputs: Mapping[str, Any] | None = None,
-                 *, same_shape: bool = True) -> Batch:
+def check_arrays(
+    state: Mapping[str, Any], inputs: Mapping[str, Any] | None = None, *, same_shape: bool = True
+) -> Batch:
     """Validate the arrays of a call and return their :class:`Batch`.
 
     Args:
@@ -166,21 +173,27 @@ def _fast_numpy_batch(state: Mapping[str, Any], inputs: Mapping[str, Any] | None
 
 
 def _checked_batch(state: Mapping[str, Any], inputs: Mapping[str, Any], same_shape: bool) -> Batch:
-    named = ([(n, plain_array(n, a), True) for n, a in state.items()]
-             + [(n, plain_array(n, a), False) for n, a in inputs.items()])
+    named = [(n, plain_array(n, a), True) for n, a in state.items()] + [
+        (n, plain_array(n, a), False) for n, a in inputs.items()
+    ]
     facts = [(n, a, is_state, *_array_facts(n, a)) for n, a, is_state in named]
     first_name, _, _, device, shape, dtype, _, _, _ = facts[0]
     for name, _, _, dev, _, _, _, _, _ in facts[1:]:
         if dev != device:
-            raise TypeError(f"arrays on different devices: {first_name} is a {_where(device)} array but "
-                            f"{name} is a {_where(dev)} array")
+            raise TypeError(
+                f"arrays on different devices: {first_name} is a {_where(device)} array but "
+                f"{name} is a {_where(dev)} array"
+            )
     if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{first_name} has dtype {dtype}; supported dtypes are float32, float64, float16 "
-                        f"and bfloat16")
+        raise TypeError(
+            f"{first_name} has dtype {dtype}; supported dtypes are float32, float64, float16 and bfloat16"
+        )
     for name, _, _is_state, _, shp, dt, _contiguous, _writeable, _ in facts[1:]:
         if dt != dtype and not (dt in _LOW_FAMILY and dtype in _LOW_FAMILY):
-            raise TypeError(f"{name} has dtype {dt} but {first_name} has dtype {dtype}; "
-                            f"all arrays of one call must share the dtype")
+            raise TypeError(
+                f"{name} has dtype {dt} but {first_name} has dtype {dtype}; "
+                f"all arrays of one call must share the dtype"
+            )
         if same_shape and shp != shape:
             raise ValueError(f"{name} has shape {shp} but {first_name} has shape {shape}")
     for name, _, is_state, _, _, _, contiguous, writeable, _ in facts:
@@ -202,7 +215,7 @@ def _check_no_overlap(spans: list[tuple[str, bool, tuple[int, int]]]) -> None:
     for k, (name, is_state, (lo, hi)) in enumerate(spans):
         if lo == hi:
             continue
-        for other, other_is_state, (lo2, hi2) in spans[k + 1:]:
+        for other, other_is_state, (lo2, hi2) in spans[k + 1 :]:
             if (is_state or other_is_state) and lo2 < hi and lo < hi2:
                 raise ValueError(f"{name} and {other} share memory; each updated array must be distinct")
 
@@ -239,11 +252,12 @@ def to_scalar(name: str, value: Any, dtype: np.dtype) -> Any:
         try:
             return dtype.type(value)  # OverflowError for an int beyond float64's range (10**400)
         except OverflowError:
-            raise ValueError(f"{name} is too large for a float, got an integer of {int(value).bit_length()} "
-                             f"bits") from None
+            raise ValueError(
+                f"{name} is too large for a float, got an integer of {int(value).bit_length()} bits"
+            ) from None
     if isinstance(value, (float, np.floating)):
         return dtype.type(value)
-    if isinstance(value, np.generic) and value.dtype in HALF_DTYPES:   # a bfloat16 scalar
+    if isinstance(value, np.generic) and value.dtype in HALF_DTYPES:  # a bfloat16 scalar
         return dtype.type(np.float32(value))
     value = plain_array(name, value)
     if not isinstance(value, np.ndarray) and _cuda.is_device_array(value):
@@ -259,8 +273,15 @@ def to_scalar(name: str, value: Any, dtype: np.dtype) -> Any:
     raise TypeError(f"{name} must be a number or a 0-d or shape-(1,) array, got {type(value).__name__}")
 
 
-def check_range(name: str, value: Any, low: float | None = None, high: float | None = None, *,
-                low_open: bool = False, high_open: bool = False) -> None:
+def check_range(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
     """Raise ValueError unless ``low <= value <= high`` (ends open where asked; NaN always fails)."""
     ok = value == value
     if ok and low is not None:
@@ -308,8 +329,10 @@ def output_like(name: str, out: Any, like: Any, batch: Batch) -> tuple[Any, Any]
     device, shape, dtype, contiguous, writeable, span = _array_facts(name, out)
     given, out = out, plain_array(name, out)
     if device != batch.device:
-        raise TypeError(f"arrays on different devices: {name} is a {_where(device)} array but the inputs "
-                        f"are {_where(batch.device)} arrays")
+        raise TypeError(
+            f"arrays on different devices: {name} is a {_where(device)} array but the inputs "
+            f"are {_where(batch.device)} arrays"
+        )
     if dtype != batch.storage:
         raise TypeError(f"{name} has dtype {dtype} but the inputs have dtype {batch.storage}")
     if shape != batch.shape:

@@ -9,6 +9,7 @@ never reach this module's imports. Under ``NUMBA_ENABLE_CUDASIM=1`` (set before 
 CUDA simulator stands in for a GPU; its arrays have no ``__cuda_array_interface__``, so they are
 recognised by type.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,7 +23,7 @@ from .._install import install_hint
 _INSTALL_HINT = "CUDA arrays need numba-cuda: " + install_hint("cuda")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def installed() -> bool:
     """True if a CUDA backend (numba-cuda) can be imported, without importing it."""
     try:
@@ -65,7 +66,7 @@ def interface(x: Any) -> dict:
     if hasattr(x, "__cuda_array_interface__"):
         return x.__cuda_array_interface__
     # The simulator wraps a host ndarray; describe it as a C-contiguous or strided device array would be.
-    host = x._ary  # noqa: SLF001 -- the simulator keeps no other handle on its data
+    host = x._ary
     return {
         "shape": host.shape,
         "typestr": host.dtype.str,

@@ -15,6 +15,7 @@ element ``i`` of its (flat, 1-D) arrays in place. :func:`elementwise` turns it i
 The drivers are generated from a template whose code object is attributed to the element function's
 own source file: Numba's on-disk cache is keyed to that file, so editing the math invalidates the cache.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,7 +23,8 @@ import hashlib
 import inspect
 import math
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -91,7 +93,7 @@ def _generate(template: str, prefix: str, py_func: Callable, namespace: dict) ->
     name = f"_{prefix}_{py_func.__name__}"
     source = template.format(name=name, args=", ".join(params))
     code = compile(source, inspect.getfile(py_func), "exec")
-    exec(code, namespace)  # noqa: S102 -- a fixed template, filled with the element's own parameter names
+    exec(code, namespace)
     driver = namespace[name]
     driver.__module__ = py_func.__module__
     driver.__qualname__ = name
@@ -127,7 +129,9 @@ class Elementwise:
         """The CUDA kernel: ``cuda[blocks, threads](n, *arrays, *scalars)``."""
         cuda = _cuda.module()
         element = cuda.jit(device=True)(self.py_func)
-        return cuda.jit(_generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element}))
+        return cuda.jit(
+            _generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element})
+        )
 
     def launch(self, device: str, n: int, *args: Any, stream: Any = None) -> None:
         """Run the update over ``n`` elements on ``device`` ('cpu' or 'cuda').
@@ -147,7 +151,7 @@ class Elementwise:
             return
         _cuda_launch(self.cuda, n, stream)(n, *args)
 
-    def many(self, n_arrays: int, prologue: "Elementwise | None" = None) -> Callable:
+    def many(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
         """The compiled, cached multi-tensor CPU loop for ``n_arrays`` array arguments:
         ``many(n_arrays)(chunks, addresses, like, *scalars)``; with a ``prologue``:
         ``many(n_arrays, prologue)(chunks, addresses, like, workspace, *prologue_scalars, *scalars)``
@@ -159,12 +163,19 @@ class Elementwise:
             driver = drivers[key] = _many_driver(self.py_func, n_arrays, prologue and prologue.py_func, True)
         return driver
 
-    def many_uncached(self, n_arrays: int, prologue: "Elementwise | None" = None) -> Callable:
+    def many_uncached(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
         """A fresh, uncached compilation of the multi-tensor loop (its assembly can be inspected)."""
         return _many_driver(self.py_func, n_arrays, prologue and prologue.py_func, False)
 
-    def launch_many(self, device: str, tensors: Any, *scalars: Any, chunks: Any = None,
-                    prologue: "Elementwise | None" = None, prologue_scalars: tuple = ()) -> None:
+    def launch_many(
+        self,
+        device: str,
+        tensors: Any,
+        *scalars: Any,
+        chunks: Any = None,
+        prologue: Elementwise | None = None,
+        prologue_scalars: tuple = (),
+    ) -> None:
         """Run the update over every tensor of ``tensors`` (a :class:`._multi_tensor.TensorList` whose
         address table has one row per array argument, in the element function's order) in one parallel CPU
         loop, with the same scalars for all; ``chunks``: a subset of its chunk table (default: all of it).
@@ -183,8 +194,9 @@ class Elementwise:
         ``launch``, without a second pass over memory.
         """
         if device != "cpu":
-            raise ValueError(f"{self.__name__}: the multi-tensor loop runs on the CPU only, got device "
-                             f"{device!r}")
+            raise ValueError(
+                f"{self.__name__}: the multi-tensor loop runs on the CPU only, got device {device!r}"
+            )
         table = tensors.chunks if chunks is None else chunks
         if table.shape[0] == 0:
             return
@@ -193,9 +205,9 @@ class Elementwise:
             if prologue is None:
                 for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
             else:
-                for_this_process(self.many(n_arrays, prologue))(table, tensors.addresses, tensors.like,
-                                                                tensors.workspace(), *prologue_scalars,
-                                                                *scalars)
+                for_this_process(self.many(n_arrays, prologue))(
+                    table, tensors.addresses, tensors.like, tensors.workspace(), *prologue_scalars, *scalars
+                )
 
 
 class ChunkedSumsOfSquares(Elementwise):
@@ -252,7 +264,7 @@ def chunked_sums_of_squares(py_func: Callable) -> ChunkedSumsOfSquares:
 ZERO = np.float32(0)
 
 
-def scalar_math(py_func: Callable) -> Any:   # a Numba dispatcher (with .py_func)
+def scalar_math(py_func: Callable) -> Any:  # a Numba dispatcher (with .py_func)
     """Decorator: a pure scalar update ``f(state_1, ..., state_k, g, scalar_1, ...) -> new states`` that
     several kernels share (a dense element function and the row loop of a sparse op), so that one formula,
     with one order of operations, serves all of them.
@@ -311,8 +323,10 @@ _CPU_MANY_VIEW = "        {array} = carray(address_as_pointer(_addresses[{row}, 
 def _split_params(py_func: Callable, n_arrays: int) -> tuple[list, list]:
     params = list(inspect.signature(py_func).parameters)[1:]
     if not 1 <= n_arrays <= len(params):
-        raise ValueError(f"{py_func.__name__} takes {len(params)} arguments after the index; "
-                         f"n_arrays={n_arrays} is out of range")
+        raise ValueError(
+            f"{py_func.__name__} takes {len(params)} arguments after the index; "
+            f"n_arrays={n_arrays} is out of range"
+        )
     return params[:n_arrays], params[n_arrays:]
 
 
@@ -330,19 +344,27 @@ def _many_source(py_func: Callable, n_arrays: int, prologue: Callable | None) ->
     args = ", ".join(arrays + scalars)
     if prologue is None:
         name = f"_many{n_arrays}_{py_func.__name__}_{_digest(_CPU_MANY, _CPU_MANY_VIEW)}"
-        return name, _CPU_MANY.format(name=name, scalars="".join(", " + s for s in scalars), views=views,
-                                      args=args)
+        return name, _CPU_MANY.format(
+            name=name, scalars="".join(", " + s for s in scalars), views=views, args=args
+        )
     if n_arrays < 2:
         raise ValueError(f"{py_func.__name__}: a prologue needs the parameter and the gradient arrays")
     _, prologue_scalars = _split_params(prologue, 3)
-    prologue_scalars = [f"_p_{s}" for s in prologue_scalars]   # cannot clash with the element's names
+    prologue_scalars = [f"_p_{s}" for s in prologue_scalars]  # cannot clash with the element's names
     digest = _digest(_CPU_MANY_PROLOGUE, _CPU_MANY_VIEW, inspect.getsource(prologue))
     name = f"_many{n_arrays}_{py_func.__name__}_after_{prologue.__name__}_{digest}"
-    views = "\n".join(views.split("\n")[:-1])                 # the gradient is the prologue's output
+    views = "\n".join(views.split("\n")[:-1])  # the gradient is the prologue's output
     source = _CPU_MANY_PROLOGUE.format(
-        name=name, prologue_scalars="".join(", " + s for s in prologue_scalars),
-        scalars="".join(", " + s for s in scalars), views=views, raw_row=n_arrays - 1, gradient=arrays[-1],
-        first=arrays[0], prologue_args="".join(", " + s for s in prologue_scalars), args=args)
+        name=name,
+        prologue_scalars="".join(", " + s for s in prologue_scalars),
+        scalars="".join(", " + s for s in scalars),
+        views=views,
+        raw_row=n_arrays - 1,
+        gradient=arrays[-1],
+        first=arrays[0],
+        prologue_args="".join(", " + s for s in prologue_scalars),
+        args=args,
+    )
     return name, source
 
 
@@ -350,12 +372,17 @@ def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, ca
     from ._pointers import address_as_pointer
 
     name, source = _many_source(py_func, n_arrays, prologue)
-    namespace = {"prange": numba.prange, "carray": numba.carray, "uint64": np.uint64,
-                 "get_thread_id": numba.get_thread_id, "address_as_pointer": address_as_pointer,
-                 "element": numba.njit(inline="always", **_JIT_OPTIONS)(py_func)}
+    namespace = {
+        "prange": numba.prange,
+        "carray": numba.carray,
+        "uint64": np.uint64,
+        "get_thread_id": numba.get_thread_id,
+        "address_as_pointer": address_as_pointer,
+        "element": numba.njit(inline="always", **_JIT_OPTIONS)(py_func),
+    }
     if prologue is not None:
         namespace["prologue"] = numba.njit(inline="always", **_JIT_OPTIONS)(prologue)
-    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)  # noqa: S102 -- fixed template
+    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
     driver = namespace[name]
     driver.__module__ = py_func.__module__
     driver.__qualname__ = name
@@ -448,14 +475,23 @@ def _half_source(target: str, py_func: Callable, kinds: tuple, sr: bool) -> tupl
                 widen.append(f"    _widen_{kind}({p}[_start:_start + _count], _s_{p})")
                 if p in written:
                     view = f"{p}[_start:_start + _count]"
-                    call = (f"_narrow_{kind}_sr(_s_{p}, {view}, _start, _seed, _counter, uint64({k}))"
-                            if sr else f"_narrow_{kind}(_s_{p}, {view})")
+                    call = (
+                        f"_narrow_{kind}_sr(_s_{p}, {view}, _start, _seed, _counter, uint64({k}))"
+                        if sr
+                        else f"_narrow_{kind}(_s_{p}, {view})"
+                    )
                     narrow.append("    " + call)
             else:
                 widen.append(f"    _s_{p} = {p}[_start:_start + _count]")
-        source = _CPU_HALF.format(name=name, args=", ".join(params), sr=sr_args, chunk=HALF_CHUNK,
-                                  widen="\n".join(widen), scratch_args=scratch_args,
-                                  narrow="\n".join(narrow) or "    pass")
+        source = _CPU_HALF.format(
+            name=name,
+            args=", ".join(params),
+            sr=sr_args,
+            chunk=HALF_CHUNK,
+            widen="\n".join(widen),
+            scratch_args=scratch_args,
+            narrow="\n".join(narrow) or "    pass",
+        )
         return name, source
     scratch, load, store = [], [], []
     for k, p, kind in arrays:
@@ -463,16 +499,25 @@ def _half_source(target: str, py_func: Callable, kinds: tuple, sr: bool) -> tupl
         if kind in half:
             load.append(f"        _s_{p}[0] = _load_{kind}({p}, i)")
             if p in written:
-                store.append(f"        _store_{kind}_sr({p}, i, _s_{p}[0], "
-                             f"random16(_seed, _counter, uint64({k}), uint64(i)))"
-                             if sr else f"        _store_{kind}({p}, i, _s_{p}[0])")
+                store.append(
+                    f"        _store_{kind}_sr({p}, i, _s_{p}[0], "
+                    f"random16(_seed, _counter, uint64({k}), uint64(i)))"
+                    if sr
+                    else f"        _store_{kind}({p}, i, _s_{p}[0])"
+                )
         else:
             load.append(f"        _s_{p}[0] = {p}[i]")
             if p in written:
                 store.append(f"        {p}[i] = _s_{p}[0]")
-    source = _CUDA_HALF.format(name=name, args=", ".join(params), sr=sr_args, scratch="\n".join(scratch),
-                               load="\n".join(load), scratch_args=scratch_args,
-                               store="\n".join(store) or "        pass")
+    source = _CUDA_HALF.format(
+        name=name,
+        args=", ".join(params),
+        sr=sr_args,
+        scratch="\n".join(scratch),
+        load="\n".join(load),
+        scratch_args=scratch_args,
+        store="\n".join(store) or "        pass",
+    )
     return name, source
 
 
@@ -491,17 +536,26 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool) -> Callab
             return fused
     name, source = _half_source(target, ew.py_func, kinds, sr)
     if target == "cpu":
-        namespace = {"prange": numba.prange, "np": np, "uint64": np.uint64, "njit": numba.njit,
-                     "get_thread_id": numba.get_thread_id,
-                     "options": dict(cache=True, **_JIT_OPTIONS),
-                     "element": numba.njit(inline="always", **_JIT_OPTIONS)(ew.py_func)}
+        namespace = {
+            "prange": numba.prange,
+            "np": np,
+            "uint64": np.uint64,
+            "njit": numba.njit,
+            "get_thread_id": numba.get_thread_id,
+            "options": dict(cache=True, **_JIT_OPTIONS),
+            "element": numba.njit(inline="always", **_JIT_OPTIONS)(ew.py_func),
+        }
         namespace.update({k: v for k, v in _lowp.CPU.items() if k.startswith(("_widen", "_narrow"))})
     else:
         cuda = _cuda.module()
-        namespace = {"cuda": cuda, "float32": np.float32, "uint64": np.uint64,
-                     "element": cuda.jit(device=True)(ew.py_func)}
+        namespace = {
+            "cuda": cuda,
+            "float32": np.float32,
+            "uint64": np.uint64,
+            "element": cuda.jit(device=True)(ew.py_func),
+        }
         namespace.update(_lowp_cuda_helpers(cuda))
-    exec(compile(source, inspect.getfile(ew.py_func), "exec"), namespace)  # noqa: S102 -- fixed template
+    exec(compile(source, inspect.getfile(ew.py_func), "exec"), namespace)
     function = namespace[name]
     function.__module__ = ew.py_func.__module__
     function.__qualname__ = name
@@ -533,21 +587,23 @@ def _fused_driver(py_func: Callable, kinds: tuple) -> Callable | None:
     filename = inspect.getfile(py_func)
     namespace = dict(py_func.__globals__)
     namespace.update(_lowp.ONE)
-    exec(compile(element_source, filename, "exec"), namespace)  # noqa: S102 -- the element, rewritten
+    exec(compile(element_source, filename, "exec"), namespace)
     params = list(inspect.signature(py_func).parameters)[1:]
     digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp))
     name = f"{element_name}_loop_{digest}"
     source = _CPU_FUSED.format(name=name, args=", ".join(params))
-    loop_namespace = {"prange": numba.prange,
-                      "element": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[element_name])}
-    exec(compile(source, filename, "exec"), loop_namespace)  # noqa: S102 -- a fixed template
+    loop_namespace = {
+        "prange": numba.prange,
+        "element": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[element_name]),
+    }
+    exec(compile(source, filename, "exec"), loop_namespace)
     function = loop_namespace[name]
     function.__module__ = py_func.__module__
     function.__qualname__ = name
     return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lowp_cuda_helpers(cuda: Any) -> dict:
     from . import _lowp
 
@@ -586,7 +642,8 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     driver = _half_driver(ew, device, kinds, stream is not None)
     if device == "cpu":
         with parallel_launch():
-            for_this_process(driver)(n, _workspace(sum(kind in ("f16", "bf16") for kind in kinds)), *views,
-                                     *extra)
+            for_this_process(driver)(
+                n, _workspace(sum(kind in ("f16", "bf16") for kind in kinds)), *views, *extra
+            )
         return
     _cuda_launch(driver, n, stream)(n, *views, *extra)

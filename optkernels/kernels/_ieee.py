@@ -5,6 +5,7 @@ the float64 reference computes them; no max, sign or comparison may turn a NaN i
 Python's and Numba's ``max(a, b)`` keep ``a`` when ``b`` is NaN (the comparison is false), so the kernels
 use :func:`nan_max`, which follows ``np.maximum``.
 """
+
 from __future__ import annotations
 
 from ._elementwise import scalar_math

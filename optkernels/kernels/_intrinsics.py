@@ -20,12 +20,14 @@
   MKL's float32 sqrt kernels that torch's CPU ``sqrt`` runs (:mod:`optkernels.kernels.torch_rules`). Where
   the instruction is missing (ARM64, CUDA, no AVX-512) they are ``1/√x`` rounded.
 """
+
 from __future__ import annotations
 
 import math
 import platform
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -53,16 +55,22 @@ def _prefetch_codegen(write: int):
             pointer = builder.bitcast(pointer, ir.IntType(8).as_pointer())
             name = "llvm.prefetch.p0i8"
         function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, _I32, _I32, _I32]), name)
+            builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, _I32, _I32, _I32]), name
+        )
         # (address, read 0 / write 1, locality 3 = keep in all cache levels, data cache 1)
         builder.call(function, [pointer, _I32(write), _I32(3), _I32(1)])
         return context.get_dummy_value()
+
     return codegen
 
 
 def _check_2d(array, i, j):
-    if not (isinstance(array, types.Array) and array.ndim == 2 and isinstance(i, types.Integer)
-            and isinstance(j, types.Integer)):
+    if not (
+        isinstance(array, types.Array)
+        and array.ndim == 2
+        and isinstance(i, types.Integer)
+        and isinstance(j, types.Integer)
+    ):
         raise TypingError("prefetch takes a 2-D array and two integer indices")
 
 
@@ -83,8 +91,13 @@ def prefetch_write(typingctx, array, i, j):
 @intrinsic
 def fetch_add(typingctx, array, i, value):
     """Atomically ``array[i] += value`` (1-D int64 array) and return the value before the addition."""
-    if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.int64
-            and isinstance(i, types.Integer) and isinstance(value, types.Integer)):
+    if not (
+        isinstance(array, types.Array)
+        and array.ndim == 1
+        and array.dtype == types.int64
+        and isinstance(i, types.Integer)
+        and isinstance(value, types.Integer)
+    ):
         raise TypingError("fetch_add takes a 1-D int64 array, an integer index and an integer value")
 
     def codegen(context, builder, signature, args):
@@ -107,7 +120,10 @@ def _llvm_fma(typingctx, a, b, c):
     def codegen(context, builder, signature, args):
         llvm_type = context.get_value_type(signature.return_type)
         function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(llvm_type, [llvm_type] * 3), f"llvm.fma.{llvm_type.intrinsic_name}")
+            builder.module,
+            ir.FunctionType(llvm_type, [llvm_type] * 3),
+            f"llvm.fma.{llvm_type.intrinsic_name}",
+        )
         return builder.call(function, list(args))
 
     return a(a, b, c), codegen
@@ -131,18 +147,24 @@ def _fma_exact(a: float, b: float, c: float, dtype: type) -> Any:
     if not all(math.isfinite(x) for x in (a, b, c)):
         return dtype(np.float64(a) * np.float64(b) + np.float64(c))
     exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
-    if exact == 0:      # the sign of an exact zero: a*b and c are exact opposites, float64 arithmetic gets it
+    if exact == 0:  # the sign of an exact zero: a*b and c are exact opposites, float64 arithmetic gets it
         return dtype(np.float64(a) * np.float64(b) + np.float64(c))
     try:
-        nearest = dtype(float(exact))       # float() of a Fraction is correctly rounded to float64
+        nearest = dtype(float(exact))  # float() of a Fraction is correctly rounded to float64
     except OverflowError:
         return dtype(math.copysign(math.inf, exact))
     if dtype is np.float64 or not math.isfinite(nearest):
         return nearest
     # float64 then float32 may round twice: take the float32 neighbour nearest the exact value (even on a tie)
-    candidates = (nearest, np.nextafter(nearest, np.float32(math.inf)), np.nextafter(nearest, np.float32(-math.inf)))
-    return min((x for x in candidates if math.isfinite(x)),
-               key=lambda x: (abs(Fraction(float(x)) - exact), int(x.view(np.uint32)) & 1))
+    candidates = (
+        nearest,
+        np.nextafter(nearest, np.float32(math.inf)),
+        np.nextafter(nearest, np.float32(-math.inf)),
+    )
+    return min(
+        (x for x in candidates if math.isfinite(x)),
+        key=lambda x: (abs(Fraction(float(x)) - exact), int(x.view(np.uint32)) & 1),
+    )
 
 
 @overload(fma, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
@@ -163,8 +185,9 @@ def _avx512() -> bool:
 
 def _reciprocal_sqrt(builder: Any, value: Any) -> Any:
     llvm_type = value.type
-    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llvm_type, [llvm_type]),
-                                              f"llvm.sqrt.{llvm_type.intrinsic_name}")
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(llvm_type, [llvm_type]), f"llvm.sqrt.{llvm_type.intrinsic_name}"
+    )
     return builder.fdiv(ir.Constant(llvm_type, 1.0), builder.call(function, [value]))
 
 
@@ -179,7 +202,7 @@ def _estimate_intrinsic(name: str, extra_args: int, available: Callable[[], bool
         def codegen(context, builder, signature, args):
             from numba.core.cpu import CPUContext
 
-            value, = args
+            (value,) = args
             if signature.args[0] != types.float32 or not isinstance(context, CPUContext) or not available():
                 return _reciprocal_sqrt(builder, value)
             vector = ir.VectorType(ir.FloatType(), 4)

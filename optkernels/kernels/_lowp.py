@@ -17,6 +17,7 @@ Stochastic rounding (:func:`stochastic_rounding`): the write-back rounds up with
 distance to the lower neighbour, in units of the gap, using a counter-based hash of (seed, counter, array,
 element index): a run is reproducible bit for bit whatever the thread count.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,7 +25,8 @@ import contextlib
 import contextvars
 import inspect
 import textwrap
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import ml_dtypes
 import numba
@@ -55,6 +57,7 @@ def half_kind(dtype: Any) -> str | None:
 
 # ----------------------------------------------------------------------------------- bit reinterpretation
 
+
 @intrinsic
 def f32_from_bits(typingctx, bits):
     """The float32 whose bit pattern is the low 32 bits of the integer ``bits`` (njit only)."""
@@ -68,6 +71,7 @@ def f32_from_bits(typingctx, bits):
         elif bits.bitwidth < 32:
             value = builder.zext(value, ir.IntType(32))
         return builder.bitcast(value, ir.FloatType())
+
     return types.float32(bits), codegen
 
 
@@ -79,6 +83,7 @@ def f32_bits(typingctx, value):
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(32))
+
     return types.uint32(types.float32), codegen
 
 
@@ -176,8 +181,12 @@ def f32_to_f16_stochastic(x, r):
 
 def random16(seed, counter, array, index):
     """16 random bits from a counter-based hash (splitmix64's finaliser) of four uint64 arguments."""
-    z = seed * np.uint64(0x9E3779B97F4A7C15) + counter * np.uint64(0xBF58476D1CE4E5B9) \
-        + array * np.uint64(0x94D049BB133111EB) + index
+    z = (
+        seed * np.uint64(0x9E3779B97F4A7C15)
+        + counter * np.uint64(0xBF58476D1CE4E5B9)
+        + array * np.uint64(0x94D049BB133111EB)
+        + index
+    )
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z = z ^ (z >> np.uint64(31))
@@ -186,15 +195,26 @@ def random16(seed, counter, array, index):
 
 def _random16_python(seed, counter, array, index):
     mask = (1 << 64) - 1
-    z = (int(seed) * 0x9E3779B97F4A7C15 + int(counter) * 0xBF58476D1CE4E5B9
-         + int(array) * 0x94D049BB133111EB + int(index)) & mask
+    z = (
+        int(seed) * 0x9E3779B97F4A7C15
+        + int(counter) * 0xBF58476D1CE4E5B9
+        + int(array) * 0x94D049BB133111EB
+        + int(index)
+    ) & mask
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
     return _U32((z ^ (z >> 31)) >> 48)
 
 
-_SCALAR_FUNCS = (bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to_f16, f32_to_bf16_stochastic,
-                 f32_to_f16_stochastic, random16)
+_SCALAR_FUNCS = (
+    bf16_to_f32,
+    f32_to_bf16,
+    f16_to_f32,
+    f32_to_f16,
+    f32_to_bf16_stochastic,
+    f32_to_f16_stochastic,
+    random16,
+)
 
 
 def _rebind(funcs, namespace: dict, compile_: Callable) -> dict:
@@ -212,6 +232,7 @@ def _rebind(funcs, namespace: dict, compile_: Callable) -> dict:
 
 
 # ------------------------------------------------------------------------------- CPU: chunk widen / narrow
+
 
 def _widen_bf16(src, dst):
     for j in range(np.uint64(dst.size)):
@@ -243,9 +264,11 @@ def _narrow_f16_sr(src, dst, start, seed, counter, array):
         dst[j] = f32_to_f16_stochastic(src[j], random16(seed, counter, array, np.uint64(start) + j))
 
 
-_NUMBA_LOOPS = _rebind(_SCALAR_FUNCS + (_widen_bf16, _widen_f16, _narrow_bf16, _narrow_f16, _narrow_bf16_sr,
-                                      _narrow_f16_sr),
-                       {"from_bits": f32_from_bits, "to_bits": f32_bits}, numba.njit(**_JIT))
+_NUMBA_LOOPS = _rebind(
+    _SCALAR_FUNCS + (_widen_bf16, _widen_f16, _narrow_bf16, _narrow_f16, _narrow_bf16_sr, _narrow_f16_sr),
+    {"from_bits": f32_from_bits, "to_bits": f32_bits},
+    numba.njit(**_JIT),
+)
 
 
 # The CPU chunk loops of round to nearest even, as LLVM IR over 32-bit lanes: the same integer math as the
@@ -308,8 +331,14 @@ def _ir_loop(convert, src_dtype, dst_dtype):
 
     @intrinsic
     def loop(typingctx, src, dst):
-        if not (isinstance(src, types.Array) and isinstance(dst, types.Array) and src.dtype == src_dtype
-                and dst.dtype == dst_dtype and src.ndim == 1 and dst.ndim == 1):
+        if not (
+            isinstance(src, types.Array)
+            and isinstance(dst, types.Array)
+            and src.dtype == src_dtype
+            and dst.dtype == dst_dtype
+            and src.ndim == 1
+            and dst.ndim == 1
+        ):
             return None
 
         def codegen(context, builder, signature, args):
@@ -320,7 +349,9 @@ def _ir_loop(convert, src_dtype, dst_dtype):
                 value = builder.load(builder.gep(s.data, [index.index]))
                 builder.store(convert(builder, value), builder.gep(d.data, [index.index]))
             return context.get_dummy_value()
+
         return types.void(src, dst), codegen
+
     return loop
 
 
@@ -352,11 +383,17 @@ def _fast_narrow_f16(src, dst):
 
 #: The CPU chunk loops by name: ``_widen_<kind>(src_bits, dst_f32)``, ``_narrow_<kind>(src_f32, dst_bits)``,
 #: ``_narrow_<kind>_sr(src_f32, dst_bits, start, seed, counter, array)``; also the scalar conversions.
-CPU = dict(_NUMBA_LOOPS, _widen_bf16=_fast_widen_bf16, _widen_f16=_fast_widen_f16,
-           _narrow_bf16=_fast_narrow_bf16, _narrow_f16=_fast_narrow_f16)
+CPU = dict(
+    _NUMBA_LOOPS,
+    _widen_bf16=_fast_widen_bf16,
+    _widen_f16=_fast_widen_f16,
+    _narrow_bf16=_fast_narrow_bf16,
+    _narrow_f16=_fast_narrow_f16,
+)
 
 
 # ------------------------------------------------------------------------------------- CUDA helpers
+
 
 def _load_f16(a, i):
     return f16_to_f32(a[i])
@@ -399,8 +436,9 @@ def cuda_helpers(cuda: Any) -> dict:
     from . import _cuda
 
     if _cuda.simulator_enabled():
-        space = _rebind(_SCALAR_FUNCS + _CUDA_FUNCS, {"from_bits": _sim_from_bits, "to_bits": _sim_to_bits},
-                        lambda f: f)
+        space = _rebind(
+            _SCALAR_FUNCS + _CUDA_FUNCS, {"from_bits": _sim_from_bits, "to_bits": _sim_to_bits}, lambda f: f
+        )
         space["random16"] = _random16_python
         return space
     from numba.cuda import libdevice
@@ -418,13 +456,17 @@ def cuda_helpers(cuda: Any) -> dict:
 
 # ------------------------------------------------------------------------------ which arrays are written
 
+
 def written_params(py_func: Callable) -> frozenset:
     """The parameter names that ``py_func`` assigns an element of (``name[...] = ...``, ``+=`` too)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(py_func)))
     names = set()
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else ([node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        )
         for t in targets:
             for sub in ast.walk(t):
                 if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name):
@@ -467,7 +509,7 @@ def stochastic_rounding(seed: int = 0, counter: int = 0) -> Iterator[None]:
         counter: the first launch's counter (for example the training step times the launches per step).
     """
     for name, value in (("seed", seed), ("counter", counter)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2 ** 64:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**64:
             raise ValueError(f"{name} must be an integer in [0, 2**64), got {value!r}")
     token = _SR.set(_Stream(int(seed), int(counter)))
     try:
@@ -483,6 +525,7 @@ def stochastic_stream() -> Any:
 
 def _one(convert, src_type, dst_type):
     """An intrinsic converting one value with ``convert`` (the IR of the loops above)."""
+
     @intrinsic
     def one(typingctx, x):
         if x != src_type:
@@ -490,16 +533,20 @@ def _one(convert, src_type, dst_type):
 
         def codegen(context, builder, signature, args):
             return convert(builder, args[0])
+
         return dst_type(src_type), codegen
+
     return one
 
 
 #: One-value conversions (CPU, njit only), for the fused element functions of :func:`fused_element`.
-ONE = {"_f32": np.float32,
-       "_load_bf16": _one(_ir_bf16_to_f32, types.uint16, types.float32),
-       "_load_f16": _one(_ir_f16_to_f32, types.uint16, types.float32),
-       "_store_bf16": _one(_ir_f32_to_bf16, types.float32, types.uint16),
-       "_store_f16": _one(_ir_f32_to_f16, types.float32, types.uint16)}
+ONE = {
+    "_f32": np.float32,
+    "_load_bf16": _one(_ir_bf16_to_f32, types.uint16, types.float32),
+    "_load_f16": _one(_ir_f16_to_f32, types.uint16, types.float32),
+    "_store_bf16": _one(_ir_f32_to_bf16, types.float32, types.uint16),
+    "_store_f16": _one(_ir_f32_to_f16, types.float32, types.uint16),
+}
 
 
 class _Fuse(ast.NodeTransformer):
@@ -510,12 +557,18 @@ class _Fuse(ast.NodeTransformer):
         self.half, self.index, self.written = half, index, written
 
     def _is_half_item(self, node) -> bool:
-        return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-                and node.value.id in self.half)
+        return (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in self.half
+        )
 
     def _stores(self) -> list:
-        return [ast.parse(f"{p}[{self.index}] = _store_{kind}(_v_{p})").body[0]
-                for p, kind in self.half.items() if p in self.written]
+        return [
+            ast.parse(f"{p}[{self.index}] = _store_{kind}(_v_{p})").body[0]
+            for p, kind in self.half.items()
+            if p in self.written
+        ]
 
     def visit_Subscript(self, node):
         if self._is_half_item(node):
@@ -555,13 +608,22 @@ def fused_element(py_func: Callable, kinds: tuple) -> tuple[str, str] | None:
     for node in ast.walk(func):
         if isinstance(node, ast.Name) and node.id in half and not isinstance(node.ctx, ast.Param):
             parent = parents.get(id(node))
-            if not (isinstance(parent, ast.Subscript) and parent.value is node
-                    and isinstance(parent.slice, ast.Name) and parent.slice.id == index):
+            if not (
+                isinstance(parent, ast.Subscript)
+                and parent.value is node
+                and isinstance(parent.slice, ast.Name)
+                and parent.slice.id == index
+            ):
                 return None
     for node in ast.walk(func):
-        if isinstance(node, ast.Assign) and len(node.targets) > 1 and any(
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) > 1
+            and any(
                 isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in half
-                for t in node.targets):
+                for t in node.targets
+            )
+        ):
             return None
     fuse = _Fuse(half, index, written_params(py_func))
     func.decorator_list = []

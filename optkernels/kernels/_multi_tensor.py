@@ -21,9 +21,11 @@ The compiled loop is ``for c in prange(chunks): for i in chunk: element(i, *view
 the element function is called exactly as the single-tensor loop calls it, with the same scalars, so every
 tensor ends with the same bits as one call per tensor, whatever the number of threads.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numba
 import numpy as np
@@ -58,7 +60,7 @@ def chunk_table(sizes: Sequence[int], chunk: int = CHUNK) -> np.ndarray:
         raise ValueError(f"'sizes' must be >= 0, got {sizes.min()}")
     counts = -(-sizes // chunk)
     tensor = np.repeat(np.arange(sizes.size, dtype=np.int64), counts)
-    first = np.repeat(np.cumsum(counts) - counts, counts)       # index of each tensor's first chunk
+    first = np.repeat(np.cumsum(counts) - counts, counts)  # index of each tensor's first chunk
     start = (np.arange(tensor.size, dtype=np.int64) - first) * chunk
     size = sizes[tensor]
     return np.stack([tensor, start, np.minimum(start + chunk, size), size], axis=1)
@@ -139,8 +141,10 @@ class TensorList:
             raise ValueError(f"got {len(arrays)} arrays for {len(self.sizes)} tensors")
         for k, (a, size) in enumerate(zip(arrays, self.sizes)):
             if not isinstance(a, np.ndarray) or a.dtype != self.dtype:
-                raise TypeError(f"array {k} must be a NumPy array of dtype {self.dtype}, got "
-                                f"{getattr(a, 'dtype', type(a).__name__)}")
+                raise TypeError(
+                    f"array {k} must be a NumPy array of dtype {self.dtype}, got "
+                    f"{getattr(a, 'dtype', type(a).__name__)}"
+                )
             if not a.flags.c_contiguous or a.size != size:
                 raise ValueError(f"array {k} must be C-contiguous with {size} elements")
             if not a.flags.aligned:

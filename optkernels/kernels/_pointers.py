@@ -20,10 +20,11 @@ work, kept here and nowhere else:
 An address is only valid while its array is alive and its buffer is not reallocated: whoever builds a
 table keeps the arrays referenced for as long as the table is used.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import numba
 import numpy as np

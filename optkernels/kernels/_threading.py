@@ -18,6 +18,7 @@ the first one (lazily, not at import), the threading layer is settled:
   (:func:`for_this_process`; compiled on first use in that process, the same bits, since no kernel's
   result depends on the thread count), as torch runs one thread in its forked workers.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,11 +30,11 @@ from typing import Any
 _USER_VARIABLES = ("NUMBA_THREADING_LAYER", "NUMBA_THREADING_LAYER_PRIORITY")
 
 _decide_lock = threading.Lock()
-_guard = None          # the context every launch enters once decided (None: decide on the next launch)
-_forked_from_gnu_omp = False       # launches run single-threaded twins (see for_this_process)
-_twins: dict = {}                  # id(parallel dispatcher) -> (dispatcher, its single-threaded twin)
-_preferred = "forksafe"            # what the first launch asks Numba for when the user chose nothing
-chosen_by_user = False             # whether the settled layer is the user's choice (see _decide)
+_guard = None  # the context every launch enters once decided (None: decide on the next launch)
+_forked_from_gnu_omp = False  # launches run single-threaded twins (see for_this_process)
+_twins: dict = {}  # id(parallel dispatcher) -> (dispatcher, its single-threaded twin)
+_preferred = "forksafe"  # what the first launch asks Numba for when the user chose nothing
+chosen_by_user = False  # whether the settled layer is the user's choice (see _decide)
 tbb_loaded_from: str | None = None  # the file load_packaged_tbb loaded (None: none needed, or none found)
 
 #: Numba's layer priority of :func:`prefer_openmp` (OpenMP, then the others where it cannot load).
@@ -48,15 +49,18 @@ def _packaged_tbb_candidates() -> list[str]:
     """Where the ``tbb`` wheel may have put :data:`TBB_LIBRARY`: the environment's own library folders,
     then the files the installed ``tbb`` distribution records (a ``--user`` or ``--prefix`` install)."""
     folders = ("Library/bin", "bin") if sys.platform == "win32" else ("lib",)
-    found = [os.path.join(prefix, folder, TBB_LIBRARY) for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))
-             for folder in folders]
+    found = [
+        os.path.join(prefix, folder, TBB_LIBRARY)
+        for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))
+        for folder in folders
+    ]
     found = [path for path in found if os.path.isfile(path)]
     if not found:
         try:
             from importlib import metadata
 
             files = metadata.files("tbb") or []
-        except Exception:  # noqa: BLE001 -- no tbb distribution, or unreadable metadata: nothing to load
+        except Exception:
             files = []
         found = [str(f.locate()) for f in files if f.name == TBB_LIBRARY]
     return found
@@ -74,7 +78,7 @@ def load_packaged_tbb() -> str | None:
         return tbb_loaded_from
     try:
         ctypes.CDLL(TBB_LIBRARY)
-        return None                  # found by name (system TBB, conda, LD_LIBRARY_PATH, or loaded before)
+        return None  # found by name (system TBB, conda, LD_LIBRARY_PATH, or loaded before)
     except OSError:
         pass
     for path in _packaged_tbb_candidates():
@@ -91,14 +95,16 @@ def user_chose_layer() -> bool:
     """Whether the user chose Numba's threading layer (environment or ``numba.config``)."""
     import numba
 
-    return (any(v in os.environ for v in _USER_VARIABLES)
-            or str(numba.config.THREADING_LAYER).lower() != "default")
+    return (
+        any(v in os.environ for v in _USER_VARIABLES)
+        or str(numba.config.THREADING_LAYER).lower() != "default"
+    )
 
 
 def _gnu_omp_started() -> bool:
     """Whether this process has started Numba's threading layer and it is GNU OpenMP."""
     parallel = sys.modules.get("numba.np.ufunc.parallel")
-    if parallel is None or not parallel._is_initialized or parallel._threading_layer != "omp":  # noqa: SLF001
+    if parallel is None or not parallel._is_initialized or parallel._threading_layer != "omp":
         return False
     omppool = sys.modules.get("numba.np.ufunc.omppool")
     return omppool is not None and getattr(omppool, "openmp_vendor", "") == "GNU"
@@ -116,15 +122,15 @@ def _decide():
         import numba
         from numba.np.ufunc import parallel
 
-        if not parallel._is_initialized:  # noqa: SLF001
-            load_packaged_tbb()       # so that TBB loads wherever it is asked for (by us or by the user)
+        if not parallel._is_initialized:
+            load_packaged_tbb()  # so that TBB loads wherever it is asked for (by us or by the user)
         chosen_by_user = user_chose_layer()
-        if not parallel._is_initialized and not chosen_by_user:  # noqa: SLF001
+        if not parallel._is_initialized and not chosen_by_user:
             if _preferred == "omp":
                 numba.config.THREADING_LAYER_PRIORITY = list(OPENMP_FIRST)
             else:
                 numba.config.THREADING_LAYER = _preferred
-        parallel._launch_threads()  # noqa: SLF001 -- start the layer now, so the choice cannot change
+        parallel._launch_threads()
         layer = numba.threading_layer()
         _guard = threading.Lock() if layer == "workqueue" else contextlib.nullcontext()
         return _guard
@@ -165,7 +171,7 @@ def prefer_openmp() -> bool:
     global _preferred
     with _decide_lock:
         parallel = sys.modules.get("numba.np.ufunc.parallel")
-        started = parallel is not None and parallel._is_initialized  # noqa: SLF001
+        started = parallel is not None and parallel._is_initialized
         if _guard is not None or started or user_chose_layer():
             return False
         _preferred = "omp"
@@ -188,7 +194,7 @@ def _after_fork_in_child() -> None:
         _forked_from_gnu_omp = True
         _guard = contextlib.nullcontext()
     elif isinstance(_guard, type(_decide_lock)):
-        _guard = threading.Lock()    # likewise the launch lock
+        _guard = threading.Lock()  # likewise the launch lock
 
 
 if hasattr(os, "register_at_fork"):

@@ -2,6 +2,7 @@
 reproduce it (ADOPT's momentum, Schedule-Free's y and x): ``x + w·(y − x)`` if ``|w| < 0.5``, else
 ``y − (y − x)·(1 − w)``, each operation rounded in the arrays' dtype (torch's CPU kernel fuses the
 multiply-add; this does not)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -9,11 +9,13 @@ the caller's arrays (stochastically inside :func:`._lowp.stochastic_rounding`). 
 output) comes back in the storage dtype of the first half array. The copies cost memory traffic and an
 allocation per call; the single-pass kernels do the same thing chunk by chunk instead (see _elementwise).
 """
+
 from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -93,20 +95,22 @@ def via_float32(keep_float16: tuple = ()) -> Callable:
     left alone when they are float16 and every other array is wide (the kernel handles them itself, as
     AdaFactor's compressed second moment). A :class:`~optkernels.sparse.RowSparse` gradient with half
     values is widened too. Calls without half arrays go straight to the kernel."""
+
     def decorate(kernel: Callable) -> Callable:
         signature = inspect.signature(kernel)
 
         @functools.wraps(kernel)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not any(_is_half(a) or _is_half(getattr(a, "values", None))
-                       for a in (*args, *kwargs.values())):
+            if not any(
+                _is_half(a) or _is_half(getattr(a, "values", None)) for a in (*args, *kwargs.values())
+            ):
                 return kernel(*args, **kwargs)
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError:
                 return kernel(*args, **kwargs)  # the kernel words the error
-            copies: dict[int, tuple[Any, Any]] = {}   # id(copy) -> (copy, original)
-            memo: dict[int, Any] = {}                  # id(original) -> copy
+            copies: dict[int, tuple[Any, Any]] = {}  # id(copy) -> (copy, original)
+            memo: dict[int, Any] = {}  # id(original) -> copy
             storage = []
 
             def up(a: Any) -> Any:
@@ -148,4 +152,5 @@ def via_float32(keep_float16: tuple = ()) -> Callable:
 
         wrapper.__wrapped__ = kernel
         return wrapper
+
     return decorate

@@ -13,6 +13,7 @@ per-element (or per-row, per-column, per-slice) function compiled for both targe
 Every sum is taken in float64 in an order fixed by the shape alone (never by the thread count), so the result
 is the same bits with any number of threads and from run to run.
 """
+
 from __future__ import annotations
 
 import functools
@@ -128,8 +129,23 @@ def _update_sums(i, grad, param, row_factor, col_factor, n_rows, n_cols):
 
 
 @elementwise
-def _apply(i, param, exp_avg, grad, row_factor, col_factor, n_rows, n_cols, clip, alpha, beta1,
-           one_minus_beta1, decay_alpha, first_moment, weight_decay):
+def _apply(
+    i,
+    param,
+    exp_avg,
+    grad,
+    row_factor,
+    col_factor,
+    n_rows,
+    n_cols,
+    clip,
+    alpha,
+    beta1,
+    one_minus_beta1,
+    decay_alpha,
+    first_moment,
+    weight_decay,
+):
     r = i // n_cols
     c = (r // n_rows) * n_cols + (i - r * n_cols)
     u = alpha * (grad[i] * row_factor[r] * col_factor[c] / clip)
@@ -142,7 +158,7 @@ def _apply(i, param, exp_avg, grad, row_factor, col_factor, n_rows, n_cols, clip
     param[i] = x - u
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _half_table(dtype_str: str, device: str) -> Any:
     """All 65536 binary16 values (by bit pattern) in ``dtype`` (exact), on ``device``."""
     table = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(dtype_str)
@@ -162,8 +178,10 @@ def _epsilon_pair(epsilon: Any, dtype: np.dtype) -> tuple[Any, Any]:
             raise ValueError(f"epsilon must hold two values (eps1, eps2), got {len(epsilon)}")
         pair = list(epsilon)
     else:
-        raise TypeError(f"epsilon must be a pair (eps1, eps2) as a list, tuple or shape-(2,) array, "
-                        f"got {type(epsilon).__name__}")
+        raise TypeError(
+            f"epsilon must be a pair (eps1, eps2) as a list, tuple or shape-(2,) array, "
+            f"got {type(epsilon).__name__}"
+        )
     eps1 = to_scalar("epsilon[0]", pair[0], dtype)
     eps2 = to_scalar("epsilon[1]", pair[1], dtype)
     check_range("epsilon[0]", eps1, 0.0)
@@ -174,7 +192,7 @@ def _epsilon_pair(epsilon: Any, dtype: np.dtype) -> tuple[Any, Any]:
 def _check_unused(name: str, value: Any) -> None:
     """An unused slot may be None or any array (MindSpore passes a shape-(1,) dummy); it is not touched."""
     if value is not None:
-        _checks._array_facts(name, value)  # noqa: SLF001 -- raises TypeError for a non-array
+        _checks._array_facts(name, value)
 
 
 def _check_shape(name: str, facts_shape: tuple, expected: tuple) -> None:
@@ -184,8 +202,8 @@ def _check_shape(name: str, facts_shape: tuple, expected: tuple) -> None:
 
 def _check_half_slot(exp_avg_sq: Any, shape: tuple, others: dict[str, Any], device: str) -> None:
     """Validate a float16 ``exp_avg_sq`` (compression) against the call's other arrays."""
-    facts = {name: _checks._array_facts(name, a) for name, a in others.items()}  # noqa: SLF001
-    dev, shp, _, contiguous, writeable, span = _checks._array_facts("exp_avg_sq", exp_avg_sq)  # noqa: SLF001
+    facts = {name: _checks._array_facts(name, a) for name, a in others.items()}
+    dev, shp, _, contiguous, writeable, span = _checks._array_facts("exp_avg_sq", exp_avg_sq)
     if dev != device:
         where = "NumPy (CPU)" if device == "cpu" else "CUDA"
         raise TypeError(f"arrays on different devices: param is a {where} array but exp_avg_sq is not")
@@ -195,16 +213,29 @@ def _check_half_slot(exp_avg_sq: Any, shape: tuple, others: dict[str, Any], devi
     if not contiguous:
         raise ValueError("exp_avg_sq must be C-contiguous")
     spans = [("exp_avg_sq", True, span)] + [(n, True, f[5]) for n, f in facts.items()]
-    _checks._check_no_overlap(spans)  # noqa: SLF001
+    _checks._check_no_overlap(spans)
 
 
 @via_float32(("exp_avg_sq",))
-def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t: Scalar,
-                     weight_decay: Scalar, learning_rate: Scalar, grad: Any, param: Any, exp_avg: Any,
-                     exp_avg_sq_row: Any, exp_avg_sq_col: Any, exp_avg_sq: Any,
-                     global_norm: Scalar | None = None, *, enable_scale_parameter: bool = False,
-                     enable_first_moment: bool = False, enable_weight_decay: bool = False
-                     ) -> tuple[Any, Any, Any, Any, Any]:
+def fused_ada_factor(
+    epsilon: Any,
+    clip_threshold: Scalar,
+    beta1: Scalar,
+    beta2t: Scalar,
+    weight_decay: Scalar,
+    learning_rate: Scalar,
+    grad: Any,
+    param: Any,
+    exp_avg: Any,
+    exp_avg_sq_row: Any,
+    exp_avg_sq_col: Any,
+    exp_avg_sq: Any,
+    global_norm: Scalar | None = None,
+    *,
+    enable_scale_parameter: bool = False,
+    enable_first_moment: bool = False,
+    enable_weight_decay: bool = False,
+) -> tuple[Any, Any, Any, Any, Any]:
     r"""One AdaFactor step for one parameter, in place (MindSpore ``FusedAdaFactor``, its input order; with
     ``global_norm``, ``FusedAdaFactorWithGlobalNorm``).
 
@@ -285,7 +316,7 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
     scale_parameter = attr_bool("enable_scale_parameter", enable_scale_parameter)
     first_moment = attr_bool("enable_first_moment", enable_first_moment)
     decay = attr_bool("enable_weight_decay", enable_weight_decay)
-    _, shape, _, _, _, _ = _checks._array_facts("param", param)  # noqa: SLF001
+    _, shape, _, _, _, _ = _checks._array_facts("param", param)
     shape = tuple(shape)
     factored = len(shape) >= 2
     state: dict[str, Any] = {"param": param}
@@ -301,14 +332,14 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
     else:
         _check_unused("exp_avg_sq_row", exp_avg_sq_row)
         _check_unused("exp_avg_sq_col", exp_avg_sq_col)
-        half = _checks._array_facts("exp_avg_sq", exp_avg_sq)[2] == np.float16  # noqa: SLF001
+        half = _checks._array_facts("exp_avg_sq", exp_avg_sq)[2] == np.float16
         if not half:
             state["exp_avg_sq"] = exp_avg_sq
     batch = check_arrays(state, {"grad": grad}, same_shape=False)
     arrays = {**state, "grad": grad}
     expected = {"exp_avg_sq_row": shape[:-1], "exp_avg_sq_col": shape[:-2] + shape[-1:]}
     for name, array in arrays.items():
-        _check_shape(name, _checks._array_facts(name, array)[1], expected.get(name, shape))  # noqa: SLF001
+        _check_shape(name, _checks._array_facts(name, array)[1], expected.get(name, shape))
     if half:
         _check_half_slot(exp_avg_sq, shape, arrays, batch.device)
     flat = dict(zip(arrays, batch.flat))
@@ -318,8 +349,10 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
     d = batch.scalar("clip_threshold", clip_threshold)
     check_range("clip_threshold", d, 0.0)
     if d == 0 and math.copysign(1.0, d) < 0:  # -0.0 passes ">= 0", but U/max(1, RMS(U)/d) is then U
-        raise ValueError(f"clip_threshold must be in [0, inf], got {clip_threshold!r}, which is -0.0 in "
-                         f"{dtype} (a negative zero, or a negative number that rounds to it)")
+        raise ValueError(
+            f"clip_threshold must be in [0, inf], got {clip_threshold!r}, which is -0.0 in "
+            f"{dtype} (a negative zero, or a negative number that rounds to it)"
+        )
     b1 = batch.scalar("beta1", beta1)
     check_range("beta1", b1, 0.0, 1.0)
     b2t = batch.scalar("beta2t", beta2t)
@@ -352,17 +385,19 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
         row_factor, col_factor = empty(slices * n_rows, dtype), empty(slices * n_cols, dtype)
         row, col = flat["exp_avg_sq_row"], flat["exp_avg_sq_col"]
         _row_statistic.launch(device, slices * n_rows, row, g, n_cols, eps1, b2t, one - b2t)
-        _column_statistic.launch(device, slices * n_cols, col, col_factor, g, n_rows, n_cols, eps1, b2t,
-                                 one - b2t)
+        _column_statistic.launch(
+            device, slices * n_cols, col, col_factor, g, n_rows, n_cols, eps1, b2t, one - b2t
+        )
         _row_factors.launch(device, slices, row_factor, flat["exp_avg_sq_row"], n_rows)
     else:
         n_rows, n_cols = n, 1
         row_factor = empty(n, dtype)
         col_factor = np.ones(1, dtype) if device == "cpu" else _cuda.module().to_device(np.ones(1, dtype))
         if half:
-            bits = _checks._flatten(exp_avg_sq, device).view(np.uint16)  # noqa: SLF001
-            _vector_statistic_half.launch(device, n, bits, row_factor, g, _half_table(dtype.str, device),
-                                          eps1, b2t, one - b2t)
+            bits = _checks._flatten(exp_avg_sq, device).view(np.uint16)
+            _vector_statistic_half.launch(
+                device, n, bits, row_factor, g, _half_table(dtype.str, device), eps1, b2t, one - b2t
+            )
         else:
             _vector_statistic.launch(device, n, flat["exp_avg_sq"], row_factor, g, eps1, b2t, one - b2t)
 
@@ -376,18 +411,47 @@ def fused_ada_factor(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t
         clip = max(1.0, rms_u / float(d))
     alpha = float(lr) * max(float(eps2), math.sqrt(sum_x2 / n)) if scale_parameter else float(lr)
     alpha_t = dtype.type(alpha)
-    _apply.launch(device, n, x, m, g, row_factor, col_factor, n_rows, n_cols, dtype.type(clip), alpha_t,
-                  b1, one - b1, wd * alpha_t, first_moment, decay)
+    _apply.launch(
+        device,
+        n,
+        x,
+        m,
+        g,
+        row_factor,
+        col_factor,
+        n_rows,
+        n_cols,
+        dtype.type(clip),
+        alpha_t,
+        b1,
+        one - b1,
+        wd * alpha_t,
+        first_moment,
+        decay,
+    )
     return result
 
 
 @via_float32(("exp_avg_sq",))
-def fused_ada_factor_with_global_norm(epsilon: Any, clip_threshold: Scalar, beta1: Scalar, beta2t: Scalar,
-                                      weight_decay: Scalar, learning_rate: Scalar, grad: Any, param: Any,
-                                      exp_avg: Any, exp_avg_sq_row: Any, exp_avg_sq_col: Any, exp_avg_sq: Any,
-                                      global_norm: Scalar, *, enable_scale_parameter: bool = False,
-                                      enable_first_moment: bool = False, enable_weight_decay: bool = False
-                                      ) -> tuple[Any, Any, Any, Any, Any]:
+def fused_ada_factor_with_global_norm(
+    epsilon: Any,
+    clip_threshold: Scalar,
+    beta1: Scalar,
+    beta2t: Scalar,
+    weight_decay: Scalar,
+    learning_rate: Scalar,
+    grad: Any,
+    param: Any,
+    exp_avg: Any,
+    exp_avg_sq_row: Any,
+    exp_avg_sq_col: Any,
+    exp_avg_sq: Any,
+    global_norm: Scalar,
+    *,
+    enable_scale_parameter: bool = False,
+    enable_first_moment: bool = False,
+    enable_weight_decay: bool = False,
+) -> tuple[Any, Any, Any, Any, Any]:
     r"""MindSpore's ``FusedAdaFactorWithGlobalNorm``: :func:`fused_ada_factor` on ``grad · (1/global_norm)``.
 
     The gradient is scaled when ``global_norm >= 1e-30`` (otherwise used as it is), then the AdaFactor
@@ -407,7 +471,21 @@ def fused_ada_factor_with_global_norm(epsilon: Any, clip_threshold: Scalar, beta
     """
     if global_norm is None:
         raise TypeError("global_norm must be a real scalar (FusedAdaFactorWithGlobalNorm), got None")
-    return fused_ada_factor(epsilon, clip_threshold, beta1, beta2t, weight_decay, learning_rate, grad, param,
-                            exp_avg, exp_avg_sq_row, exp_avg_sq_col, exp_avg_sq, global_norm,
-                            enable_scale_parameter=enable_scale_parameter,
-                            enable_first_moment=enable_first_moment, enable_weight_decay=enable_weight_decay)
+    return fused_ada_factor(
+        epsilon,
+        clip_threshold,
+        beta1,
+        beta2t,
+        weight_decay,
+        learning_rate,
+        grad,
+        param,
+        exp_avg,
+        exp_avg_sq_row,
+        exp_avg_sq_col,
+        exp_avg_sq,
+        global_norm,
+        enable_scale_parameter=enable_scale_parameter,
+        enable_first_moment=enable_first_moment,
+        enable_weight_decay=enable_weight_decay,
+    )

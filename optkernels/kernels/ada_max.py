@@ -1,12 +1,13 @@
 """AdaMax: MindSpore's ``ops.ApplyAdaMax``."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from ._checks import check_arrays, check_range
-from .adam import Scalar, _betas_epsilon
 from ._elementwise import elementwise
 from ._ieee import nan_max
+from .adam import Scalar, _betas_epsilon
 
 
 @elementwise
@@ -19,8 +20,17 @@ def _ada_max(i, var, m, v, grad, lr_t, one_minus_beta1, beta2, epsilon):
     var[i] = var[i] - lr_t * (m_new / (v_new + epsilon))
 
 
-def apply_ada_max(var: Any, m: Any, v: Any, beta1_power: Scalar, lr: Scalar, beta1: Scalar, beta2: Scalar,
-                  epsilon: Scalar, grad: Any) -> tuple[Any, Any, Any]:
+def apply_ada_max(
+    var: Any,
+    m: Any,
+    v: Any,
+    beta1_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    grad: Any,
+) -> tuple[Any, Any, Any]:
     r"""AdaMax update in place (MindSpore ``ops.ApplyAdaMax``)::
 
         m   ← m + (g − m)·(1 − beta1)

@@ -1,12 +1,13 @@
 """Adagrad: MindSpore's ``ops.ApplyAdagrad`` and ``ops.ApplyAdagradV2``."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from ._checks import attr_bool, attr_float, check_arrays, check_range
-from .adam import Scalar
 from ._elementwise import elementwise, scalar_math
+from .adam import Scalar
 
 
 @scalar_math
@@ -30,8 +31,9 @@ def _run(var, accum, lr, grad, epsilon, update_slots):
     return var, accum
 
 
-def apply_adagrad(var: Any, accum: Any, lr: Scalar, grad: Any, *,
-                  update_slots: bool = True) -> tuple[Any, Any]:
+def apply_adagrad(
+    var: Any, accum: Any, lr: Scalar, grad: Any, *, update_slots: bool = True
+) -> tuple[Any, Any]:
     r"""Adagrad update in place (MindSpore ``ops.ApplyAdagrad``, TensorFlow ``ApplyAdagrad``)::
 
         accum ← accum + g·g          (only if update_slots)
@@ -59,8 +61,9 @@ def apply_adagrad(var: Any, accum: Any, lr: Scalar, grad: Any, *,
     return _run(var, accum, lr, grad, 0.0, slots)
 
 
-def apply_adagrad_v2(var: Any, accum: Any, lr: Scalar, grad: Any, *, epsilon: float,
-                     update_slots: bool = True) -> tuple[Any, Any]:
+def apply_adagrad_v2(
+    var: Any, accum: Any, lr: Scalar, grad: Any, *, epsilon: float, update_slots: bool = True
+) -> tuple[Any, Any]:
     r"""Adagrad with epsilon in place (MindSpore ``ops.ApplyAdagradV2``, TensorFlow ``ApplyAdagradV2``)::
 
         accum ← accum + g·g          (only if update_slots)

@@ -1,13 +1,13 @@
 """Adam: MindSpore's ``ops.Adam`` (TF ApplyAdam), ``ApplyAdamWithAmsgrad`` and ``AdamNoUpdateParam``."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
-
 from ._checks import attr_bool, attr_float, check_arrays, check_range, output_like
-from ._ieee import nan_max
 from ._elementwise import elementwise
+from ._ieee import nan_max
 
 Scalar = Any  # a Python/NumPy number, or a 0-d or shape-(1,) array
 
@@ -36,8 +36,9 @@ def _adam_amsgrad(i, var, m, v, vhat, grad, lr_t, one_minus_beta1, one_minus_bet
 
 
 @elementwise
-def _adam_delta(i, delta, m, v, gradient, lr_t, beta1, one_minus_beta1, beta2, one_minus_beta2, epsilon,
-                use_nesterov):
+def _adam_delta(
+    i, delta, m, v, gradient, lr_t, beta1, one_minus_beta1, beta2, one_minus_beta2, epsilon, use_nesterov
+):
     g = gradient[i]
     m_new = beta1 * m[i] + one_minus_beta1 * g
     v_new = beta2 * v[i] + one_minus_beta2 * (g * g)
@@ -70,9 +71,21 @@ def _betas_epsilon(batch, beta1: Scalar, beta2: Scalar, epsilon: Scalar):
     return b1, b2, eps
 
 
-def apply_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_power: Scalar, lr: Scalar,
-               beta1: Scalar, beta2: Scalar, epsilon: Scalar, gradient: Any, *,
-               use_locking: bool = False, use_nesterov: bool = False) -> tuple[Any, Any, Any]:
+def apply_adam(
+    var: Any,
+    m: Any,
+    v: Any,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    gradient: Any,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""Adam update in place (MindSpore ``ops.Adam``, TensorFlow ``ApplyAdam``).
 
     With the bias correction folded into the step size, as MindSpore's and TensorFlow's kernels do::
@@ -120,9 +133,21 @@ def apply_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_power: Scala
     return var, m, v
 
 
-def apply_adam_with_amsgrad(var: Any, m: Any, v: Any, vhat: Any, beta1_power: Scalar, beta2_power: Scalar,
-                            lr: Scalar, grad: Any, *, beta1: float = 0.9, beta2: float = 0.999,
-                            epsilon: float = 1e-8, use_locking: bool = False) -> tuple[Any, Any, Any, Any]:
+def apply_adam_with_amsgrad(
+    var: Any,
+    m: Any,
+    v: Any,
+    vhat: Any,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    grad: Any,
+    *,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-8,
+    use_locking: bool = False,
+) -> tuple[Any, Any, Any, Any]:
     r"""Adam with the AMSGrad maximum, in place (MindSpore ``ops.ApplyAdamWithAmsgrad``)::
 
         lr_t = lr · sqrt(1 − beta2_power) / (1 − beta1_power)
@@ -153,8 +178,10 @@ def apply_adam_with_amsgrad(var: Any, m: Any, v: Any, vhat: Any, beta1_power: Sc
         TypeError (MindSpore's attribute check).
     """
     attr_bool("use_locking", use_locking)
-    attrs = {name: attr_float(name, value) for name, value in
-             (("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon))}
+    attrs = {
+        name: attr_float(name, value)
+        for name, value in (("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon))
+    }
     batch = check_arrays({"var": var, "m": m, "v": v, "vhat": vhat}, {"grad": grad})
     lr_t = _bias_corrected_lr(batch, beta1_power, beta2_power, lr)
     b1, b2, eps = _betas_epsilon(batch, attrs["beta1"], attrs["beta2"], attrs["epsilon"])
@@ -163,9 +190,21 @@ def apply_adam_with_amsgrad(var: Any, m: Any, v: Any, vhat: Any, beta1_power: Sc
     return var, m, v, vhat
 
 
-def adam_no_update_param(m: Any, v: Any, beta1_power: Scalar, beta2_power: Scalar, lr: Scalar,
-                         beta1: Scalar, beta2: Scalar, epsilon: Scalar, gradient: Any, *,
-                         use_locking: bool = False, use_nesterov: bool = False, out: Any = None) -> Any:
+def adam_no_update_param(
+    m: Any,
+    v: Any,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    gradient: Any,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+    out: Any = None,
+) -> Any:
     r"""Adam's moments in place and the parameter step returned, not applied (MindSpore
     ``AdamNoUpdateParam``, used by AdamOffload)::
 
@@ -199,6 +238,7 @@ def adam_no_update_param(m: Any, v: Any, beta1_power: Scalar, beta2_power: Scala
     b1, b2, eps = _betas_epsilon(batch, beta1, beta2, epsilon)
     delta, flat_delta = output_like("out", out, m, batch)
     one = batch.dtype.type(1)
-    _adam_delta.launch(batch.device, batch.size, flat_delta, *batch.flat,
-                       lr_t, b1, one - b1, b2, one - b2, eps, nesterov)
+    _adam_delta.launch(
+        batch.device, batch.size, flat_delta, *batch.flat, lr_t, b1, one - b1, b2, one - b2, eps, nesterov
+    )
     return delta

@@ -1,12 +1,13 @@
 """AdamWeightDecay: MindSpore's ``ops.AdamWeightDecay`` (decoupled weight decay, no bias correction)."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from ._checks import attr_bool, check_arrays, check_range
-from .adam import Scalar, _betas_epsilon
 from ._elementwise import elementwise
+from .adam import Scalar, _betas_epsilon
 
 
 @elementwise
@@ -20,8 +21,19 @@ def _adam_weight_decay(i, var, m, v, gradient, lr, one_minus_beta1, one_minus_be
     var[i] = var[i] - lr * update
 
 
-def adam_weight_decay(var: Any, m: Any, v: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar,
-                      decay: Scalar, gradient: Any, *, use_locking: bool = False) -> tuple[Any, Any, Any]:
+def adam_weight_decay(
+    var: Any,
+    m: Any,
+    v: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    decay: Scalar,
+    gradient: Any,
+    *,
+    use_locking: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""AdamW update in place (MindSpore ``ops.AdamWeightDecay``; note the input order)::
 
         m      ← m + (g − m)·(1 − beta1)

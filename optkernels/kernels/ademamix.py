@@ -1,9 +1,10 @@
 """AdEMAMix (Pagliardini et al. 2024, "The AdEMAMix Optimizer: Better, Faster, Older"): Adam with a second,
 slow momentum, as bitsandbytes' reference class computes it, with the paper's α and β3 warmups (MODERN §10)."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -17,9 +18,28 @@ _FLOAT64 = np.dtype(np.float64)
 
 
 @elementwise
-def _ademamix(i, var, m1, m2, nu, grad, neg_lr, beta1, one_minus_beta1, beta2, one_minus_beta2, beta3,
-              one_minus_beta3, alpha, bias_correction1, root_bias_correction2, epsilon, weight_decay,
-              decay_factor, decay_after_update):
+def _ademamix(
+    i,
+    var,
+    m1,
+    m2,
+    nu,
+    grad,
+    neg_lr,
+    beta1,
+    one_minus_beta1,
+    beta2,
+    one_minus_beta2,
+    beta3,
+    one_minus_beta3,
+    alpha,
+    bias_correction1,
+    root_bias_correction2,
+    epsilon,
+    weight_decay,
+    decay_factor,
+    decay_after_update,
+):
     g = grad[i]
     a = m1[i] * beta1 + g * one_minus_beta1
     b = m2[i] * beta3 + g * one_minus_beta3
@@ -29,14 +49,20 @@ def _ademamix(i, var, m1, m2, nu, grad, neg_lr, beta1, one_minus_beta1, beta2, o
     nu[i] = v
     u = (a / bias_correction1 + b * alpha) / (math.sqrt(v) / root_bias_correction2 + epsilon)
     w = var[i]
-    if decay_after_update:              # bitsandbytes' CUDA kernel: decay the updated parameter
+    if decay_after_update:  # bitsandbytes' CUDA kernel: decay the updated parameter
         var[i] = (w + u * neg_lr) * decay_factor
-    else:                               # the reference (the paper's rule): lr·(u + wd·w)
+    else:  # the reference (the paper's rule): lr·(u + wd·w)
         var[i] = w + (u + w * weight_decay) * neg_lr
 
 
-def ademamix_schedule(step: int, alpha: float, beta1: float, beta3: float, t_alpha: Optional[float] = None,
-                      t_beta3: Optional[float] = None) -> tuple[float, float]:
+def ademamix_schedule(
+    step: int,
+    alpha: float,
+    beta1: float,
+    beta3: float,
+    t_alpha: float | None = None,
+    t_beta3: float | None = None,
+) -> tuple[float, float]:
     """``(α_t, β3_t)`` of step ``t = step`` (from 1), the paper's warmups as bitsandbytes computes them::
 
         α_t  = min(t·α/T_α, α)                                                  (T_α given, else α)
@@ -52,17 +78,35 @@ def ademamix_schedule(step: int, alpha: float, beta1: float, beta3: float, t_alp
     return alpha_t, min(math.exp((ln_beta1 * ln_beta3) / ((1 - s) * ln_beta3 + s * ln_beta1)), beta3)
 
 
-def ademamix_scalars(dtype: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, beta3: Scalar, alpha: Scalar,
-                     epsilon: Scalar, weight_decay: Scalar, step: Scalar, decay_after_update: bool = False
-                     ) -> tuple:
+def ademamix_scalars(
+    dtype: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    beta3: Scalar,
+    alpha: Scalar,
+    epsilon: Scalar,
+    weight_decay: Scalar,
+    step: Scalar,
+    decay_after_update: bool = False,
+) -> tuple:
     """The element function's scalars in ``dtype``, after range checks (``beta3`` and ``alpha``: this step's
     values, see :func:`ademamix_schedule`): ``−lr``, each β and ``1 − β``, ``α``, ``1 − β1^t``,
     ``√(1 − β2^t)``, ``ε``, ``wd``, ``1 − lr·wd`` and the flag. Host values are computed in float64 and
     rounded once."""
-    lr_, b1, b2, b3, a, eps, wd, t = (float(to_scalar(name, value, _FLOAT64)) for name, value in
-                                      (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("beta3", beta3),
-                                       ("alpha", alpha), ("epsilon", epsilon), ("weight_decay", weight_decay),
-                                       ("step", step)))
+    lr_, b1, b2, b3, a, eps, wd, t = (
+        float(to_scalar(name, value, _FLOAT64))
+        for name, value in (
+            ("lr", lr),
+            ("beta1", beta1),
+            ("beta2", beta2),
+            ("beta3", beta3),
+            ("alpha", alpha),
+            ("epsilon", epsilon),
+            ("weight_decay", weight_decay),
+            ("step", step),
+        )
+    )
     check_range("lr", lr_, 0.0)
     for name, beta in (("beta1", b1), ("beta2", b2), ("beta3", b3)):
         check_range(name, beta, 0.0, 1.0, high_open=True)
@@ -71,13 +115,41 @@ def ademamix_scalars(dtype: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, beta3
     check_range("weight_decay", wd, 0.0)
     check_range("step", t, 1.0)
     c = np.dtype(dtype).type
-    return (c(-lr_), c(b1), c(1.0 - b1), c(b2), c(1.0 - b2), c(b3), c(1.0 - b3), c(a), c(1.0 - b1 ** t),
-            c((1.0 - b2 ** t) ** 0.5), c(eps), c(wd), c(1.0 - lr_ * wd), bool(decay_after_update))
+    return (
+        c(-lr_),
+        c(b1),
+        c(1.0 - b1),
+        c(b2),
+        c(1.0 - b2),
+        c(b3),
+        c(1.0 - b3),
+        c(a),
+        c(1.0 - b1**t),
+        c((1.0 - b2**t) ** 0.5),
+        c(eps),
+        c(wd),
+        c(1.0 - lr_ * wd),
+        bool(decay_after_update),
+    )
 
 
-def ademamix(var: Any, m1: Any, m2: Any, nu: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
-             beta3: Scalar, alpha: Scalar, epsilon: Scalar, weight_decay: Scalar, step: Scalar, *,
-             decay_after_update: bool = False) -> tuple[Any, Any, Any, Any]:
+def ademamix(
+    var: Any,
+    m1: Any,
+    m2: Any,
+    nu: Any,
+    grad: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    beta3: Scalar,
+    alpha: Scalar,
+    epsilon: Scalar,
+    weight_decay: Scalar,
+    step: Scalar,
+    *,
+    decay_after_update: bool = False,
+) -> tuple[Any, Any, Any, Any]:
     r"""One AdEMAMix step in place (``beta3`` and ``alpha``: this step's values, after any warmup; see
     :func:`ademamix_schedule`)::
 
@@ -111,6 +183,8 @@ def ademamix(var: Any, m1: Any, m2: Any, nu: Any, grad: Any, lr: Scalar, beta1: 
     """
     after = attr_bool("decay_after_update", decay_after_update)
     batch = check_arrays({"var": var, "m1": m1, "m2": m2, "nu": nu}, {"grad": grad})
-    scalars = ademamix_scalars(batch.dtype, lr, beta1, beta2, beta3, alpha, epsilon, weight_decay, step, after)
+    scalars = ademamix_scalars(
+        batch.dtype, lr, beta1, beta2, beta3, alpha, epsilon, weight_decay, step, after
+    )
     _ademamix.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, m1, m2, nu

@@ -1,5 +1,6 @@
 """ADOPT (Taniguchi et al. 2024, "ADOPT: Modified Adam Can Converge with Any β2"), the authors' current
 clipped algorithm as ``torch-adopt`` 0.1.0 computes it (MODERN §9.1)."""
+
 from __future__ import annotations
 
 import math
@@ -18,20 +19,36 @@ _FLOAT64 = np.dtype(np.float64)
 
 
 @elementwise
-def _adopt(i, var, exp_avg, exp_avg_sq, grad, lr, weight, one_minus_weight, small, beta2, one_minus_beta2,
-           epsilon, clip, coupled, decoupled, first):
+def _adopt(
+    i,
+    var,
+    exp_avg,
+    exp_avg_sq,
+    grad,
+    lr,
+    weight,
+    one_minus_weight,
+    small,
+    beta2,
+    one_minus_beta2,
+    epsilon,
+    clip,
+    coupled,
+    decoupled,
+    first,
+):
     g = grad[i]
     if coupled != 0:
         g = g + var[i] * coupled
     v = exp_avg_sq[i]
-    if first:                           # the first call only sets v = g² (no decay, no move)
+    if first:  # the first call only sets v = g² (no decay, no move)
         exp_avg_sq[i] = v + g * g
     else:
         w = var[i]
         if decoupled != 0:
             w = w + w * decoupled
         d = math.sqrt(v)
-        if d < epsilon:                 # clamp(√v, ε): NaN passes
+        if d < epsilon:  # clamp(√v, ε): NaN passes
             d = epsilon
         n = g / d
         if n > clip:
@@ -44,15 +61,34 @@ def _adopt(i, var, exp_avg, exp_avg_sq, grad, lr, weight, one_minus_weight, smal
         exp_avg_sq[i] = v * beta2 + (one_minus_beta2 * g) * g
 
 
-def adopt_scalars(dtype: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar, weight_decay: Scalar,
-                  step: Scalar, clip: Scalar = math.inf, decouple: bool = False, coupled: bool = True) -> tuple:
+def adopt_scalars(
+    dtype: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    weight_decay: Scalar,
+    step: Scalar,
+    clip: Scalar = math.inf,
+    decouple: bool = False,
+    coupled: bool = True,
+) -> tuple:
     """The element function's scalars in ``dtype``, after range checks: ``lr``, the lerp weight ``1 − β1``
     (see :func:`._torch_lerp.lerp_scalars`), ``β2, 1 − β2, ε``, the clip bound, the coupled decay
     (``wd`` when not ``decouple`` and ``coupled``, else 0), the decoupled factor ``−lr·wd`` (``decouple``)
     and ``step == 0``. Host values are computed in float64 and rounded once, as torch converts them."""
-    lr_, b1, b2, eps, wd, k, c = (float(to_scalar(name, value, _FLOAT64)) for name, value in
-                                  (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon),
-                                   ("weight_decay", weight_decay), ("step", step), ("clip", clip)))
+    lr_, b1, b2, eps, wd, k, c = (
+        float(to_scalar(name, value, _FLOAT64))
+        for name, value in (
+            ("lr", lr),
+            ("beta1", beta1),
+            ("beta2", beta2),
+            ("epsilon", epsilon),
+            ("weight_decay", weight_decay),
+            ("step", step),
+            ("clip", clip),
+        )
+    )
     check_range("step", k, 0.0)
     check_range("lr", lr_, 0.0)
     check_range("beta1", b1, 0.0, 1.0, high_open=True)
@@ -61,14 +97,35 @@ def adopt_scalars(dtype: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, epsilon:
     check_range("weight_decay", wd, 0.0)
     check_range("clip", c, 0.0)
     t = np.dtype(dtype).type
-    decoupled = -lr_ * wd if decouple and wd != 0 else 0.0     # torch-adopt skips a zero decay
-    return (t(lr_), *lerp_scalars(dtype, 1.0 - b1), t(b2), t(1.0 - b2), t(eps), t(c),
-            t(wd if coupled and not decouple else 0.0), t(decoupled), k == 0)
+    decoupled = -lr_ * wd if decouple and wd != 0 else 0.0  # torch-adopt skips a zero decay
+    return (
+        t(lr_),
+        *lerp_scalars(dtype, 1.0 - b1),
+        t(b2),
+        t(1.0 - b2),
+        t(eps),
+        t(c),
+        t(wd if coupled and not decouple else 0.0),
+        t(decoupled),
+        k == 0,
+    )
 
 
-def adopt(var: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
-          epsilon: Scalar, weight_decay: Scalar, step: Scalar, clip: Scalar = math.inf, *,
-          decouple: bool = False) -> tuple[Any, Any, Any]:
+def adopt(
+    var: Any,
+    exp_avg: Any,
+    exp_avg_sq: Any,
+    grad: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    weight_decay: Scalar,
+    step: Scalar,
+    clip: Scalar = math.inf,
+    *,
+    decouple: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""One ADOPT call in place (``step`` = k, the number of earlier calls: 0 on the first)::
 
         g ← g + wd·var                                      (not decouple)

@@ -9,6 +9,7 @@ NumPy arrays they give the same bits as ``alpha*x + y``, ``alpha*x`` and ``(alph
 (one rounding per operation, no fastmath); a GPU may contract ``alpha*x + y`` into a fused multiply-add,
 which can differ in the last bit.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -73,8 +74,9 @@ def scal(alpha: Scalar, x: Any) -> Any:
     return x
 
 
-def axpy_scal(alpha: Scalar, x: Any, y: Any, beta: Scalar, *, out: Any, add: bool = True,
-              scale: bool = True) -> Any:
+def axpy_scal(
+    alpha: Scalar, x: Any, y: Any, beta: Scalar, *, out: Any, add: bool = True, scale: bool = True
+) -> Any:
     """``out ← (alpha·x + y)·beta`` in one pass (each operation rounded in the arrays' dtype, as NumPy's
     ``(alpha*x + y)*beta``); ``add=False`` skips ``alpha·x +``, ``scale=False`` skips ``·beta``. Returns
     ``out``.
@@ -90,6 +92,13 @@ def axpy_scal(alpha: Scalar, x: Any, y: Any, beta: Scalar, *, out: Any, add: boo
         ValueError: shapes differ, ``out`` read-only or not contiguous, or overlapping arrays.
     """
     batch = check_arrays({"out": out}, {"x": x, "y": y})
-    _axpy_scal.launch(batch.device, batch.size, *batch.flat, batch.scalar("alpha", alpha),
-                      batch.scalar("beta", beta), bool(add), bool(scale))
+    _axpy_scal.launch(
+        batch.device,
+        batch.size,
+        *batch.flat,
+        batch.scalar("alpha", alpha),
+        batch.scalar("beta", beta),
+        bool(add),
+        bool(scale),
+    )
     return out

@@ -8,6 +8,7 @@ are independent, so results do not depend on the thread count. Arithmetic is IEE
 with exact division and square root (bitsandbytes' CUDA build uses fast math: the codes agree wherever a
 value is not within a few ulps of a decision midpoint).
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,17 @@ from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import ZERO, elementwise, scalar_math
 from ._upcast import via_float32
-from .quantization import (NEG_MAX, check_code, fast_search, nearest_code, nearest_code_slow,
-                           scratch_block_elementwise, search_tables, sign_bit, table_math)
+from .quantization import (
+    NEG_MAX,
+    check_code,
+    fast_search,
+    nearest_code,
+    nearest_code_slow,
+    scratch_block_elementwise,
+    search_tables,
+    sign_bit,
+    table_math,
+)
 
 BLOCK = 256
 """Elements per quantization block of the 8-bit optimizers (bitsandbytes >= 0.44)."""
@@ -32,11 +42,36 @@ _F32 = np.float32
 
 
 @scalar_math
-def _rule(algo, p, g, m1, m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps,
-          step_size, corr1, corr2, eps_corr2, decay, fold_all, param):
+def _rule(
+    algo,
+    p,
+    g,
+    m1,
+    m2,
+    v,
+    first,
+    decayed,
+    b1,
+    b2,
+    b3,
+    omb1,
+    omb2,
+    omb3,
+    alpha,
+    lr,
+    wd,
+    eps,
+    step_size,
+    corr1,
+    corr2,
+    eps_corr2,
+    decay,
+    fold_all,
+    param,
+):
     """One element: (p, m1, m2, v) -> (p', m1', m2', v') in float32 (bitsandbytes' kernel order); with
     ``param`` False the parameter's own arithmetic is skipped (p' is then meaningless)."""
-    if algo <= ADEMAMIX:                                    # the 2-state kernel
+    if algo <= ADEMAMIX:  # the 2-state kernel
         if math.isinf(g) or g != g:
             return p, ZERO, ZERO, ZERO
         v = v * b2 + (omb2 * g) * g
@@ -125,15 +160,52 @@ def _abs_max(x, count, top):
 
 
 @table_math
-def _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
-                decayed, hyper, scratch, base):
+def _block_8bit(
+    algo,
+    b,
+    p,
+    g,
+    c1,
+    c2,
+    c3,
+    a1,
+    a2,
+    a3,
+    q1,
+    q2,
+    mids1,
+    start1,
+    mids2,
+    start2,
+    size,
+    first,
+    decayed,
+    hyper,
+    scratch,
+    base,
+):
     # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax); hyper: the
     # float32 scalars of step_scalars (an array: a call of more than 30 arguments could not be inlined);
     # scratch[base:base + 1024] (the driver's): the block's new p, m1, m2, v between the passes.
-    b1, b2, b3, omb1, omb2, omb3, alpha, lr = hyper[0], hyper[1], hyper[2], hyper[3], hyper[4], hyper[5], \
-        hyper[6], hyper[7]
-    wd, eps, step_size, corr1, corr2, eps_corr2, decay = hyper[8], hyper[9], hyper[10], hyper[11], hyper[12], \
-        hyper[13], hyper[14]
+    b1, b2, b3, omb1, omb2, omb3, alpha, lr = (
+        hyper[0],
+        hyper[1],
+        hyper[2],
+        hyper[3],
+        hyper[4],
+        hyper[5],
+        hyper[6],
+        hyper[7],
+    )
+    wd, eps, step_size, corr1, corr2, eps_corr2, decay = (
+        hyper[8],
+        hyper[9],
+        hyper[10],
+        hyper[11],
+        hyper[12],
+        hyper[13],
+        hyper[14],
+    )
     two = algo <= ADEMAMIX
     start = b * 256
     stop = min(start + 256, size)
@@ -141,8 +213,12 @@ def _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mi
     # The block's own views: loops over distinct views, one job each, are vectorised where they have no
     # table lookup (the rule); the lookups (dequantize, nearest code) run in loops of their own.
     pb, gb, cb1, cb2, cb3 = p[start:stop], g[start:stop], c1[start:stop], c2[start:stop], c3[start:stop]
-    sx, sm1, sm2, sv = scratch[base:base + 256], scratch[base + 256:base + 512], \
-        scratch[base + 512:base + 768], scratch[base + 768:base + 1024]
+    sx, sm1, sm2, sv = (
+        scratch[base : base + 256],
+        scratch[base + 256 : base + 512],
+        scratch[base + 512 : base + 768],
+        scratch[base + 768 : base + 1024],
+    )
     o1 = a1[b]
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
@@ -155,25 +231,74 @@ def _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mi
         for k in range(count):
             sm2[k] = q1[cb3[k]] * o3
     for k in range(count):
-        x, m1, m2, v = _rule(algo, pb[k], gb[k], sm1[k], sm2[k], sv[k], first, decayed, b1, b2, b3, omb1, omb2,
-                             omb3, alpha, lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, False, True)
+        x, m1, m2, v = _rule(
+            algo,
+            pb[k],
+            gb[k],
+            sm1[k],
+            sm2[k],
+            sv[k],
+            first,
+            decayed,
+            b1,
+            b2,
+            b3,
+            omb1,
+            omb2,
+            omb3,
+            alpha,
+            lr,
+            wd,
+            eps,
+            step_size,
+            corr1,
+            corr2,
+            eps_corr2,
+            decay,
+            False,
+            True,
+        )
         sx[k] = x
         sm1[k] = m1
         sm2[k] = m2
         sv[k] = v
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
-    if count < 256:         # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
-        _, top1, top3, top2 = _rule(algo, ZERO, ZERO, q1[128] * o1, q1[128] * o3, q2[0] * o2, first, decayed,
-                                    b1, b2, b3, omb1, omb2, omb3, alpha, lr, wd, eps, step_size, corr1, corr2,
-                                    eps_corr2, decay, False, False)
-        top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX        # fmaxf: a NaN does not count
+    if count < 256:  # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
+        _, top1, top3, top2 = _rule(
+            algo,
+            ZERO,
+            ZERO,
+            q1[128] * o1,
+            q1[128] * o3,
+            q2[0] * o2,
+            first,
+            decayed,
+            b1,
+            b2,
+            b3,
+            omb1,
+            omb2,
+            omb3,
+            alpha,
+            lr,
+            wd,
+            eps,
+            step_size,
+            corr1,
+            corr2,
+            eps_corr2,
+            decay,
+            False,
+            False,
+        )
+        top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
     top1 = _abs_max(sm1, count, top1)
     a1[b] = top1
     for k in range(count):
         pb[k] = sx[k]
-    for k in range(count):          # the quotients apart: a vectorised division
+    for k in range(count):  # the quotients apart: a vectorised division
         sx[k] = sm1[k] / top1
     _requantize(cb1, sm1, sx, count, q1, mids1, start1, True)
     if two:
@@ -191,28 +316,134 @@ def _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mi
 
 
 @scratch_block_elementwise
-def _update_8bit(b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, algo, first,
-                 decayed, hyper, scratch, base):
+def _update_8bit(
+    b,
+    p,
+    g,
+    c1,
+    c2,
+    c3,
+    a1,
+    a2,
+    a3,
+    q1,
+    q2,
+    mids1,
+    start1,
+    mids2,
+    start2,
+    size,
+    algo,
+    first,
+    decayed,
+    hyper,
+    scratch,
+    base,
+):
     # One block per algorithm's own copy of the block's loops (the algorithm a constant there, so that
     # its branches fold away and the loops vectorise).
     if algo == ADAM:
-        _block_8bit(ADAM, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
-                    decayed, hyper, scratch, base)
+        _block_8bit(
+            ADAM,
+            b,
+            p,
+            g,
+            c1,
+            c2,
+            c3,
+            a1,
+            a2,
+            a3,
+            q1,
+            q2,
+            mids1,
+            start1,
+            mids2,
+            start2,
+            size,
+            first,
+            decayed,
+            hyper,
+            scratch,
+            base,
+        )
     else:
-        _block_8bit(algo, b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, mids1, start1, mids2, start2, size, first,
-                    decayed, hyper, scratch, base)
+        _block_8bit(
+            algo,
+            b,
+            p,
+            g,
+            c1,
+            c2,
+            c3,
+            a1,
+            a2,
+            a3,
+            q1,
+            q2,
+            mids1,
+            start1,
+            mids2,
+            start2,
+            size,
+            first,
+            decayed,
+            hyper,
+            scratch,
+            base,
+        )
 
 
 @elementwise
 def _update_32bit(i, p, g, s1, s2, s3, algo, first, decayed, hyper):
-    b1, b2, b3, omb1, omb2, omb3, alpha, lr = hyper[0], hyper[1], hyper[2], hyper[3], hyper[4], hyper[5], \
-        hyper[6], hyper[7]
-    wd, eps, step_size, corr1, corr2, eps_corr2, decay = hyper[8], hyper[9], hyper[10], hyper[11], hyper[12], \
-        hyper[13], hyper[14]
+    b1, b2, b3, omb1, omb2, omb3, alpha, lr = (
+        hyper[0],
+        hyper[1],
+        hyper[2],
+        hyper[3],
+        hyper[4],
+        hyper[5],
+        hyper[6],
+        hyper[7],
+    )
+    wd, eps, step_size, corr1, corr2, eps_corr2, decay = (
+        hyper[8],
+        hyper[9],
+        hyper[10],
+        hyper[11],
+        hyper[12],
+        hyper[13],
+        hyper[14],
+    )
     m2 = s3[i] if algo == ADEMAMIX else ZERO
     v = s2[i] if algo <= ADEMAMIX else ZERO
-    x, m1, m2, v = _rule(algo, p[i], g[i], s1[i], m2, v, first, decayed, b1, b2, b3, omb1, omb2, omb3, alpha,
-                         lr, wd, eps, step_size, corr1, corr2, eps_corr2, decay, True, True)
+    x, m1, m2, v = _rule(
+        algo,
+        p[i],
+        g[i],
+        s1[i],
+        m2,
+        v,
+        first,
+        decayed,
+        b1,
+        b2,
+        b3,
+        omb1,
+        omb2,
+        omb3,
+        alpha,
+        lr,
+        wd,
+        eps,
+        step_size,
+        corr1,
+        corr2,
+        eps_corr2,
+        decay,
+        True,
+        True,
+    )
     p[i] = x
     s1[i] = m1
     if algo <= ADEMAMIX:
@@ -229,8 +460,18 @@ def _algo(name: Any) -> int:
     return ALGORITHMS.index(name)
 
 
-def step_scalars(algo: int, step: Any, lr: Any, beta1: Any, beta2: Any, beta3: Any, alpha: Any, eps: Any,
-                 weight_decay: Any, device: str = "cpu") -> tuple:
+def step_scalars(
+    algo: int,
+    step: Any,
+    lr: Any,
+    beta1: Any,
+    beta2: Any,
+    beta3: Any,
+    alpha: Any,
+    eps: Any,
+    weight_decay: Any,
+    device: str = "cpu",
+) -> tuple:
     """``(first step, decayed, hyper)``: the kernels' scalars of one step, ``hyper`` a float32 array (on
     ``device``) of ``β1, β2, β3, 1−β1, 1−β2, 1−β3, α, lr, wd, ε, step_size, corr1, corr2, corr2·ε, decay``,
     computed as bitsandbytes' kernels compute them::
@@ -245,8 +486,15 @@ def step_scalars(algo: int, step: Any, lr: Any, beta1: Any, beta2: Any, beta3: A
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
     values = {}
-    for name, value in (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("beta3", beta3), ("alpha", alpha),
-                        ("eps", eps), ("weight_decay", weight_decay)):
+    for name, value in (
+        ("lr", lr),
+        ("beta1", beta1),
+        ("beta2", beta2),
+        ("beta3", beta3),
+        ("alpha", alpha),
+        ("eps", eps),
+        ("weight_decay", weight_decay),
+    ):
         values[name] = to_scalar(name, value, np.dtype(np.float32))
     for name in ("lr", "eps", "weight_decay"):
         if not values[name] >= 0:
@@ -259,8 +507,26 @@ def step_scalars(algo: int, step: Any, lr: Any, beta1: Any, beta2: Any, beta3: A
     corr1 = one - _F32(float(b1) ** int(step))
     corr2 = _F32(math.sqrt(one - _F32(float(b2) ** int(step))))
     step_size = _F32(-lr_ * corr2) / corr1 if algo <= ADEMAMIX else _F32(0)
-    hyper = np.array([b1, b2, b3, one - b1, one - b2, one - b3, values["alpha"], lr_, wd, values["eps"],
-                      step_size, corr1, corr2, _F32(corr2 * values["eps"]), one - _F32(lr_ * wd)], _F32)
+    hyper = np.array(
+        [
+            b1,
+            b2,
+            b3,
+            one - b1,
+            one - b2,
+            one - b3,
+            values["alpha"],
+            lr_,
+            wd,
+            values["eps"],
+            step_size,
+            corr1,
+            corr2,
+            _F32(corr2 * values["eps"]),
+            one - _F32(lr_ * wd),
+        ],
+        _F32,
+    )
     if device != "cpu":
         hyper = _cuda.module().to_device(hyper)
     return int(step) == 1, bool(wd > 0), hyper
@@ -289,7 +555,9 @@ def _state(name: str, x: Any, device: str, shape: tuple, dtype: Any) -> Any:
 def _param_and_grad(p: Any, g: Any) -> tuple:
     device, shape, dtype, contiguous, writeable = _facts("p", p)
     if dtype != np.float32:
-        raise TypeError(f"p must be float32 (float16/bfloat16 are widened by the public functions), got {dtype}")
+        raise TypeError(
+            f"p must be float32 (float16/bfloat16 are widened by the public functions), got {dtype}"
+        )
     if not writeable or not contiguous:
         raise ValueError("p must be writeable and C-contiguous")
     _, gshape, gdtype, _, _ = _facts("g", g, device)
@@ -306,10 +574,25 @@ def _dummy(device: str, dtype: Any) -> Any:
 
 
 @via_float32()
-def optimizer_update_8bit_blockwise(optimizer_name: str, g: Any, p: Any, state1: Any, state2: Any,
-                                    beta1: float, beta2: float, beta3: float, alpha: float, eps: float,
-                                    step: int, lr: float, qmap1: Any, qmap2: Any, absmax1: Any, absmax2: Any,
-                                    weight_decay: float = 0.0) -> Any:
+def optimizer_update_8bit_blockwise(
+    optimizer_name: str,
+    g: Any,
+    p: Any,
+    state1: Any,
+    state2: Any,
+    beta1: float,
+    beta2: float,
+    beta3: float,
+    alpha: float,
+    eps: float,
+    step: int,
+    lr: float,
+    qmap1: Any,
+    qmap2: Any,
+    absmax1: Any,
+    absmax2: Any,
+    weight_decay: float = 0.0,
+) -> Any:
     r"""One 8-bit blockwise optimizer step in place (bitsandbytes ``optimizer_update_8bit_blockwise``, its
     CUDA kernels ``kOptimizerStatic8bit{1,2}StateBlockwise``; LOWBIT.md §3).
 
@@ -391,15 +674,44 @@ def optimizer_update_8bit_blockwise(optimizer_name: str, g: Any, p: Any, state1:
     else:
         c2, a2, q2 = _dummy(device, np.uint8), _dummy(device, np.float32), q1
     if n:
-        _update_8bit.launch(device, blocks, flat_p, flat_g, c1, c2, c3, a1, a2, a3, q1, q2,
-                            *search_tables(q1, device), *search_tables(q2, device), n, algo, *scalars)
+        _update_8bit.launch(
+            device,
+            blocks,
+            flat_p,
+            flat_g,
+            c1,
+            c2,
+            c3,
+            a1,
+            a2,
+            a3,
+            q1,
+            q2,
+            *search_tables(q1, device),
+            *search_tables(q2, device),
+            n,
+            algo,
+            *scalars,
+        )
     return p
 
 
 @via_float32()
-def optimizer_update_32bit(optimizer_name: str, g: Any, p: Any, state1: Any, beta1: float, eps: float,
-                           step: int, lr: float, state2: Any = None, beta2: float = 0.0, beta3: float = 0.0,
-                           alpha: float = 0.0, weight_decay: float = 0.0) -> Any:
+def optimizer_update_32bit(
+    optimizer_name: str,
+    g: Any,
+    p: Any,
+    state1: Any,
+    beta1: float,
+    eps: float,
+    step: int,
+    lr: float,
+    state2: Any = None,
+    beta2: float = 0.0,
+    beta3: float = 0.0,
+    alpha: float = 0.0,
+    weight_decay: float = 0.0,
+) -> Any:
     r"""One step with float32 states in place (bitsandbytes ``optimizer_update_32bit``: what its 8-bit
     optimizers run for tensors under ``min_8bit_size``).
 
@@ -442,8 +754,11 @@ def optimizer_update_32bit(optimizer_name: str, g: Any, p: Any, state1: Any, bet
         s1, s3 = s[:n], s[n:]
     else:
         s1, s3 = _state("state1", state1, device, shape, np.float32), _dummy(device, np.float32)
-    s2 = (_state("state2", state2, device, shape, np.float32) if algo <= ADEMAMIX
-          else _dummy(device, np.float32))
+    s2 = (
+        _state("state2", state2, device, shape, np.float32)
+        if algo <= ADEMAMIX
+        else _dummy(device, np.float32)
+    )
     if n:
         _update_32bit.launch(device, n, flat_p, flat_g, s1, s2, s3, algo, *scalars)
     return p

@@ -1,13 +1,14 @@
 """FTRL-proximal: MindSpore's ``ops.ApplyFtrl`` (TensorFlow ``ApplyFtrl``) and TensorFlow's ``ApplyFtrlV2``
 (FTRL with L2 shrinkage), from one shared per-element step (:func:`_ftrl_shrink`)."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from ._checks import attr_bool, check_arrays, check_range
-from .adam import Scalar
 from ._elementwise import ZERO, elementwise, scalar_math
+from .adam import Scalar
 
 
 @scalar_math
@@ -29,8 +30,7 @@ def ftrl_math(w, accum, linear, g, lr, l1, two_l2, neg_lr_power):
     linear)`` new (see :func:`apply_ftrl`). Shared by :func:`apply_ftrl` and the row-sparse FTRL ops
     (MindSpore's sparse CPU kernel computes the same expression, ``linear += g - sigma*var``, in this order)."""
     accum_new = accum + g * g
-    return _ftrl_shrink(w, accum_new, linear, g, lr, l1, two_l2, accum_new ** neg_lr_power,
-                        accum ** neg_lr_power)
+    return _ftrl_shrink(w, accum_new, linear, g, lr, l1, two_l2, accum_new**neg_lr_power, accum**neg_lr_power)
 
 
 @scalar_math
@@ -47,21 +47,33 @@ def ftrl_v2_math(w, accum, linear, g, lr, l1, two_l2, neg_lr_power, two_shrinkag
     ``g + 2·l2_shrinkage·w``, ``accum`` the plain ``g``. A separate entry, so that v1's bits (-0.0, NaN, inf
     gradients included) never see the extra term."""
     accum_new = accum + g * g
-    return _ftrl_shrink(w, accum_new, linear, g + two_shrinkage * w, lr, l1, two_l2,
-                        accum_new ** neg_lr_power, accum ** neg_lr_power)
+    return _ftrl_shrink(
+        w,
+        accum_new,
+        linear,
+        g + two_shrinkage * w,
+        lr,
+        l1,
+        two_l2,
+        accum_new**neg_lr_power,
+        accum**neg_lr_power,
+    )
 
 
 @scalar_math
 def ftrl_v2_sqrt_math(w, accum, linear, g, lr, l1, two_l2, two_shrinkage):
     """:func:`ftrl_v2_math` for ``lr_power == -0.5`` (square roots, as :func:`ftrl_sqrt_math`)."""
     accum_new = accum + g * g
-    return _ftrl_shrink(w, accum_new, linear, g + two_shrinkage * w, lr, l1, two_l2, math.sqrt(accum_new),
-                        math.sqrt(accum))
+    return _ftrl_shrink(
+        w, accum_new, linear, g + two_shrinkage * w, lr, l1, two_l2, math.sqrt(accum_new), math.sqrt(accum)
+    )
 
 
 @elementwise
 def _ftrl(i, var, accum, linear, grad, lr, l1, two_l2, neg_lr_power):
-    var[i], accum[i], linear[i] = ftrl_math(var[i], accum[i], linear[i], grad[i], lr, l1, two_l2, neg_lr_power)
+    var[i], accum[i], linear[i] = ftrl_math(
+        var[i], accum[i], linear[i], grad[i], lr, l1, two_l2, neg_lr_power
+    )
 
 
 @elementwise
@@ -71,14 +83,16 @@ def _ftrl_sqrt(i, var, accum, linear, grad, lr, l1, two_l2):
 
 @elementwise
 def _ftrl_v2(i, var, accum, linear, grad, lr, l1, two_l2, neg_lr_power, two_shrinkage):
-    var[i], accum[i], linear[i] = ftrl_v2_math(var[i], accum[i], linear[i], grad[i], lr, l1, two_l2,
-                                               neg_lr_power, two_shrinkage)
+    var[i], accum[i], linear[i] = ftrl_v2_math(
+        var[i], accum[i], linear[i], grad[i], lr, l1, two_l2, neg_lr_power, two_shrinkage
+    )
 
 
 @elementwise
 def _ftrl_v2_sqrt(i, var, accum, linear, grad, lr, l1, two_l2, two_shrinkage):
-    var[i], accum[i], linear[i] = ftrl_v2_sqrt_math(var[i], accum[i], linear[i], grad[i], lr, l1, two_l2,
-                                                    two_shrinkage)
+    var[i], accum[i], linear[i] = ftrl_v2_sqrt_math(
+        var[i], accum[i], linear[i], grad[i], lr, l1, two_l2, two_shrinkage
+    )
 
 
 def ftrl_variant(hyper: tuple, sqrt_variant, pow_variant) -> tuple:
@@ -115,8 +129,18 @@ def ftrl_v2_variant(hyper: tuple, sqrt_variant, pow_variant) -> tuple:
     return kernel, scalars + (hyper[5],)
 
 
-def apply_ftrl(var: Any, accum: Any, linear: Any, grad: Any, lr: Scalar, l1: Scalar, l2: Scalar,
-               lr_power: Scalar, *, use_locking: bool = False) -> tuple[Any, Any, Any]:
+def apply_ftrl(
+    var: Any,
+    accum: Any,
+    linear: Any,
+    grad: Any,
+    lr: Scalar,
+    l1: Scalar,
+    l2: Scalar,
+    lr_power: Scalar,
+    *,
+    use_locking: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""FTRL-proximal update in place (MindSpore ``ops.ApplyFtrl``, TensorFlow ``ApplyFtrl``)::
 
         p          = −lr_power
@@ -155,9 +179,19 @@ def apply_ftrl(var: Any, accum: Any, linear: Any, grad: Any, lr: Scalar, l1: Sca
     return var, accum, linear
 
 
-def apply_ftrl_v2(var: Any, accum: Any, linear: Any, grad: Any, lr: Scalar, l1: Scalar, l2: Scalar,
-                  l2_shrinkage: Scalar, lr_power: Scalar, *,
-                  use_locking: bool = False) -> tuple[Any, Any, Any]:
+def apply_ftrl_v2(
+    var: Any,
+    accum: Any,
+    linear: Any,
+    grad: Any,
+    lr: Scalar,
+    l1: Scalar,
+    l2: Scalar,
+    l2_shrinkage: Scalar,
+    lr_power: Scalar,
+    *,
+    use_locking: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""FTRL-proximal with L2 shrinkage in place (TensorFlow ``ApplyFtrlV2``, its input order)::
 
         p          = −lr_power
@@ -192,7 +226,8 @@ def apply_ftrl_v2(var: Any, accum: Any, linear: Any, grad: Any, lr: Scalar, l1: 
     """
     attr_bool("use_locking", use_locking)
     batch = check_arrays({"var": var, "accum": accum, "linear": linear}, {"grad": grad})
-    kernel, scalars = ftrl_v2_variant(ftrl_v2_hyper(batch, lr, l1, l2, l2_shrinkage, lr_power), _ftrl_v2_sqrt,
-                                      _ftrl_v2)
+    kernel, scalars = ftrl_v2_variant(
+        ftrl_v2_hyper(batch, lr, l1, l2, l2_shrinkage, lr_power), _ftrl_v2_sqrt, _ftrl_v2
+    )
     kernel.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, accum, linear

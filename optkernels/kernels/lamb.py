@@ -1,19 +1,20 @@
 """Lamb: the per-parameter update of MindSpore's nn.Lamb (the 2.0 inner ``Lamb`` primitive)."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
-
 from ._checks import check_arrays, check_range
-from .adam import Scalar, _betas_epsilon
 from ._elementwise import chunked_sums_of_squares, elementwise
 from ._upcast import via_float32
+from .adam import Scalar, _betas_epsilon
 
 
 @chunked_sums_of_squares
-def _lamb_moments(i, var, m, v, gradient, beta1, one_minus_beta1, beta2, one_minus_beta2, bias1, bias2,
-                  epsilon, decay):
+def _lamb_moments(
+    i, var, m, v, gradient, beta1, one_minus_beta1, beta2, one_minus_beta2, bias1, bias2, epsilon, decay
+):
     g = gradient[i]
     m_new = beta1 * m[i] + one_minus_beta1 * g
     v_new = beta2 * v[i] + one_minus_beta2 * (g * g)
@@ -31,8 +32,18 @@ def _lamb_apply(i, var, m, v, trust_lr, bias1, bias2, epsilon, decay):
 
 
 @via_float32()
-def lamb(var: Any, m: Any, v: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar, decay: Scalar,
-         global_step: Scalar, gradient: Any) -> tuple[Any, Any, Any]:
+def lamb(
+    var: Any,
+    m: Any,
+    v: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    decay: Scalar,
+    global_step: Scalar,
+    gradient: Any,
+) -> tuple[Any, Any, Any]:
     r"""One Lamb step for one parameter, in place (MindSpore nn.Lamb; inputs in the order of the 2.0 inner
     ``Lamb`` primitive)::
 
@@ -77,14 +88,25 @@ def lamb(var: Any, m: Any, v: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, eps
     t = batch.scalar("global_step", global_step)
     check_range("global_step", t, 1.0)
     one = batch.dtype.type(1)
-    bias1, bias2 = one - b1 ** t, one - b2 ** t
-    w_sq, r_sq = _lamb_moments.launch(batch.device, batch.size, *batch.flat,
-                                      b1, one - b1, b2, one - b2, bias1, bias2, eps, wd)
+    bias1, bias2 = one - b1**t, one - b2**t
+    w_sq, r_sq = _lamb_moments.launch(
+        batch.device, batch.size, *batch.flat, b1, one - b1, b2, one - b2, bias1, bias2, eps, wd
+    )
     w_norm, g_norm = math.sqrt(w_sq), math.sqrt(r_sq)
     trust = w_norm / g_norm if w_norm > 0.0 and g_norm > 0.0 else 1.0
-    if not math.isnan(trust):   # a NaN trust ratio (inf/inf) propagates (the float64 reference's policy)
+    if not math.isnan(trust):  # a NaN trust ratio (inf/inf) propagates (the float64 reference's policy)
         trust = min(max(trust, 0.0), 10.0)
     var_flat, m_flat, v_flat, _ = batch.flat
-    _lamb_apply.launch(batch.device, batch.size, var_flat, m_flat, v_flat,
-                       batch.dtype.type(trust) * lr_, bias1, bias2, eps, wd)
+    _lamb_apply.launch(
+        batch.device,
+        batch.size,
+        var_flat,
+        m_flat,
+        v_flat,
+        batch.dtype.type(trust) * lr_,
+        bias1,
+        bias2,
+        eps,
+        wd,
+    )
     return var, m, v

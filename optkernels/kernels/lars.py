@@ -1,4 +1,5 @@
 """LARS: MindSpore's ``ops.LARSUpdate`` (the layer-wise trust ratio applied to a gradient)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -6,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from ._checks import attr_bool, attr_float, check_arrays, check_range, output_like
-from .adam import Scalar
 from ._elementwise import elementwise
+from .adam import Scalar
 
 
 @elementwise
@@ -15,9 +16,19 @@ def _lars(i, out, weight, gradient, coefficient, weight_decay):
     out[i] = coefficient * (gradient[i] + weight_decay * weight[i])
 
 
-def lars_update(weight: Any, gradient: Any, norm_weight: Scalar, norm_gradient: Scalar, weight_decay: Scalar,
-                learning_rate: Scalar, *, epsilon: float = 1e-5, hyperpara: float = 0.001,
-                use_clip: bool = False, out: Any = None) -> Any:
+def lars_update(
+    weight: Any,
+    gradient: Any,
+    norm_weight: Scalar,
+    norm_gradient: Scalar,
+    weight_decay: Scalar,
+    learning_rate: Scalar,
+    *,
+    epsilon: float = 1e-5,
+    hyperpara: float = 0.001,
+    use_clip: bool = False,
+    out: Any = None,
+) -> Any:
     r"""The LARS-scaled gradient (MindSpore ``ops.LARSUpdate``); nothing is updated in place::
 
         wn    = sqrt(norm_weight),  gn = sqrt(norm_gradient)

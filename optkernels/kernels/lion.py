@@ -1,5 +1,6 @@
 """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of an interpolated
 momentum, as google/automl's ``lion_pytorch.py`` and lucidrains' ``lion-pytorch`` compute it (MODERN §8)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,7 +22,7 @@ def _lion(i, var, exp_avg, grad, lr, beta1, one_minus_beta1, beta2, one_minus_be
     m = exp_avg[i]
     c = m * beta1 + g * one_minus_beta1
     w = var[i] * decay_factor
-    if c > 0:           # sign(c)·lr is exact; sign(0) = sign(NaN) = 0 leaves w (torch's CPU sign)
+    if c > 0:  # sign(c)·lr is exact; sign(0) = sign(NaN) = 0 leaves w (torch's CPU sign)
         w = w - lr
     elif c < 0:
         w = w + lr
@@ -33,8 +34,10 @@ def lion_scalars(dtype: np.dtype, lr: Scalar, beta1: Scalar, beta2: Scalar, weig
     """The element function's scalars ``lr, β1, 1 − β1, β2, 1 − β2, 1 − lr·wd`` in ``dtype``, after range
     checks. Each is computed in float64 from the values as given and rounded once, as torch converts the
     Python floats of ``exp_avg.mul_(β).add_(g, alpha=1 - β)`` and ``p.mul_(1 - lr*wd)``."""
-    lr_, b1, b2, wd = (float(to_scalar(name, value, _FLOAT64)) for name, value in
-                       (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("weight_decay", weight_decay)))
+    lr_, b1, b2, wd = (
+        float(to_scalar(name, value, _FLOAT64))
+        for name, value in (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("weight_decay", weight_decay))
+    )
     check_range("lr", lr_, 0.0)
     check_range("beta1", b1, 0.0, 1.0)
     check_range("beta2", b2, 0.0, 1.0)
@@ -43,8 +46,9 @@ def lion_scalars(dtype: np.dtype, lr: Scalar, beta1: Scalar, beta2: Scalar, weig
     return t(lr_), t(b1), t(1.0 - b1), t(b2), t(1.0 - b2), t(1.0 - lr_ * wd)
 
 
-def lion(var: Any, exp_avg: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
-         weight_decay: Scalar = 0.0) -> tuple[Any, Any]:
+def lion(
+    var: Any, exp_avg: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, weight_decay: Scalar = 0.0
+) -> tuple[Any, Any]:
     r"""One Lion step in place::
 
         var     ← var·(1 − lr·wd)                                   (decoupled decay of the old var)

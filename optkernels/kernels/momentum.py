@@ -1,11 +1,12 @@
 """Momentum: MindSpore's ``ops.ApplyMomentum``."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from ._checks import attr_bool, attr_float, check_arrays, check_range
-from .adam import Scalar
 from ._elementwise import elementwise
+from .adam import Scalar
 
 
 @elementwise
@@ -19,9 +20,17 @@ def _momentum(i, variable, accumulation, gradient, learning_rate, momentum, grad
         variable[i] = variable[i] - a * learning_rate
 
 
-def apply_momentum(variable: Any, accumulation: Any, learning_rate: Scalar, gradient: Any, momentum: Scalar,
-                   *, use_locking: bool = False, use_nesterov: bool = False,
-                   gradient_scale: float = 1.0) -> tuple[Any, Any]:
+def apply_momentum(
+    variable: Any,
+    accumulation: Any,
+    learning_rate: Scalar,
+    gradient: Any,
+    momentum: Scalar,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+    gradient_scale: float = 1.0,
+) -> tuple[Any, Any]:
     r"""Momentum update in place (MindSpore ``ops.ApplyMomentum``)::
 
         g            ← g·gradient_scale

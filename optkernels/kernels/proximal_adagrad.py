@@ -1,12 +1,13 @@
 """Proximal Adagrad: MindSpore's ``ops.ApplyProximalAdagrad`` (TensorFlow ``ApplyProximalAdagrad``)."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from ._checks import attr_bool, check_arrays, check_range
-from .adam import Scalar
 from ._elementwise import ZERO, elementwise, scalar_math
+from .adam import Scalar
 
 
 @scalar_math
@@ -43,8 +44,9 @@ def proximal_hyper(batch, lr: Scalar, l1: Scalar, l2: Scalar) -> tuple:
     return lr_, l1_, l2_, batch.dtype.type(1)
 
 
-def apply_proximal_adagrad(var: Any, accum: Any, lr: Scalar, l1: Scalar, l2: Scalar, grad: Any, *,
-                           use_locking: bool = False) -> tuple[Any, Any]:
+def apply_proximal_adagrad(
+    var: Any, accum: Any, lr: Scalar, l1: Scalar, l2: Scalar, grad: Any, *, use_locking: bool = False
+) -> tuple[Any, Any]:
     r"""Proximal Adagrad update in place (MindSpore ``ops.ApplyProximalAdagrad``)::
 
         accum ← accum + g²

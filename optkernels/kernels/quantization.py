@@ -5,6 +5,7 @@ row-major order cut into blocks of ``blocksize``; element ``i`` stands for ``cod
 blocksize]``. The search of the nearest code (:func:`nearest_code`) is shared with the 8-bit optimizer
 kernels (:mod:`.blockwise_optim`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -12,7 +13,8 @@ import inspect
 import math
 import threading
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -27,7 +29,7 @@ _F32 = np.float32
 HALF = np.float32(0.5)
 ONE = np.float32(1.0)
 ZERO_F = np.float32(0.0)
-NEG_MAX = np.float32(-3.4028234663852886e38)   # -FLT_MAX: where bitsandbytes' absmax reductions start
+NEG_MAX = np.float32(-3.4028234663852886e38)  # -FLT_MAX: where bitsandbytes' absmax reductions start
 CUDA_BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -37,14 +39,16 @@ def _linspace_f32(n: int) -> np.ndarray:
     start, end = _F32(0.1), _F32(1.0)
     step = np.float64(_F32(_F32(end - start) / _F32(n - 1)))
     k = np.arange(n, dtype=np.float64)
-    return np.where(k < n // 2, np.float64(start) + step * k, np.float64(end) - step * (n - 1 - k)).astype(_F32)
+    return np.where(k < n // 2, np.float64(start) + step * k, np.float64(end) - step * (n - 1 - k)).astype(
+        _F32
+    )
 
 
 @functools.lru_cache(maxsize=2)
 def _dynamic_map(signed: bool) -> np.ndarray:
     values = [np.array([0.0, 1.0], _F32)]
     for i in range(7):
-        bounds = _linspace_f32((2 ** i if signed else 2 ** (i + 1)) + 1)
+        bounds = _linspace_f32((2**i if signed else 2 ** (i + 1)) + 1)
         positive = _F32(10.0 ** (i - 6)) * ((bounds[:-1] + bounds[1:]) / _F32(2))
         values += [positive, -positive] if signed else [positive]
     table = np.sort(np.concatenate(values)).astype(_F32)
@@ -88,13 +92,13 @@ def table_math(py_func: Callable | None = None, *, device: Callable | None = Non
     return dispatcher
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_version(func: Callable) -> Callable:
     """``func`` with every :func:`table_math` helper it calls replaced by a CUDA device function."""
     cuda = _cuda.module()
     names = dict(func.__globals__)
     for name in func.__code__.co_names:
-        helper: Any = names.get(name)      # None: an attribute or builtin name, not a global
+        helper: Any = names.get(name)  # None: an attribute or builtin name, not a global
         if getattr(helper, "table_math", False):
             names[name] = cuda.jit(device=True)(_device_version(helper.device_py_func))
     return types.FunctionType(func.__code__, names, func.__name__, func.__defaults__, func.__closure__)
@@ -107,7 +111,9 @@ class BlockElementwise(Elementwise):
     def cuda(self) -> Callable:
         cuda = _cuda.module()
         element = cuda.jit(device=True)(_device_version(self.py_func))
-        return cuda.jit(_generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element}))
+        return cuda.jit(
+            _generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element})
+        )
 
 
 def block_elementwise(py_func: Callable) -> BlockElementwise:
@@ -142,7 +148,7 @@ def _generate_scratch(template: str, prefix: str, py_func: Callable, namespace: 
     name = f"_{prefix}_{py_func.__name__}"
     source = template.format(name=name, args=", ".join(params))
     namespace.update(SCRATCH=SCRATCH, np=np, float32=numba.float32, get_thread_id=numba.get_thread_id)
-    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)  # noqa: S102 -- a fixed template
+    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
     driver = namespace[name]
     driver.__module__ = py_func.__module__
     driver.__qualname__ = name
@@ -177,15 +183,17 @@ class ScratchBlockElementwise(BlockElementwise):
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
-        return _generate_scratch(_CPU_SCRATCH_LOOP, "cpu", self.py_func,
-                                 {"prange": numba.prange, "element": element})
+        return _generate_scratch(
+            _CPU_SCRATCH_LOOP, "cpu", self.py_func, {"prange": numba.prange, "element": element}
+        )
 
     @functools.cached_property
     def cuda(self) -> Callable:
         cuda = _cuda.module()
         element = cuda.jit(device=True)(_device_version(self.py_func))
-        return cuda.jit(_generate_scratch(_CUDA_SCRATCH_LOOP, "cuda", self.py_func,
-                                          {"cuda": cuda, "element": element}))
+        return cuda.jit(
+            _generate_scratch(_CUDA_SCRATCH_LOOP, "cuda", self.py_func, {"cuda": cuda, "element": element})
+        )
 
     def many(self, n_arrays: int, prologue: Any = None) -> Callable:
         raise NotImplementedError(f"{self.__name__}: no multi-tensor loop")
@@ -201,9 +209,9 @@ def scratch_block_elementwise(py_func: Callable) -> ScratchBlockElementwise:
 GRID = 65536
 """Cells of each of the two uniform grids that start the CUDA nearest-code search (:func:`search_tables`)."""
 GRID_SCALE = np.float32(GRID // 2)
-FINE = np.float32(2.0 ** -7)
+FINE = np.float32(2.0**-7)
 """Values with ``|x| < FINE`` use the fine grid over ``[-FINE, FINE]`` (the maps are dense near 0)."""
-FINE_SCALE = np.float32(GRID // 2 * 2 ** 7)
+FINE_SCALE = np.float32(GRID // 2 * 2**7)
 STEPS = 2
 """Midpoint steps after the grid's lower bound: enough for bitsandbytes' maps (checked per table)."""
 KEY_SHIFT = 15
@@ -214,7 +222,7 @@ NEG_INF = np.float32(-np.inf)
 
 
 def _search_flag(steps: int, bound: int) -> np.ndarray:
-    return np.array([1 if steps <= bound else 0], np.uint8)      # 0: the start cannot bound the walk
+    return np.array([1 if steps <= bound else 0], np.uint8)  # 0: the start cannot bound the walk
 
 
 def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -224,11 +232,11 @@ def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     starts, walk = [], 0
     for half_width in (1.0, float(FINE)):
         cell = 2.0 * half_width / GRID
-        below = -half_width + cell * (np.maximum(k, 1) - 1)       # the start of the cell before cell k
-        above = -half_width + cell * np.minimum(k + 2, GRID)      # the end of the cell after it
-        start = np.searchsorted(wide, below, side="left")        # midpoints below: <= the nearest code
-        steps = np.searchsorted(wide, above, side="right") - start   # >= the steps any value can need
-        if half_width == 1.0:                                     # values with |x| < FINE use the fine grid
+        below = -half_width + cell * (np.maximum(k, 1) - 1)  # the start of the cell before cell k
+        above = -half_width + cell * np.minimum(k + 2, GRID)  # the end of the cell after it
+        start = np.searchsorted(wide, below, side="left")  # midpoints below: <= the nearest code
+        steps = np.searchsorted(wide, above, side="right") - start  # >= the steps any value can need
+        if half_width == 1.0:  # values with |x| < FINE use the fine grid
             steps = steps[(below <= -float(FINE) + cell) | (above >= float(FINE) - cell)]
         walk = max(walk, int(steps.max()))
         starts.append(start.astype(np.uint8))
@@ -239,11 +247,13 @@ def _build_key_table(mids: np.ndarray) -> np.ndarray:
     """The CPU start table: per bucket ``key`` of :data:`KEY_SHIFT`, the number of midpoints below every
     non-NaN float32 of the bucket; last, 1 if one midpoint step from there always reaches the answer."""
     keys = np.arange(KEYS, dtype=np.uint32)
-    low = (keys << KEY_SHIFT) & 0x7FFFFFFF                         # the bucket's magnitudes, NaN left out
+    low = (keys << KEY_SHIFT) & 0x7FFFFFFF  # the bucket's magnitudes, NaN left out
     high = np.minimum(low | ((1 << KEY_SHIFT) - 1), 0x7F800000)
     real = low <= 0x7F800000
     sign = np.where(keys >= KEYS // 2, -1.0, 1.0)
-    ends = [sign * np.where(real, m, 0).astype(np.uint32).view(np.float32).astype(np.float64) for m in (low, high)]
+    ends = [
+        sign * np.where(real, m, 0).astype(np.uint32).view(np.float32).astype(np.float64) for m in (low, high)
+    ]
     smallest, largest = np.minimum(*ends), np.maximum(*ends)
     wide = mids[:-1].astype(np.float64)
     start = np.searchsorted(wide, smallest, side="left")
@@ -310,7 +320,7 @@ def nearest_code(x, mids, start):
 
     The bucket of ``x``'s bits (sign, exponent, 8 mantissa bits) gives a lower bound of the answer, then
     one midpoint step reaches it. No branch: the loops calling it stay free of reference counting."""
-    x = x if x == x else NEG_INF                      # NaN → code 0, as -inf
+    x = x if x == x else NEG_INF  # NaN → code 0, as -inf
     c = start[f32_bits(x) >> KEY_SHIFT]
     m = mids[c]
     return c + (int(x > m) | (int(x == m) & (c & 1)))
@@ -413,8 +423,9 @@ def _check_blocksize(blocksize: Any, device: str) -> int:
     return int(blocksize)
 
 
-def quantize_blockwise(A: Any, code: Any = None, absmax: Any = None, out: Any = None,
-                       blocksize: int = 4096) -> tuple[Any, Any]:
+def quantize_blockwise(
+    A: Any, code: Any = None, absmax: Any = None, out: Any = None, blocksize: int = 4096
+) -> tuple[Any, Any]:
     r"""Blockwise 8-bit quantization (bitsandbytes ``quantize_blockwise``, its CUDA rounding).
 
     Per block :math:`b` of ``blocksize`` consecutive elements (flat row-major order; the last block may be
@@ -469,13 +480,17 @@ def quantize_blockwise(A: Any, code: Any = None, absmax: Any = None, out: Any = 
     flat = _flatten(plain_array("A", A), device)
     if dtype != np.float32:
         from ._upcast import _widened
+
         flat = _widened(flat)
-    _quantize_block.launch(device, blocks, flat_codes, flat_absmax, flat, *search_tables(table, device), n, size)
+    _quantize_block.launch(
+        device, blocks, flat_codes, flat_absmax, flat, *search_tables(table, device), n, size
+    )
     return codes, absmax
 
 
-def dequantize_blockwise(codes: Any, absmax: Any, code: Any = None, out: Any = None,
-                         blocksize: int = 4096) -> Any:
+def dequantize_blockwise(
+    codes: Any, absmax: Any, code: Any = None, out: Any = None, blocksize: int = 4096
+) -> Any:
     r"""Blockwise 8-bit dequantization (bitsandbytes ``dequantize_blockwise``):
     :math:`\mathrm{out}_i = \mathrm{RN}_{32}(\mathrm{code}[\mathrm{codes}_i] \cdot
     \mathrm{absmax}_{\lfloor i/\mathrm{blocksize} \rfloor})`.
@@ -512,12 +527,21 @@ def dequantize_blockwise(codes: Any, absmax: Any, code: Any = None, out: Any = N
     if adtype != np.float32 or adev != device:
         raise TypeError(f"absmax must be a float32 array on the device of codes, got {adtype} on {adev}")
     if math.prod(ashape) != -(-n // size):
-        raise ValueError(f"absmax must have {-(-n // size)} values for {n} codes in blocks of {size}, got "
-                         f"shape {tuple(ashape)}")
+        raise ValueError(
+            f"absmax must have {-(-n // size)} values for {n} codes in blocks of {size}, got "
+            f"shape {tuple(ashape)}"
+        )
     table = check_code("code", code, device)
     result, flat_out = check_out("out", out, shape, np.float32, device)
     if n == 0:
         return result
-    _dequantize.launch(device, n, flat_out, _flatten(plain_array("codes", codes), device),
-                       _flatten(plain_array("absmax", absmax), device), table, size)
+    _dequantize.launch(
+        device,
+        n,
+        flat_out,
+        _flatten(plain_array("codes", codes), device),
+        _flatten(plain_array("absmax", absmax), device),
+        table,
+        size,
+    )
     return result

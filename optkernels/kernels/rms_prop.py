@@ -1,12 +1,13 @@
 """RMSProp: MindSpore's ``ops.ApplyRMSProp`` and ``ops.ApplyCenteredRMSProp``."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from ._checks import attr_bool, check_arrays, check_range
-from .adam import Scalar
 from ._elementwise import elementwise
+from .adam import Scalar
 
 
 @elementwise
@@ -20,8 +21,9 @@ def _rms_prop(i, var, mean_square, moment, grad, learning_rate, one_minus_decay,
 
 
 @elementwise
-def _centered_rms_prop(i, var, mean_gradient, mean_square, moment, grad, learning_rate, one_minus_decay,
-                       momentum, epsilon):
+def _centered_rms_prop(
+    i, var, mean_gradient, mean_square, moment, grad, learning_rate, one_minus_decay, momentum, epsilon
+):
     g = grad[i]
     ms = mean_square[i] + (g * g - mean_square[i]) * one_minus_decay
     mg = mean_gradient[i] + (g - mean_gradient[i]) * one_minus_decay
@@ -46,8 +48,18 @@ def _hyper(batch, learning_rate, decay, momentum, epsilon):
     return lr, batch.dtype.type(1) - rho, mom, eps
 
 
-def apply_rms_prop(var: Any, mean_square: Any, moment: Any, learning_rate: Scalar, grad: Any, decay: Scalar,
-                   momentum: Scalar, epsilon: Scalar, *, use_locking: bool = False) -> tuple[Any, Any, Any]:
+def apply_rms_prop(
+    var: Any,
+    mean_square: Any,
+    moment: Any,
+    learning_rate: Scalar,
+    grad: Any,
+    decay: Scalar,
+    momentum: Scalar,
+    epsilon: Scalar,
+    *,
+    use_locking: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""RMSProp update in place (MindSpore ``ops.ApplyRMSProp``; learning_rate comes before grad)::
 
         mean_square ← mean_square + (g·g − mean_square)·(1 − decay)
@@ -76,14 +88,25 @@ def apply_rms_prop(var: Any, mean_square: Any, moment: Any, learning_rate: Scala
     """
     attr_bool("use_locking", use_locking)
     batch = check_arrays({"var": var, "mean_square": mean_square, "moment": moment}, {"grad": grad})
-    _rms_prop.launch(batch.device, batch.size, *batch.flat, *_hyper(batch, learning_rate, decay, momentum,
-                                                                    epsilon))
+    _rms_prop.launch(
+        batch.device, batch.size, *batch.flat, *_hyper(batch, learning_rate, decay, momentum, epsilon)
+    )
     return var, mean_square, moment
 
 
-def apply_centered_rms_prop(var: Any, mean_gradient: Any, mean_square: Any, moment: Any, grad: Any,
-                            learning_rate: Scalar, decay: Scalar, momentum: Scalar, epsilon: Scalar, *,
-                            use_locking: bool = False) -> tuple[Any, Any, Any, Any]:
+def apply_centered_rms_prop(
+    var: Any,
+    mean_gradient: Any,
+    mean_square: Any,
+    moment: Any,
+    grad: Any,
+    learning_rate: Scalar,
+    decay: Scalar,
+    momentum: Scalar,
+    epsilon: Scalar,
+    *,
+    use_locking: bool = False,
+) -> tuple[Any, Any, Any, Any]:
     r"""Centered RMSProp update in place (MindSpore ``ops.ApplyCenteredRMSProp``; grad comes before
     learning_rate, the opposite of :func:`apply_rms_prop`)::
 
@@ -113,8 +136,11 @@ def apply_centered_rms_prop(var: Any, mean_gradient: Any, mean_square: Any, mome
         ValueError: shapes, layout or a scalar out of range.
     """
     attr_bool("use_locking", use_locking)
-    batch = check_arrays({"var": var, "mean_gradient": mean_gradient, "mean_square": mean_square,
-                          "moment": moment}, {"grad": grad})
-    _centered_rms_prop.launch(batch.device, batch.size, *batch.flat,
-                              *_hyper(batch, learning_rate, decay, momentum, epsilon))
+    batch = check_arrays(
+        {"var": var, "mean_gradient": mean_gradient, "mean_square": mean_square, "moment": moment},
+        {"grad": grad},
+    )
+    _centered_rms_prop.launch(
+        batch.device, batch.size, *batch.flat, *_hyper(batch, learning_rate, decay, momentum, epsilon)
+    )
     return var, mean_gradient, mean_square, moment

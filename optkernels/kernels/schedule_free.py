@@ -1,6 +1,7 @@
 """Schedule-Free AdamW and SGD (Defazio et al. 2024, "The Road Less Scheduled") as facebookresearch's
 ``schedulefree`` package (v1.3 onward) computes them: the parameter holds y, the state z; the average x is
 never stored (MODERN §11)."""
+
 from __future__ import annotations
 
 import math
@@ -13,21 +14,41 @@ from ._elementwise import elementwise
 from ._torch_lerp import lerp, lerp_scalars
 from .adam import Scalar
 
-__all__ = ["schedule_free_adamw", "schedule_free_eval", "schedule_free_sgd", "schedule_free_train",
-           "schedule_free_weight"]
+__all__ = [
+    "schedule_free_adamw",
+    "schedule_free_eval",
+    "schedule_free_sgd",
+    "schedule_free_train",
+    "schedule_free_weight",
+]
 
 _FLOAT64 = np.dtype(np.float64)
 
 
 @elementwise
-def _schedule_free_adamw(i, y, z, exp_avg_sq, grad, lr, y_step, c, one_minus_c, small, beta2, one_minus_beta2,
-                         bias_correction2, epsilon, weight_decay):
+def _schedule_free_adamw(
+    i,
+    y,
+    z,
+    exp_avg_sq,
+    grad,
+    lr,
+    y_step,
+    c,
+    one_minus_c,
+    small,
+    beta2,
+    one_minus_beta2,
+    bias_correction2,
+    epsilon,
+    weight_decay,
+):
     g = grad[i]
     v = exp_avg_sq[i] * beta2 + (one_minus_beta2 * g) * g
     exp_avg_sq[i] = v
     h = g / (math.sqrt(v / bias_correction2) + epsilon)
     w = y[i]
-    if weight_decay != 0:               # decay at y, folded into the step
+    if weight_decay != 0:  # decay at y, folded into the step
         h = h + w * weight_decay
     zi = z[i]
     y[i] = lerp(w, zi, c, one_minus_c, small) + h * y_step
@@ -50,8 +71,9 @@ def _lerp_towards(i, x, end, weight, one_minus_weight, small):
     x[i] = lerp(x[i], end[i], weight, one_minus_weight, small)
 
 
-def schedule_free_weight(k: int, lr: float, warmup_steps: int, r: float, weight_lr_power: float, lr_max: float,
-                         weight_sum: float) -> tuple[float, float, float, float]:
+def schedule_free_weight(
+    k: int, lr: float, warmup_steps: int, r: float, weight_lr_power: float, lr_max: float, weight_sum: float
+) -> tuple[float, float, float, float]:
     """The host side of step ``k`` (0, 1, ...), as the package computes it per parameter group::
 
         lr_t   = lr·(k + 1)/warmup_steps if k < warmup_steps else lr
@@ -62,15 +84,17 @@ def schedule_free_weight(k: int, lr: float, warmup_steps: int, r: float, weight_
     Returns ``(lr_t, lr_max, weight_sum, c)``."""
     lr_t = lr * ((k + 1) / warmup_steps if k < warmup_steps else 1.0)
     lr_max = max(lr_t, lr_max)
-    weight = ((k + 1) ** r) * (lr_max ** weight_lr_power)
+    weight = ((k + 1) ** r) * (lr_max**weight_lr_power)
     weight_sum = weight_sum + weight
     c = weight / weight_sum if weight_sum != 0 else 0.0
     return lr_t, lr_max, weight_sum, c
 
 
 def _common(dtype: Any, lr: Scalar, beta: Scalar, weight_decay: Scalar, c: Scalar, beta_name: str) -> tuple:
-    lr_, b, wd, c_ = (float(to_scalar(name, value, _FLOAT64)) for name, value in
-                      (("lr", lr), (beta_name, beta), ("weight_decay", weight_decay), ("c", c)))
+    lr_, b, wd, c_ = (
+        float(to_scalar(name, value, _FLOAT64))
+        for name, value in (("lr", lr), (beta_name, beta), ("weight_decay", weight_decay), ("c", c))
+    )
     check_range("lr", lr_, 0.0)
     check_range(beta_name, b, 0.0, 1.0, high_open=True)
     check_range("weight_decay", wd, 0.0)
@@ -79,30 +103,53 @@ def _common(dtype: Any, lr: Scalar, beta: Scalar, weight_decay: Scalar, c: Scala
     return (t(lr_), t(lr_ * (b * (1.0 - c_) - 1.0)), *lerp_scalars(dtype, c_)), t(wd)
 
 
-def schedule_free_adamw_scalars(dtype: Any, lr: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar,
-                                weight_decay: Scalar, c: Scalar, step: Scalar) -> tuple:
+def schedule_free_adamw_scalars(
+    dtype: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    weight_decay: Scalar,
+    c: Scalar,
+    step: Scalar,
+) -> tuple:
     """The AdamW element function's scalars in ``dtype``, after range checks: ``lr``, the y step
     ``lr·(β1·(1 − c) − 1)``, the lerp scalars of ``c``, ``β2, 1 − β2, 1 − β2^step, ε, wd`` (host values
     in float64, rounded once)."""
     head, wd = _common(dtype, lr, beta1, weight_decay, c, "beta1")
-    b2, eps, t_ = (float(to_scalar(name, value, _FLOAT64)) for name, value in
-                   (("beta2", beta2), ("epsilon", epsilon), ("step", step)))
+    b2, eps, t_ = (
+        float(to_scalar(name, value, _FLOAT64))
+        for name, value in (("beta2", beta2), ("epsilon", epsilon), ("step", step))
+    )
     check_range("beta2", b2, 0.0, 1.0, high_open=True)
     check_range("epsilon", eps, 0.0)
     check_range("step", t_, 1.0)
     t = np.dtype(dtype).type
-    return (*head, t(b2), t(1.0 - b2), t(1.0 - b2 ** t_), t(eps), wd)
+    return (*head, t(b2), t(1.0 - b2), t(1.0 - b2**t_), t(eps), wd)
 
 
-def schedule_free_sgd_scalars(dtype: Any, lr: Scalar, momentum: Scalar, weight_decay: Scalar, c: Scalar) -> tuple:
+def schedule_free_sgd_scalars(
+    dtype: Any, lr: Scalar, momentum: Scalar, weight_decay: Scalar, c: Scalar
+) -> tuple:
     """The SGD element function's scalars in ``dtype``, after range checks: ``lr``, the y step
     ``lr·(momentum·(1 − c) − 1)``, the lerp scalars of ``c``, ``wd``."""
     head, wd = _common(dtype, lr, momentum, weight_decay, c, "momentum")
     return (*head, wd)
 
 
-def schedule_free_adamw(y: Any, z: Any, exp_avg_sq: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
-                        epsilon: Scalar, weight_decay: Scalar, c: Scalar, step: Scalar) -> tuple[Any, Any, Any]:
+def schedule_free_adamw(
+    y: Any,
+    z: Any,
+    exp_avg_sq: Any,
+    grad: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    weight_decay: Scalar,
+    c: Scalar,
+    step: Scalar,
+) -> tuple[Any, Any, Any]:
     r"""One Schedule-Free AdamW step in place (train mode: ``y`` is the parameter; ``lr`` is this step's
     warmed-up rate and ``c`` its averaging weight, see :func:`schedule_free_weight`)::
 
@@ -137,8 +184,9 @@ def schedule_free_adamw(y: Any, z: Any, exp_avg_sq: Any, grad: Any, lr: Scalar, 
     return y, z, exp_avg_sq
 
 
-def schedule_free_sgd(y: Any, z: Any, grad: Any, lr: Scalar, momentum: Scalar, weight_decay: Scalar,
-                      c: Scalar) -> tuple[Any, Any]:
+def schedule_free_sgd(
+    y: Any, z: Any, grad: Any, lr: Scalar, momentum: Scalar, weight_decay: Scalar, c: Scalar
+) -> tuple[Any, Any]:
     r"""One Schedule-Free SGD step in place (train mode)::
 
         g ← g + wd·y;   y ← lerp(y, z, c) + lr·(momentum·(1 − c) − 1)·g;   z ← z − lr·g

@@ -1,16 +1,18 @@
 """SGD with momentum, dampening, L2 weight decay and Nesterov: MindSpore's ``ops.SGD``."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from ._checks import attr_bool, attr_float, check_arrays, check_range
-from .adam import Scalar
 from ._elementwise import elementwise
+from .adam import Scalar
 
 
 @elementwise
-def _sgd(i, parameters, accum, stat, gradient, learning_rate, momentum, one_minus_dampening, weight_decay,
-         nesterov):
+def _sgd(
+    i, parameters, accum, stat, gradient, learning_rate, momentum, one_minus_dampening, weight_decay, nesterov
+):
     g = gradient[i]
     if weight_decay > 0:
         g = g + weight_decay * parameters[i]
@@ -28,8 +30,18 @@ def _sgd(i, parameters, accum, stat, gradient, learning_rate, momentum, one_minu
     parameters[i] = parameters[i] - learning_rate * g
 
 
-def sgd(parameters: Any, gradient: Any, learning_rate: Scalar, accum: Any, momentum: Scalar, stat: Any, *,
-        dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> tuple[Any, Any, Any]:
+def sgd(
+    parameters: Any,
+    gradient: Any,
+    learning_rate: Scalar,
+    accum: Any,
+    momentum: Scalar,
+    stat: Any,
+    *,
+    dampening: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""Stochastic gradient descent in place (MindSpore ``ops.SGD``, same on its CPU and GPU)::
 
         g ← g + weight_decay·p                                  (if weight_decay > 0)
@@ -72,6 +84,14 @@ def sgd(parameters: Any, gradient: Any, learning_rate: Scalar, accum: Any, momen
     check_range("learning_rate", lr, 0.0)
     mom = batch.scalar("momentum", momentum)
     one = batch.dtype.type(1)
-    _sgd.launch(batch.device, batch.size, *batch.flat, lr, mom, one - batch.dtype.type(damp),
-                batch.dtype.type(wd), nest)
+    _sgd.launch(
+        batch.device,
+        batch.size,
+        *batch.flat,
+        lr,
+        mom,
+        one - batch.dtype.type(damp),
+        batch.dtype.type(wd),
+        nest,
+    )
     return parameters, accum, stat

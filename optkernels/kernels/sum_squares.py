@@ -1,4 +1,5 @@
 """Sums of squares of two arrays in one pass (MindSpore ``SquareSumAll``), NumPy or CUDA, deterministic."""
+
 from __future__ import annotations
 
 from typing import Any

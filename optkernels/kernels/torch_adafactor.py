@@ -8,10 +8,11 @@ row and column mean squares of a matrix's gradient are one element per row / col
 dimension, float64 sums). ``optkernels.torch.Adafactor`` runs the same element functions with its reductions
 (the norms and means) taken by torch, for torch's bits.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -62,15 +63,20 @@ def _factored_element(row, col, row_mean, grad, maximize, eps1_sq, one):
 def _adafactor_factored(i, update, grad, row_var, col_var, row_means, n_rows, n_cols, maximize, eps1_sq, one):
     r = i // n_cols
     b = r // n_rows
-    update[i] = _factored_element(row_var[r], col_var[b * n_cols + i % n_cols], row_means[b], grad[i], maximize, eps1_sq,
-                                  one)
+    update[i] = _factored_element(
+        row_var[r], col_var[b * n_cols + i % n_cols], row_means[b], grad[i], maximize, eps1_sq, one
+    )
 
 
 @chunked_sums_of_squares
-def _adafactor_factored_sums(i, update, param, grad, row_var, col_var, row_means, n_rows, n_cols, maximize, eps1_sq, one):
+def _adafactor_factored_sums(
+    i, update, param, grad, row_var, col_var, row_means, n_rows, n_cols, maximize, eps1_sq, one
+):
     r = i // n_cols
     b = r // n_rows
-    u = _factored_element(row_var[r], col_var[b * n_cols + i % n_cols], row_means[b], grad[i], maximize, eps1_sq, one)
+    u = _factored_element(
+        row_var[r], col_var[b * n_cols + i % n_cols], row_means[b], grad[i], maximize, eps1_sq, one
+    )
     update[i] = u
     return param[i], u
 
@@ -109,23 +115,37 @@ def _clamped_row_means(i, out, row_var, n_rows, eps1):
     out[i] = mean if not mean < eps1 else eps1
 
 
-def adafactor_host(step: int, lr: float, beta2_decay: float, eps2: float, param_norm: float, numel: int
-                   ) -> tuple[float, float]:
+def adafactor_host(
+    step: int, lr: float, beta2_decay: float, eps2: float, param_norm: float, numel: int
+) -> tuple[float, float]:
     """``(w, α)``: the lerp weight ``t^τ`` (β̂2 = 1 − w) and the step size ``max(ε2, RMS(w))·min(lr, 1/√t)``
     from the parameter's norm before the decay."""
     t = float(step)
-    return t ** beta2_decay, max(eps2, param_norm / (numel ** 0.5)) * min(lr, 1 / (t ** 0.5))
+    return t**beta2_decay, max(eps2, param_norm / (numel**0.5)) * min(lr, 1 / (t**0.5))
 
 
 def adafactor_denominator(update_norm: float, numel: int, d: float) -> float:
     """torch's clipping ``max(1, RMS(U)/d)``."""
-    return max(1.0, update_norm / ((numel ** 0.5) * d))
+    return max(1.0, update_norm / ((numel**0.5) * d))
 
 
-def torch_adafactor(var: Any, grad: Any, step: int, *, lr: float = 1e-2, beta2_decay: float = -0.8,
-                    eps1: Optional[float] = None, eps2: float = 1e-3, d: float = 1.0, weight_decay: float = 0.0,
-                    maximize: bool = False, variance: Any = None, row_var: Any = None, col_var: Any = None,
-                    update: Any = None) -> tuple[Any, ...]:
+def torch_adafactor(
+    var: Any,
+    grad: Any,
+    step: int,
+    *,
+    lr: float = 1e-2,
+    beta2_decay: float = -0.8,
+    eps1: float | None = None,
+    eps2: float = 1e-3,
+    d: float = 1.0,
+    weight_decay: float = 0.0,
+    maximize: bool = False,
+    variance: Any = None,
+    row_var: Any = None,
+    col_var: Any = None,
+    update: Any = None,
+) -> tuple[Any, ...]:
     r"""torch.optim.Adafactor's step of one tensor, in place (MODERN.md §7)::
 
         w_t = t^τ;  ρ = min(lr, 1/√t);  α = max(ε2, ‖w‖/√N)·ρ                  (τ = beta2_decay, N = w.size)
@@ -179,10 +199,14 @@ def torch_adafactor(var: Any, grad: Any, step: int, *, lr: float = 1e-2, beta2_d
         raise ValueError("a parameter of at most 1 dimension takes variance (not row_var/col_var)")
     if factored:
         n, m = shape[-2], shape[-1]
-        for name, array, expected in (("row_var", row_var, shape[:-1] + (1,)),
-                                      ("col_var", col_var, shape[:-2] + (1, m))):
+        for name, array, expected in (
+            ("row_var", row_var, shape[:-1] + (1,)),
+            ("col_var", col_var, shape[:-2] + (1, m)),
+        ):
             if tuple(getattr(array, "shape", ())) != expected:
-                raise ValueError(f"{name} must have shape {expected}, got {tuple(getattr(array, 'shape', ()))}")
+                raise ValueError(
+                    f"{name} must have shape {expected}, got {tuple(getattr(array, 'shape', ()))}"
+                )
     if update is None:
         update = _like(var)
     states = {"var": var, "update": update}
@@ -213,15 +237,44 @@ def torch_adafactor(var: Any, grad: Any, step: int, *, lr: float = 1e-2, beta2_d
         _lerp_into.launch(batch.device, batches * n, rows, work[0], *lerp)
         _lerp_into.launch(batch.device, batches * m, cols, work[1], *lerp)
         _clamped_row_means.launch(batch.device, batches, work[2], rows, n, dt.type(eps1))
-        sums = _adafactor_factored_sums.launch(batch.device, size, flat_update, flat_var, flat_grad, rows, cols,
-                                               work[2], n, m, bool(maximize), dt.type(eps1 * eps1), one)
+        sums = _adafactor_factored_sums.launch(
+            batch.device,
+            size,
+            flat_update,
+            flat_var,
+            flat_grad,
+            rows,
+            cols,
+            work[2],
+            n,
+            m,
+            bool(maximize),
+            dt.type(eps1 * eps1),
+            one,
+        )
     else:
-        sums = _adafactor_vector_sums.launch(batch.device, size, moments[0], flat_update, flat_var, flat_grad,
-                                             bool(maximize), *lerp, dt.type(eps1 * eps1), one)
+        sums = _adafactor_vector_sums.launch(
+            batch.device,
+            size,
+            moments[0],
+            flat_update,
+            flat_var,
+            flat_grad,
+            bool(maximize),
+            *lerp,
+            dt.type(eps1 * eps1),
+            one,
+        )
     _, alpha = adafactor_host(step, float(lr), float(beta2_decay), float(eps2), math.sqrt(sums[0]), size)
     den = adafactor_denominator(math.sqrt(sums[1]), size, float(d))
-    _decayed_step.launch(batch.device, size, flat_var, flat_update, dt.type(1 - float(lr) * float(weight_decay)),
-                            dt.type(-alpha / den))
+    _decayed_step.launch(
+        batch.device,
+        size,
+        flat_var,
+        flat_update,
+        dt.type(1 - float(lr) * float(weight_decay)),
+        dt.type(-alpha / den),
+    )
     return (var, row_var, col_var) if factored else (var, variance)
 
 
@@ -229,6 +282,7 @@ def _like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return np.empty_like(x)
     from . import _cuda
+
     return _cuda.module().device_array(x.shape, dtype=np.dtype(_cuda.interface(x)["typestr"]))
 
 
@@ -236,4 +290,5 @@ def _empty(device: str, n: int, dtype: np.dtype) -> Any:
     if device == "cpu":
         return np.empty(max(n, 0), dtype)
     from . import _cuda
+
     return _cuda.module().device_array(max(n, 0), dtype=dtype)

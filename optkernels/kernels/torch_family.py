@@ -11,6 +11,7 @@ Square roots are IEEE here. torch's CPU ``sqrt`` is not (MKL's vector sqrt): the
 into scratch arrays, ``*_apply`` reads its root back), which ``optkernels.torch`` runs with torch's own
 ``sqrt_`` in between; every piece is shared with the one-pass function, so only the root can differ.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,20 +19,36 @@ from typing import Any
 
 import numba
 import numpy as np
-
 from numba import types
 from numba.extending import intrinsic
 
 from ._checks import check_arrays, check_range
-from ._elementwise import _CPU_LOOP, _JIT_OPTIONS, ZERO, Elementwise, _generate, _half_kinds, elementwise, scalar_math
+from ._elementwise import (
+    _CPU_LOOP,
+    _JIT_OPTIONS,
+    ZERO,
+    Elementwise,
+    _generate,
+    _half_kinds,
+    elementwise,
+    scalar_math,
+)
 from ._intrinsics import fma as _fma
 from .adam import Scalar
 
-__all__ = ["torch_adadelta", "torch_asgd", "torch_muon_momentum", "torch_nadam", "torch_radam", "torch_rprop",
-           "lerp_scalars"]
+__all__ = [
+    "torch_adadelta",
+    "torch_asgd",
+    "torch_muon_momentum",
+    "torch_nadam",
+    "torch_radam",
+    "torch_rprop",
+    "lerp_scalars",
+]
 
 
 # ---------------------------------------------------------------------------------------------- shared math
+
 
 @intrinsic
 def _narrowest(typingctx, x, like_a, like_b):
@@ -117,9 +134,11 @@ def launch_small(kernel: Elementwise, device: str, n: int, *args: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------- NAdam
 
+
 @scalar_math
-def _nadam_moments_of(w, m, v, grad, wd, decay, maximize, coupled, decoupled, b1w, b1c, b1s, beta2,
-                      one_minus_beta2):
+def _nadam_moments_of(
+    w, m, v, grad, wd, decay, maximize, coupled, decoupled, b1w, b1c, b1s, beta2, one_minus_beta2
+):
     g = torch_gradient(w, grad, wd, maximize, coupled)
     if decoupled:
         w = w * decay
@@ -134,20 +153,87 @@ def _nadam_step(w, g, m, root, eps, c_grad, c_avg):
 
 
 @elementwise
-def _nadam(i, param, exp_avg, exp_avg_sq, grad, wd, decay, maximize, coupled, decoupled, b1w, b1c, b1s,
-           beta2, one_minus_beta2, bias_correction2, eps, c_grad, c_avg):
-    w, g, m, v = _nadam_moments_of(param[i], exp_avg[i], exp_avg_sq[i], grad[i], wd, decay, maximize, coupled,
-                                   decoupled, b1w, b1c, b1s, beta2, one_minus_beta2)
+def _nadam(
+    i,
+    param,
+    exp_avg,
+    exp_avg_sq,
+    grad,
+    wd,
+    decay,
+    maximize,
+    coupled,
+    decoupled,
+    b1w,
+    b1c,
+    b1s,
+    beta2,
+    one_minus_beta2,
+    bias_correction2,
+    eps,
+    c_grad,
+    c_avg,
+):
+    w, g, m, v = _nadam_moments_of(
+        param[i],
+        exp_avg[i],
+        exp_avg_sq[i],
+        grad[i],
+        wd,
+        decay,
+        maximize,
+        coupled,
+        decoupled,
+        b1w,
+        b1c,
+        b1s,
+        beta2,
+        one_minus_beta2,
+    )
     exp_avg[i] = m
     exp_avg_sq[i] = v
     param[i] = _nadam_step(w, g, m, ieee_sqrt(v / bias_correction2), eps, c_grad, c_avg)
 
 
 @elementwise
-def _nadam_moments(i, param, exp_avg, exp_avg_sq, root, grad, wd, decay, maximize, coupled, decoupled, b1w,
-                   b1c, b1s, beta2, one_minus_beta2, bias_correction2, eps, c_grad, c_avg):
-    w, g, m, v = _nadam_moments_of(param[i], exp_avg[i], exp_avg_sq[i], grad[i], wd, decay, maximize, coupled,
-                                   decoupled, b1w, b1c, b1s, beta2, one_minus_beta2)
+def _nadam_moments(
+    i,
+    param,
+    exp_avg,
+    exp_avg_sq,
+    root,
+    grad,
+    wd,
+    decay,
+    maximize,
+    coupled,
+    decoupled,
+    b1w,
+    b1c,
+    b1s,
+    beta2,
+    one_minus_beta2,
+    bias_correction2,
+    eps,
+    c_grad,
+    c_avg,
+):
+    w, g, m, v = _nadam_moments_of(
+        param[i],
+        exp_avg[i],
+        exp_avg_sq[i],
+        grad[i],
+        wd,
+        decay,
+        maximize,
+        coupled,
+        decoupled,
+        b1w,
+        b1c,
+        b1s,
+        beta2,
+        one_minus_beta2,
+    )
     param[i] = w
     exp_avg[i] = m
     exp_avg_sq[i] = v
@@ -155,22 +241,47 @@ def _nadam_moments(i, param, exp_avg, exp_avg_sq, root, grad, wd, decay, maximiz
 
 
 @elementwise
-def _nadam_apply(i, param, exp_avg, exp_avg_sq, root, grad, wd, decay, maximize, coupled, decoupled, b1w,
-                 b1c, b1s, beta2, one_minus_beta2, bias_correction2, eps, c_grad, c_avg):
+def _nadam_apply(
+    i,
+    param,
+    exp_avg,
+    exp_avg_sq,
+    root,
+    grad,
+    wd,
+    decay,
+    maximize,
+    coupled,
+    decoupled,
+    b1w,
+    b1c,
+    b1s,
+    beta2,
+    one_minus_beta2,
+    bias_correction2,
+    eps,
+    c_grad,
+    c_avg,
+):
     w = param[i]
-    g = torch_gradient(w, grad[i], wd, maximize, coupled)     # w is unchanged by _nadam_moments when coupled
+    g = torch_gradient(w, grad[i], wd, maximize, coupled)  # w is unchanged by _nadam_moments when coupled
     param[i] = _nadam_step(w, g, exp_avg[i], root[i], eps, c_grad, c_avg)
 
 
-def nadam_host(lr: float, beta1: float, beta2: float, momentum_decay: float, step: int, mu_product: float
-               ) -> dict:
+def nadam_host(
+    lr: float, beta1: float, beta2: float, momentum_decay: float, step: int, mu_product: float
+) -> dict:
     """torch NAdam's host scalars for step ``step`` given the stored ``mu_product`` (already multiplied by
     this step's μ_t, as torch does before using it): ``mu``, ``mu_next``, ``bias_correction2``, ``c_grad``
     (``−lr(1 − μ_t)/(1 − Π)``) and ``c_avg`` (``−lr·μ_{t+1}/(1 − Π·μ_{t+1})``)."""
     mu, mu_next = nadam_mu(beta1, momentum_decay, step), nadam_mu(beta1, momentum_decay, step + 1)
-    return dict(mu=mu, mu_next=mu_next, bias_correction2=1 - beta2 ** step,
-                c_grad=(-lr * (1.0 - mu)) / (1.0 - mu_product),
-                c_avg=(-lr * mu_next) / (1.0 - mu_product * mu_next))
+    return dict(
+        mu=mu,
+        mu_next=mu_next,
+        bias_correction2=1 - beta2**step,
+        c_grad=(-lr * (1.0 - mu)) / (1.0 - mu_product),
+        c_avg=(-lr * mu_next) / (1.0 - mu_product * mu_next),
+    )
 
 
 def nadam_mu(beta1: float, momentum_decay: float, step: int) -> float:
@@ -178,22 +289,57 @@ def nadam_mu(beta1: float, momentum_decay: float, step: int) -> float:
     return beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
 
 
-def nadam_scalars(dtype: Any, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                  momentum_decay: float, step: int, mu_product: float, *, decoupled: bool = False,
-                  maximize: bool = False) -> tuple:
+def nadam_scalars(
+    dtype: Any,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    momentum_decay: float,
+    step: int,
+    mu_product: float,
+    *,
+    decoupled: bool = False,
+    maximize: bool = False,
+) -> tuple:
     """The NAdam element functions' scalars (after the arrays) for one step, in ``dtype``."""
     t = np.dtype(dtype).type
     h = nadam_host(lr, beta1, beta2, momentum_decay, step, mu_product)
     coupled = weight_decay != 0 and not decoupled
-    return (t(weight_decay), t(1 - lr * weight_decay), bool(maximize), bool(coupled),
-            bool(decoupled and weight_decay != 0), *lerp_scalars(1 - beta1, dtype), t(beta2), t(1 - beta2),
-            t(h["bias_correction2"]), t(eps), t(h["c_grad"]), t(h["c_avg"]))
+    return (
+        t(weight_decay),
+        t(1 - lr * weight_decay),
+        bool(maximize),
+        bool(coupled),
+        bool(decoupled and weight_decay != 0),
+        *lerp_scalars(1 - beta1, dtype),
+        t(beta2),
+        t(1 - beta2),
+        t(h["bias_correction2"]),
+        t(eps),
+        t(h["c_grad"]),
+        t(h["c_avg"]),
+    )
 
 
-def torch_nadam(var: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
-                epsilon: Scalar, step: int, mu_product: float, *, weight_decay: Scalar = 0.0,
-                momentum_decay: Scalar = 4e-3, decoupled_weight_decay: bool = False,
-                maximize: bool = False) -> tuple[Any, Any, Any]:
+def torch_nadam(
+    var: Any,
+    exp_avg: Any,
+    exp_avg_sq: Any,
+    grad: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    step: int,
+    mu_product: float,
+    *,
+    weight_decay: Scalar = 0.0,
+    momentum_decay: Scalar = 4e-3,
+    decoupled_weight_decay: bool = False,
+    maximize: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""torch.optim.NAdam's update of one tensor, in place (MODERN.md §2)::
 
         g = −grad (maximize);  g = w·wd + g (coupled)  or  w = w·(1 − lr·wd) (decoupled)
@@ -225,11 +371,28 @@ def torch_nadam(var: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, lr: Scalar, 
         ``(var, exp_avg, exp_avg_sq)``.
     """
     batch = check_arrays({"var": var, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}, {"grad": grad})
-    values = _checked(step, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay,
-                      momentum_decay=momentum_decay)
-    scalars = nadam_scalars(batch.dtype, values["lr"], values["beta1"], values["beta2"], values["epsilon"],
-                            values["weight_decay"], values["momentum_decay"], step, float(mu_product),
-                            decoupled=decoupled_weight_decay, maximize=maximize)
+    values = _checked(
+        step,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        epsilon=epsilon,
+        weight_decay=weight_decay,
+        momentum_decay=momentum_decay,
+    )
+    scalars = nadam_scalars(
+        batch.dtype,
+        values["lr"],
+        values["beta1"],
+        values["beta2"],
+        values["epsilon"],
+        values["weight_decay"],
+        values["momentum_decay"],
+        step,
+        float(mu_product),
+        decoupled=decoupled_weight_decay,
+        maximize=maximize,
+    )
     _nadam.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, exp_avg, exp_avg_sq
 
@@ -253,9 +416,11 @@ def _checked(step: int, **values: Any) -> dict:
 
 # ---------------------------------------------------------------------------------------------- RAdam
 
+
 @scalar_math
-def _radam_moments_of(w, m, v, grad, wd, decay, maximize, coupled, decoupled, b1w, b1c, b1s, beta2,
-                      one_minus_beta2):
+def _radam_moments_of(
+    w, m, v, grad, wd, decay, maximize, coupled, decoupled, b1w, b1c, b1s, beta2, one_minus_beta2
+):
     g = torch_gradient(w, grad, wd, maximize, coupled)
     if decoupled:
         w = w * decay
@@ -272,10 +437,46 @@ def _radam_step(w, m, root, bias_correction1, lr, rectified, eps, sqrt_bc2, rect
 
 
 @elementwise
-def _radam(i, param, exp_avg, exp_avg_sq, grad, wd, decay, maximize, coupled, decoupled, b1w, b1c, b1s, beta2,
-           one_minus_beta2, bias_correction1, lr, rectified, eps, sqrt_bc2, rect, one):
-    w, m, v = _radam_moments_of(param[i], exp_avg[i], exp_avg_sq[i], grad[i], wd, decay, maximize, coupled,
-                                decoupled, b1w, b1c, b1s, beta2, one_minus_beta2)
+def _radam(
+    i,
+    param,
+    exp_avg,
+    exp_avg_sq,
+    grad,
+    wd,
+    decay,
+    maximize,
+    coupled,
+    decoupled,
+    b1w,
+    b1c,
+    b1s,
+    beta2,
+    one_minus_beta2,
+    bias_correction1,
+    lr,
+    rectified,
+    eps,
+    sqrt_bc2,
+    rect,
+    one,
+):
+    w, m, v = _radam_moments_of(
+        param[i],
+        exp_avg[i],
+        exp_avg_sq[i],
+        grad[i],
+        wd,
+        decay,
+        maximize,
+        coupled,
+        decoupled,
+        b1w,
+        b1c,
+        b1s,
+        beta2,
+        one_minus_beta2,
+    )
     exp_avg[i] = m
     exp_avg_sq[i] = v
     root = ieee_sqrt(v) if rectified else v
@@ -283,10 +484,47 @@ def _radam(i, param, exp_avg, exp_avg_sq, grad, wd, decay, maximize, coupled, de
 
 
 @elementwise
-def _radam_moments(i, param, exp_avg, exp_avg_sq, root, grad, wd, decay, maximize, coupled, decoupled, b1w,
-                   b1c, b1s, beta2, one_minus_beta2, bias_correction1, lr, rectified, eps, sqrt_bc2, rect, one):
-    w, m, v = _radam_moments_of(param[i], exp_avg[i], exp_avg_sq[i], grad[i], wd, decay, maximize, coupled,
-                                decoupled, b1w, b1c, b1s, beta2, one_minus_beta2)
+def _radam_moments(
+    i,
+    param,
+    exp_avg,
+    exp_avg_sq,
+    root,
+    grad,
+    wd,
+    decay,
+    maximize,
+    coupled,
+    decoupled,
+    b1w,
+    b1c,
+    b1s,
+    beta2,
+    one_minus_beta2,
+    bias_correction1,
+    lr,
+    rectified,
+    eps,
+    sqrt_bc2,
+    rect,
+    one,
+):
+    w, m, v = _radam_moments_of(
+        param[i],
+        exp_avg[i],
+        exp_avg_sq[i],
+        grad[i],
+        wd,
+        decay,
+        maximize,
+        coupled,
+        decoupled,
+        b1w,
+        b1c,
+        b1s,
+        beta2,
+        one_minus_beta2,
+    )
     param[i] = w
     exp_avg[i] = m
     exp_avg_sq[i] = v
@@ -294,36 +532,96 @@ def _radam_moments(i, param, exp_avg, exp_avg_sq, root, grad, wd, decay, maximiz
 
 
 @elementwise
-def _radam_apply(i, param, exp_avg, exp_avg_sq, root, grad, wd, decay, maximize, coupled, decoupled, b1w,
-                 b1c, b1s, beta2, one_minus_beta2, bias_correction1, lr, rectified, eps, sqrt_bc2, rect, one):
-    param[i] = _radam_step(param[i], exp_avg[i], root[i], bias_correction1, lr, rectified, eps, sqrt_bc2, rect,
-                           one)
+def _radam_apply(
+    i,
+    param,
+    exp_avg,
+    exp_avg_sq,
+    root,
+    grad,
+    wd,
+    decay,
+    maximize,
+    coupled,
+    decoupled,
+    b1w,
+    b1c,
+    b1s,
+    beta2,
+    one_minus_beta2,
+    bias_correction1,
+    lr,
+    rectified,
+    eps,
+    sqrt_bc2,
+    rect,
+    one,
+):
+    param[i] = _radam_step(
+        param[i], exp_avg[i], root[i], bias_correction1, lr, rectified, eps, sqrt_bc2, rect, one
+    )
 
 
 def radam_rectification(beta2: float, step: int) -> tuple[float, float]:
     """``(ρ_t, r)``: RAdam's SMA length and rectification term (``r`` is 0 when ``ρ_t <= 5``)."""
     rho_inf = 2 / (1 - beta2) - 1
-    bc2 = 1 - beta2 ** step
-    rho_t = rho_inf - ((2 * step) * (beta2 ** step)) / bc2
+    bc2 = 1 - beta2**step
+    rho_t = rho_inf - ((2 * step) * (beta2**step)) / bc2
     if rho_t <= 5.0:
         return rho_t, 0.0
     return rho_t, ((((rho_t - 4) * (rho_t - 2)) * rho_inf) / (((rho_inf - 4) * (rho_inf - 2)) * rho_t)) ** 0.5
 
 
-def radam_scalars(dtype: Any, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                  step: int, *, decoupled: bool = False, maximize: bool = False) -> tuple:
+def radam_scalars(
+    dtype: Any,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    step: int,
+    *,
+    decoupled: bool = False,
+    maximize: bool = False,
+) -> tuple:
     """The RAdam element functions' scalars (after the arrays) for one step, in ``dtype``."""
     t = np.dtype(dtype).type
     rho_t, rect = radam_rectification(beta2, step)
     coupled = weight_decay != 0 and not decoupled
-    return (t(weight_decay), t(1 - lr * weight_decay), bool(maximize), bool(coupled),
-            bool(decoupled and weight_decay != 0), *lerp_scalars(1 - beta1, dtype), t(beta2), t(1 - beta2),
-            t(1 - beta1 ** step), t(lr), bool(rho_t > 5.0), t(eps), t((1 - beta2 ** step) ** 0.5), t(rect), t(1))
+    return (
+        t(weight_decay),
+        t(1 - lr * weight_decay),
+        bool(maximize),
+        bool(coupled),
+        bool(decoupled and weight_decay != 0),
+        *lerp_scalars(1 - beta1, dtype),
+        t(beta2),
+        t(1 - beta2),
+        t(1 - beta1**step),
+        t(lr),
+        bool(rho_t > 5.0),
+        t(eps),
+        t((1 - beta2**step) ** 0.5),
+        t(rect),
+        t(1),
+    )
 
 
-def torch_radam(var: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
-                epsilon: Scalar, step: int, *, weight_decay: Scalar = 0.0, decoupled_weight_decay: bool = False,
-                maximize: bool = False) -> tuple[Any, Any, Any]:
+def torch_radam(
+    var: Any,
+    exp_avg: Any,
+    exp_avg_sq: Any,
+    grad: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    step: int,
+    *,
+    weight_decay: Scalar = 0.0,
+    decoupled_weight_decay: bool = False,
+    maximize: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""torch.optim.RAdam's update of one tensor, in place (MODERN.md §3)::
 
         g = −grad (maximize);  g = w·wd + g (coupled)  or  w = w·(1 − lr·wd) (decoupled)
@@ -354,13 +652,23 @@ def torch_radam(var: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, lr: Scalar, 
     """
     batch = check_arrays({"var": var, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}, {"grad": grad})
     v = _checked(step, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay)
-    scalars = radam_scalars(batch.dtype, v["lr"], v["beta1"], v["beta2"], v["epsilon"], v["weight_decay"], step,
-                            decoupled=decoupled_weight_decay, maximize=maximize)
+    scalars = radam_scalars(
+        batch.dtype,
+        v["lr"],
+        v["beta1"],
+        v["beta2"],
+        v["epsilon"],
+        v["weight_decay"],
+        step,
+        decoupled=decoupled_weight_decay,
+        maximize=maximize,
+    )
     _radam.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, exp_avg, exp_avg_sq
 
 
 # ---------------------------------------------------------------------------------------------- Adadelta
+
 
 @scalar_math
 def _adadelta_step(w, acc, g, std, acc_root, rho, one_minus_rho, neg_lr):
@@ -375,15 +683,30 @@ def _adadelta(i, param, square_avg, acc_delta, grad, wd, maximize, coupled, rho,
     g = torch_gradient(w, grad[i], wd, maximize, coupled)
     sq = fma(one_minus_rho * g, g, square_avg[i] * rho)
     square_avg[i] = sq
-    w, acc = _adadelta_step(w, acc_delta[i], g, ieee_sqrt(sq + eps), ieee_sqrt(acc_delta[i] + eps), rho,
-                            one_minus_rho, neg_lr)
+    w, acc = _adadelta_step(
+        w, acc_delta[i], g, ieee_sqrt(sq + eps), ieee_sqrt(acc_delta[i] + eps), rho, one_minus_rho, neg_lr
+    )
     acc_delta[i] = acc
     param[i] = w
 
 
 @elementwise
-def _adadelta_moments(i, param, square_avg, acc_delta, std, acc_root, grad, wd, maximize, coupled, rho,
-                      one_minus_rho, eps, neg_lr):
+def _adadelta_moments(
+    i,
+    param,
+    square_avg,
+    acc_delta,
+    std,
+    acc_root,
+    grad,
+    wd,
+    maximize,
+    coupled,
+    rho,
+    one_minus_rho,
+    eps,
+    neg_lr,
+):
     g = torch_gradient(param[i], grad[i], wd, maximize, coupled)
     sq = fma(one_minus_rho * g, g, square_avg[i] * rho)
     square_avg[i] = sq
@@ -392,8 +715,22 @@ def _adadelta_moments(i, param, square_avg, acc_delta, std, acc_root, grad, wd, 
 
 
 @elementwise
-def _adadelta_apply(i, param, square_avg, acc_delta, std, acc_root, grad, wd, maximize, coupled, rho,
-                    one_minus_rho, eps, neg_lr):
+def _adadelta_apply(
+    i,
+    param,
+    square_avg,
+    acc_delta,
+    std,
+    acc_root,
+    grad,
+    wd,
+    maximize,
+    coupled,
+    rho,
+    one_minus_rho,
+    eps,
+    neg_lr,
+):
     w = param[i]
     g = torch_gradient(w, grad[i], wd, maximize, coupled)
     w, acc = _adadelta_step(w, acc_delta[i], g, std[i], acc_root[i], rho, one_minus_rho, neg_lr)
@@ -401,16 +738,26 @@ def _adadelta_apply(i, param, square_avg, acc_delta, std, acc_root, grad, wd, ma
     param[i] = w
 
 
-def adadelta_scalars(dtype: Any, lr: float, rho: float, eps: float, weight_decay: float, *,
-                     maximize: bool = False) -> tuple:
+def adadelta_scalars(
+    dtype: Any, lr: float, rho: float, eps: float, weight_decay: float, *, maximize: bool = False
+) -> tuple:
     """The Adadelta element functions' scalars (after the arrays), in ``dtype``."""
     t = np.dtype(dtype).type
     return (t(weight_decay), bool(maximize), bool(weight_decay != 0), t(rho), t(1 - rho), t(eps), t(-lr))
 
 
-def torch_adadelta(var: Any, square_avg: Any, acc_delta: Any, grad: Any, lr: Scalar, rho: Scalar,
-                   epsilon: Scalar, *, weight_decay: Scalar = 0.0, maximize: bool = False
-                   ) -> tuple[Any, Any, Any]:
+def torch_adadelta(
+    var: Any,
+    square_avg: Any,
+    acc_delta: Any,
+    grad: Any,
+    lr: Scalar,
+    rho: Scalar,
+    epsilon: Scalar,
+    *,
+    weight_decay: Scalar = 0.0,
+    maximize: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""torch.optim.Adadelta's update of one tensor, in place (MODERN.md §4)::
 
         g = −grad (maximize);  g = w·wd + g (weight_decay)
@@ -440,13 +787,15 @@ def torch_adadelta(var: Any, square_avg: Any, acc_delta: Any, grad: Any, lr: Sca
     batch = check_arrays({"var": var, "square_avg": square_avg, "acc_delta": acc_delta}, {"grad": grad})
     v = _checked(1, lr=lr, epsilon=epsilon, weight_decay=weight_decay, rho=rho)
     check_range("rho", v["rho"], 0.0, 1.0)
-    scalars = adadelta_scalars(batch.dtype, v["lr"], v["rho"], v["epsilon"], v["weight_decay"],
-                               maximize=maximize)
+    scalars = adadelta_scalars(
+        batch.dtype, v["lr"], v["rho"], v["epsilon"], v["weight_decay"], maximize=maximize
+    )
     _adadelta.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, square_avg, acc_delta
 
 
 # ---------------------------------------------------------------------------------------------- ASGD
+
 
 @elementwise
 def _asgd(i, param, ax, grad, wd, maximize, coupled, decay, neg_eta, mu, averaging):
@@ -461,13 +810,21 @@ def _asgd(i, param, ax, grad, wd, maximize, coupled, decay, neg_eta, mu, averagi
         ax[i] = w
 
 
-def asgd_scalars(dtype: Any, eta: float, mu: float, lambd: float, weight_decay: float, *,
-                 maximize: bool = False) -> tuple:
+def asgd_scalars(
+    dtype: Any, eta: float, mu: float, lambd: float, weight_decay: float, *, maximize: bool = False
+) -> tuple:
     """The ASGD element function's scalars (after the arrays), in ``dtype``; ``eta`` and ``mu`` as torch's
     0-d state holds them for this step."""
     t = np.dtype(dtype).type
-    return (t(weight_decay), bool(maximize), bool(weight_decay != 0), t(1 - lambd * eta), t(-eta), t(mu),
-            bool(mu != 1))
+    return (
+        t(weight_decay),
+        bool(maximize),
+        bool(weight_decay != 0),
+        t(1 - lambd * eta),
+        t(-eta),
+        t(mu),
+        bool(mu != 1),
+    )
 
 
 def asgd_next(lr: float, lambd: float, alpha: float, t0: float, step: int) -> tuple[float, float]:
@@ -475,8 +832,17 @@ def asgd_next(lr: float, lambd: float, alpha: float, t0: float, step: int) -> tu
     return lr / ((1 + (lambd * lr) * step) ** alpha), 1 / max(1, step - t0)
 
 
-def torch_asgd(var: Any, ax: Any, grad: Any, eta: Scalar, mu: Scalar, *, lambd: Scalar = 1e-4,
-               weight_decay: Scalar = 0.0, maximize: bool = False) -> tuple[Any, Any]:
+def torch_asgd(
+    var: Any,
+    ax: Any,
+    grad: Any,
+    eta: Scalar,
+    mu: Scalar,
+    *,
+    lambd: Scalar = 1e-4,
+    weight_decay: Scalar = 0.0,
+    maximize: bool = False,
+) -> tuple[Any, Any]:
     r"""torch.optim.ASGD's update of one tensor, in place (MODERN.md §5)::
 
         g = −grad (maximize);  g = w·wd + g (weight_decay)
@@ -506,12 +872,15 @@ def torch_asgd(var: Any, ax: Any, grad: Any, eta: Scalar, mu: Scalar, *, lambd: 
     for name, value in (("mu", mu), ("lambd", lambd)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"'{name}' must be a real number, got {type(value).__name__}")
-    scalars = asgd_scalars(batch.dtype, v["eta"], float(mu), float(lambd), v["weight_decay"], maximize=maximize)
+    scalars = asgd_scalars(
+        batch.dtype, v["eta"], float(mu), float(lambd), v["weight_decay"], maximize=maximize
+    )
     _asgd.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, ax
 
 
 # ---------------------------------------------------------------------------------------------- Rprop
+
 
 @scalar_math
 def torch_sign(x, one):
@@ -546,8 +915,16 @@ def rprop_scalars(dtype: Any, etas: tuple, step_sizes: tuple, *, maximize: bool 
     return (bool(maximize), t(etas[1]), t(etas[0]), t(step_sizes[0]), t(step_sizes[1]), t(1))
 
 
-def torch_rprop(var: Any, prev: Any, step_size: Any, grad: Any, *, etas: tuple = (0.5, 1.2),
-                step_sizes: tuple = (1e-6, 50.0), maximize: bool = False) -> tuple[Any, Any, Any]:
+def torch_rprop(
+    var: Any,
+    prev: Any,
+    step_size: Any,
+    grad: Any,
+    *,
+    etas: tuple = (0.5, 1.2),
+    step_sizes: tuple = (1e-6, 50.0),
+    maximize: bool = False,
+) -> tuple[Any, Any, Any]:
     r"""torch.optim.Rprop's update of one tensor, in place (MODERN.md §6)::
 
         g = −grad (maximize);  s = sign(g·prev)
@@ -580,12 +957,17 @@ def torch_rprop(var: Any, prev: Any, step_size: Any, grad: Any, *, etas: tuple =
     if not 0.0 < minus < 1.0 < plus:
         raise ValueError(f"Invalid eta values: {etas[0]}, {etas[1]}")
     lo, hi = (float(s) for s in step_sizes)
-    _rprop.launch(batch.device, batch.size, *batch.flat, *rprop_scalars(batch.dtype, (minus, plus), (lo, hi),
-                                                                        maximize=maximize))
+    _rprop.launch(
+        batch.device,
+        batch.size,
+        *batch.flat,
+        *rprop_scalars(batch.dtype, (minus, plus), (lo, hi), maximize=maximize),
+    )
     return var, prev, step_size
 
 
 # ---------------------------------------------------------------------------------------------- Muon
+
 
 @elementwise
 def _decayed_step(i, param, update, decay, neg_step):
@@ -606,8 +988,9 @@ def muon_momentum_scalars(dtype: Any, momentum: float, nesterov: bool) -> tuple:
     return (*lerp_scalars(1 - momentum, dtype), *lerp_scalars(momentum, dtype), bool(nesterov))
 
 
-def torch_muon_momentum(momentum_buffer: Any, update: Any, grad: Any, *, momentum: Scalar = 0.95,
-                        nesterov: bool = True) -> tuple[Any, Any]:
+def torch_muon_momentum(
+    momentum_buffer: Any, update: Any, grad: Any, *, momentum: Scalar = 0.95, nesterov: bool = True
+) -> tuple[Any, Any]:
     r"""The element-wise part of torch.optim.Muon before Newton–Schulz (MODERN.md §1.1), in place::
 
         buf = lerp(buf, g, 1 − μ)                     (μ·buf + (1 − μ)·g)
@@ -633,6 +1016,7 @@ def torch_muon_momentum(momentum_buffer: Any, update: Any, grad: Any, *, momentu
     """
     batch = check_arrays({"momentum_buffer": momentum_buffer, "update": update}, {"grad": grad})
     v = _checked(1, momentum=momentum)
-    _muon_momentum.launch(batch.device, batch.size, *batch.flat,
-                          *muon_momentum_scalars(batch.dtype, v["momentum"], nesterov))
+    _muon_momentum.launch(
+        batch.device, batch.size, *batch.flat, *muon_momentum_scalars(batch.dtype, v["momentum"], nesterov)
+    )
     return momentum_buffer, update

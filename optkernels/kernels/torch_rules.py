@@ -17,17 +17,16 @@ before an element-wise op; host-side values (bias corrections, step sizes) are c
 Python float64, in torch's order. The gradient pre-step (``maximize``, L2 weight decay) and AdamW's
 decoupled decay are part of each element function: one pass over memory, torch's rounding.
 """
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
 import numpy as np
-
-from ._checks import check_arrays, check_range
-
 from numba.extending import register_jitable
 
+from ._checks import check_arrays, check_range
 from ._elementwise import elementwise
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
@@ -66,13 +65,13 @@ def torch_lerp(x, y, w, w_minus_one, small):
 #: float32 kernels.
 IEEE_SQRT, MKL_AVX_SQRT, MKL_AVX512_SQRT = 0, 1, 2
 
-_FLT_MIN = np.float32(2.0 ** -126)
+_FLT_MIN = np.float32(2.0**-126)
 _HALF = np.float32(0.5)
 _FLT_INF = np.float32(np.inf)
 _FLT_ZERO = np.float32(0)
-_R_LARGE = np.float32(2.0 ** 39)
-_X_UP = np.float32(2.0 ** 78)
-_H_DOWN = np.float32(2.0 ** -78)
+_R_LARGE = np.float32(2.0**39)
+_X_UP = np.float32(2.0**78)
+_H_DOWN = np.float32(2.0**-78)
 
 
 @_scalar_helper
@@ -97,7 +96,7 @@ def torch_sqrt(x, mkl):
 @_scalar_helper
 def _mkl_sqrt(x, mkl):
     if mkl == MKL_AVX_SQRT and x >= _FLT_MIN and x < _FLT_INF:
-        x = np.float32(x)       # float32 by contract (a Python float holding one, under the CUDA simulator)
+        x = np.float32(x)  # float32 by contract (a Python float holding one, under the CUDA simulator)
         r = rsqrt_estimate(x)
         s = x * r
         h = r * _HALF
@@ -119,6 +118,7 @@ def _mkl_sqrt(x, mkl):
 
 # ------------------------------------------------------------------------------------------- Adam, AdamW
 
+
 @_scalar_helper
 def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2):
     """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)``."""
@@ -126,8 +126,27 @@ def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2
 
 
 @elementwise
-def _torch_adam(i, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
-                w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, mkl):
+def _torch_adam(
+    i,
+    var,
+    exp_avg,
+    exp_avg_sq,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    decoupled,
+    decay,
+    w1,
+    w1_minus_one,
+    small1,
+    beta2,
+    one_minus_beta2,
+    bc2_sqrt,
+    eps,
+    neg_step_size,
+    mkl,
+):
     p = var[i]
     if decoupled:
         p = p * decay
@@ -139,9 +158,28 @@ def _torch_adam(i, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay
 
 
 @elementwise
-def _torch_adam_amsgrad(i, var, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, negate, coupled, weight_decay,
-                        decoupled, decay, w1, w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, eps,
-                        neg_step_size, mkl):
+def _torch_adam_amsgrad(
+    i,
+    var,
+    exp_avg,
+    exp_avg_sq,
+    max_exp_avg_sq,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    decoupled,
+    decay,
+    w1,
+    w1_minus_one,
+    small1,
+    beta2,
+    one_minus_beta2,
+    bc2_sqrt,
+    eps,
+    neg_step_size,
+    mkl,
+):
     p = var[i]
     if decoupled:
         p = p * decay
@@ -156,9 +194,24 @@ def _torch_adam_amsgrad(i, var, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, negat
 
 # ------------------------------------------------------------------------------------------------ Adamax
 
+
 @elementwise
-def _torch_adamax(i, var, exp_avg, exp_inf, grad, negate, coupled, weight_decay, w1, w1_minus_one, small1,
-                  beta2, eps, neg_clr):
+def _torch_adamax(
+    i,
+    var,
+    exp_avg,
+    exp_inf,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    w1,
+    w1_minus_one,
+    small1,
+    beta2,
+    eps,
+    neg_clr,
+):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     m = torch_lerp(exp_avg[i], g, w1, w1_minus_one, small1)
@@ -169,6 +222,7 @@ def _torch_adamax(i, var, exp_avg, exp_inf, grad, negate, coupled, weight_decay,
 
 
 # ----------------------------------------------------------------------------------------------- Adagrad
+
 
 @elementwise
 def _torch_adagrad(i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr, mkl):
@@ -181,6 +235,7 @@ def _torch_adagrad(i, var, state_sum, grad, negate, coupled, weight_decay, eps, 
 
 # ----------------------------------------------------------------------------------------------- RMSprop
 
+
 @_scalar_helper
 def torch_square_avg(square_avg, g, alpha, one_minus_alpha):
     """``square_avg.mul_(α).addcmul_(g, g, value=1 − α)``."""
@@ -188,8 +243,23 @@ def torch_square_avg(square_avg, g, alpha, one_minus_alpha):
 
 
 @elementwise
-def _torch_rms_prop(i, var, square_avg, grad, negate, coupled, weight_decay, alpha, one_minus_alpha,
-                    oma_minus_one, small, eps, momentum, neg_lr, mkl):
+def _torch_rms_prop(
+    i,
+    var,
+    square_avg,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    alpha,
+    one_minus_alpha,
+    oma_minus_one,
+    small,
+    eps,
+    momentum,
+    neg_lr,
+    mkl,
+):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
@@ -198,8 +268,24 @@ def _torch_rms_prop(i, var, square_avg, grad, negate, coupled, weight_decay, alp
 
 
 @elementwise
-def _torch_rms_prop_momentum(i, var, square_avg, momentum_buffer, grad, negate, coupled, weight_decay, alpha,
-                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr, mkl):
+def _torch_rms_prop_momentum(
+    i,
+    var,
+    square_avg,
+    momentum_buffer,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    alpha,
+    one_minus_alpha,
+    oma_minus_one,
+    small,
+    eps,
+    momentum,
+    neg_lr,
+    mkl,
+):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
@@ -210,8 +296,24 @@ def _torch_rms_prop_momentum(i, var, square_avg, momentum_buffer, grad, negate, 
 
 
 @elementwise
-def _torch_centered_rms_prop(i, var, square_avg, grad_avg, grad, negate, coupled, weight_decay, alpha,
-                             one_minus_alpha, oma_minus_one, small, eps, momentum, neg_lr, mkl):
+def _torch_centered_rms_prop(
+    i,
+    var,
+    square_avg,
+    grad_avg,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    alpha,
+    one_minus_alpha,
+    oma_minus_one,
+    small,
+    eps,
+    momentum,
+    neg_lr,
+    mkl,
+):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
@@ -222,9 +324,25 @@ def _torch_centered_rms_prop(i, var, square_avg, grad_avg, grad, negate, coupled
 
 
 @elementwise
-def _torch_centered_rms_prop_momentum(i, var, square_avg, grad_avg, momentum_buffer, grad, negate, coupled,
-                                      weight_decay, alpha, one_minus_alpha, oma_minus_one, small, eps,
-                                      momentum, neg_lr, mkl):
+def _torch_centered_rms_prop_momentum(
+    i,
+    var,
+    square_avg,
+    grad_avg,
+    momentum_buffer,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    alpha,
+    one_minus_alpha,
+    oma_minus_one,
+    small,
+    eps,
+    momentum,
+    neg_lr,
+    mkl,
+):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
@@ -238,6 +356,7 @@ def _torch_centered_rms_prop_momentum(i, var, square_avg, grad_avg, momentum_buf
 
 # --------------------------------------------------------------------------------------------------- SGD
 
+
 @elementwise
 def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr):
     p = var[i]
@@ -245,8 +364,20 @@ def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr):
 
 
 @elementwise
-def _torch_sgd_momentum(i, var, momentum_buffer, grad, negate, coupled, weight_decay, first, momentum,
-                        one_minus_dampening, nesterov, neg_lr):
+def _torch_sgd_momentum(
+    i,
+    var,
+    momentum_buffer,
+    grad,
+    negate,
+    coupled,
+    weight_decay,
+    first,
+    momentum,
+    one_minus_dampening,
+    nesterov,
+    neg_lr,
+):
     p = var[i]
     g = torch_grad(grad[i], p, negate, coupled, weight_decay)
     if first:
@@ -263,16 +394,29 @@ def _torch_sgd_momentum(i, var, momentum_buffer, grad, negate, coupled, weight_d
 
 # -------------------------------------------------------------------------------------------- SparseAdam
 
+
 @elementwise
-def _torch_sparse_adam(i, var, exp_avg, exp_avg_sq, values, rows, width, one_minus_beta1, one_minus_beta2,
-                       eps, neg_step_size, mkl):
+def _torch_sparse_adam(
+    i,
+    var,
+    exp_avg,
+    exp_avg_sq,
+    values,
+    rows,
+    width,
+    one_minus_beta1,
+    one_minus_beta2,
+    eps,
+    neg_step_size,
+    mkl,
+):
     # element i of a coalesced row-sparse gradient (unique rows): row rows[i // width], column i % width
     j = rows[i // width] * width + i % width
     g = values[i]
     m = exp_avg[j]
     v = exp_avg_sq[j]
-    m = m + (g - m) * one_minus_beta1          # exp_avg.add_(sparse((g − m)·(1 − β1)))
-    v = v + (g * g - v) * one_minus_beta2      # exp_avg_sq.add_(sparse((g² − v)·(1 − β2)))
+    m = m + (g - m) * one_minus_beta1  # exp_avg.add_(sparse((g − m)·(1 − β1)))
+    v = v + (g * g - v) * one_minus_beta2  # exp_avg_sq.add_(sparse((g² − v)·(1 − β2)))
     exp_avg[j] = m
     exp_avg_sq[j] = v
     var[j] = var[j] + neg_step_size * (m / (torch_sqrt(v, mkl) + eps))
@@ -283,9 +427,9 @@ def _torch_sparse_adagrad(i, var, state_sum, values, rows, width, eps, neg_clr, 
     # element i of a coalesced row-sparse gradient (unique rows), as _torch_sparse_adam
     j = rows[i // width] * width + i % width
     g = values[i]
-    s = state_sum[j] + g * g                   # state_sum.add_(sparse(g.pow(2)))
+    s = state_sum[j] + g * g  # state_sum.add_(sparse(g.pow(2)))
     state_sum[j] = s
-    var[j] = fma(g / (torch_sqrt(s, mkl) + eps), neg_clr, var[j])     # param.add_(sparse(g/std), alpha=−clr)
+    var[j] = fma(g / (torch_sqrt(s, mkl) + eps), neg_clr, var[j])  # param.add_(sparse(g/std), alpha=−clr)
 
 
 @elementwise
@@ -306,6 +450,7 @@ def torch_sqrt_array(x: np.ndarray, mkl: int) -> np.ndarray:
 # ``lr`` is a Python float, or a NumPy scalar where torch's lr is a Tensor: torch's host arithmetic on it
 # then runs in the tensor's dtype, and so does NumPy's on the scalar (a Python float operand is rounded to it).
 
+
 def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
     """``(w, w − 1, |w| < 0.5)`` of torch's ``lerp_`` with the Python float ``weight``: ``w`` converted to
     ``dtype``, ``w − 1`` computed in ``dtype`` (the scalars of :func:`torch_lerp`)."""
@@ -325,74 +470,166 @@ def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:
     return bool(maximize), weight_decay != 0, dtype.type(weight_decay)
 
 
-def adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
-                 weight_decay: float, decoupled: bool, maximize: bool, mkl_sqrt: int = IEEE_SQRT) -> tuple:
+def adam_scalars(
+    dtype: np.dtype,
+    step: int,
+    lr: Any,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+    maximize: bool,
+    mkl_sqrt: int = IEEE_SQRT,
+) -> tuple:
     """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
     ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
     ``−lr/bias_correction1``; ``mkl_sqrt``: see :func:`mkl_flag`."""
     t = float(step)
     coupled = weight_decay != 0 and not decoupled
-    return (bool(maximize), coupled, dtype.type(weight_decay), weight_decay != 0 and decoupled,
-            dtype.type(1 - lr * weight_decay), *lerp_weight(dtype, 1 - beta1), dtype.type(beta2),
-            dtype.type(1 - beta2), dtype.type((1 - beta2 ** t) ** 0.5), dtype.type(eps),
-            dtype.type(-(lr / (1 - beta1 ** t))), mkl_flag(dtype, mkl_sqrt))
+    return (
+        bool(maximize),
+        coupled,
+        dtype.type(weight_decay),
+        weight_decay != 0 and decoupled,
+        dtype.type(1 - lr * weight_decay),
+        *lerp_weight(dtype, 1 - beta1),
+        dtype.type(beta2),
+        dtype.type(1 - beta2),
+        dtype.type((1 - beta2**t) ** 0.5),
+        dtype.type(eps),
+        dtype.type(-(lr / (1 - beta1**t))),
+        mkl_flag(dtype, mkl_sqrt),
+    )
 
 
-def adamax_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
-                   weight_decay: float, maximize: bool) -> tuple:
+def adamax_scalars(
+    dtype: np.dtype,
+    step: int,
+    lr: Any,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    maximize: bool,
+) -> tuple:
     """The scalars of ``_torch_adamax`` for step ``step``: ``−lr/(1 − β1^t)`` and the rest converted."""
-    return (*grad_prestep(dtype, maximize, weight_decay), *lerp_weight(dtype, 1 - beta1), dtype.type(beta2),
-            dtype.type(eps), dtype.type(-(lr / (1 - beta1 ** float(step)))))
+    return (
+        *grad_prestep(dtype, maximize, weight_decay),
+        *lerp_weight(dtype, 1 - beta1),
+        dtype.type(beta2),
+        dtype.type(eps),
+        dtype.type(-(lr / (1 - beta1 ** float(step)))),
+    )
 
 
-def adagrad_scalars(dtype: np.dtype, step: int, lr: Any, lr_decay: float, eps: float, weight_decay: float,
-                    maximize: bool, mkl_sqrt: int = IEEE_SQRT) -> tuple:
+def adagrad_scalars(
+    dtype: np.dtype,
+    step: int,
+    lr: Any,
+    lr_decay: float,
+    eps: float,
+    weight_decay: float,
+    maximize: bool,
+    mkl_sqrt: int = IEEE_SQRT,
+) -> tuple:
     """The scalars of ``_torch_adagrad``: ``clr = lr/(1 + (t − 1)·lr_decay)``, passed as ``−clr``."""
     clr = lr / (1 + (float(step) - 1) * lr_decay)
-    return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(eps), dtype.type(-clr),
-            mkl_flag(dtype, mkl_sqrt))
+    return (
+        *grad_prestep(dtype, maximize, weight_decay),
+        dtype.type(eps),
+        dtype.type(-clr),
+        mkl_flag(dtype, mkl_sqrt),
+    )
 
 
-def rms_prop_scalars(dtype: np.dtype, lr: Any, alpha: float, eps: float, weight_decay: float,
-                     momentum: float, maximize: bool, mkl_sqrt: int = IEEE_SQRT) -> tuple:
+def rms_prop_scalars(
+    dtype: np.dtype,
+    lr: Any,
+    alpha: float,
+    eps: float,
+    weight_decay: float,
+    momentum: float,
+    maximize: bool,
+    mkl_sqrt: int = IEEE_SQRT,
+) -> tuple:
     """The scalars shared by the four RMSprop element functions."""
-    return (*grad_prestep(dtype, maximize, weight_decay), dtype.type(alpha), *lerp_weight(dtype, 1 - alpha),
-            dtype.type(eps), dtype.type(momentum), dtype.type(-lr), mkl_flag(dtype, mkl_sqrt))
+    return (
+        *grad_prestep(dtype, maximize, weight_decay),
+        dtype.type(alpha),
+        *lerp_weight(dtype, 1 - alpha),
+        dtype.type(eps),
+        dtype.type(momentum),
+        dtype.type(-lr),
+        mkl_flag(dtype, mkl_sqrt),
+    )
 
 
-def sgd_scalars(dtype: np.dtype, first: bool, lr: Any, momentum: float, dampening: float,
-                weight_decay: float, nesterov: bool, maximize: bool) -> tuple:
+def sgd_scalars(
+    dtype: np.dtype,
+    first: bool,
+    lr: Any,
+    momentum: float,
+    dampening: float,
+    weight_decay: float,
+    nesterov: bool,
+    maximize: bool,
+) -> tuple:
     """The scalars of ``_torch_sgd`` (``momentum == 0``) or ``_torch_sgd_momentum`` (``first``: the
     buffer's first step, where torch clones the gradient into it)."""
     pre = grad_prestep(dtype, maximize, weight_decay)
     if momentum == 0:
         return (*pre, dtype.type(-lr))
-    return (*pre, bool(first), dtype.type(momentum), dtype.type(1 - dampening), bool(nesterov),
-            dtype.type(-lr))
+    return (
+        *pre,
+        bool(first),
+        dtype.type(momentum),
+        dtype.type(1 - dampening),
+        bool(nesterov),
+        dtype.type(-lr),
+    )
 
 
-def sparse_adam_scalars(dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float,
-                        mkl_sqrt: int = IEEE_SQRT) -> tuple:
+def sparse_adam_scalars(
+    dtype: np.dtype, step: int, lr: Any, beta1: float, beta2: float, eps: float, mkl_sqrt: int = IEEE_SQRT
+) -> tuple:
     """The scalars of ``_torch_sparse_adam`` (after ``rows`` and ``width``): ``step_size = lr·√(1 − β2^t)/(1 −
     β1^t)`` as torch's ``sparse_adam`` computes it (``math.sqrt``, integer ``step``), passed as
     ``−step_size``."""
-    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
-    return (dtype.type(1 - beta1), dtype.type(1 - beta2), dtype.type(eps), dtype.type(-step_size),
-            mkl_flag(dtype, mkl_sqrt))
+    step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+    return (
+        dtype.type(1 - beta1),
+        dtype.type(1 - beta2),
+        dtype.type(eps),
+        dtype.type(-step_size),
+        mkl_flag(dtype, mkl_sqrt),
+    )
 
 
 def rms_prop_kernel(centered: bool, momentum: bool) -> Any:
     """The element function of torch's RMSprop for the given flags (arrays: var, square_avg[, grad_avg]
     [, momentum_buffer], grad; scalars: :func:`rms_prop_scalars`)."""
-    return ((_torch_rms_prop, _torch_rms_prop_momentum),
-            (_torch_centered_rms_prop, _torch_centered_rms_prop_momentum))[centered][momentum]
+    return (
+        (_torch_rms_prop, _torch_rms_prop_momentum),
+        (_torch_centered_rms_prop, _torch_centered_rms_prop_momentum),
+    )[centered][momentum]
 
 
 # ------------------------------------------------------------------------------------ public entry points
 
-def torch_rms_prop(var: Any, square_avg: Any, grad: Any, lr: Scalar, alpha: Scalar, epsilon: Scalar, *,
-                   momentum: Scalar = 0.0, momentum_buffer: Any = None, grad_avg: Any = None
-                   ) -> tuple[Any, ...]:
+
+def torch_rms_prop(
+    var: Any,
+    square_avg: Any,
+    grad: Any,
+    lr: Scalar,
+    alpha: Scalar,
+    epsilon: Scalar,
+    *,
+    momentum: Scalar = 0.0,
+    momentum_buffer: Any = None,
+    grad_avg: Any = None,
+) -> tuple[Any, ...]:
     r"""torch.optim.RMSprop's update in place (one tensor, no maximize or weight decay), rounded as torch's
     CPU single-tensor path::
 
@@ -429,18 +666,29 @@ def torch_rms_prop(var: Any, square_avg: Any, grad: Any, lr: Scalar, alpha: Scal
         states["momentum_buffer"] = momentum_buffer
     batch = check_arrays(states, {"grad": grad})
     lr_, a, eps = batch.scalar("lr", lr), batch.scalar("alpha", alpha), batch.scalar("epsilon", epsilon)
-    batch.scalar("momentum", momentum)      # checked as the other scalars are
+    batch.scalar("momentum", momentum)  # checked as the other scalars are
     check_range("lr", lr_, 0.0)
     check_range("alpha", a, 0.0, 1.0)
     check_range("epsilon", eps, 0.0)
-    scalars = rms_prop_scalars(batch.dtype, float(lr), float(alpha), float(epsilon), 0.0, float(momentum), False)
+    scalars = rms_prop_scalars(
+        batch.dtype, float(lr), float(alpha), float(epsilon), 0.0, float(momentum), False
+    )
     kernel = rms_prop_kernel(grad_avg is not None, momentum_buffer is not None)
     kernel.launch(batch.device, batch.size, *batch.flat, *scalars)
     return tuple(states.values())
 
 
-def torch_adamax(var: Any, exp_avg: Any, exp_inf: Any, grad: Any, lr: Scalar, beta1: Scalar, beta2: Scalar,
-                 epsilon: Scalar, step: int) -> tuple[Any, Any, Any]:
+def torch_adamax(
+    var: Any,
+    exp_avg: Any,
+    exp_inf: Any,
+    grad: Any,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    step: int,
+) -> tuple[Any, Any, Any]:
     r"""torch.optim.Adamax's update in place (one tensor, no maximize or weight decay), rounded as torch's
     CPU single-tensor path::
 
@@ -473,7 +721,8 @@ def torch_adamax(var: Any, exp_avg: Any, exp_inf: Any, grad: Any, lr: Scalar, be
     check_range("beta1", b1, 0.0, 1.0, high_open=True)
     check_range("beta2", b2, 0.0, 1.0, high_open=True)
     check_range("epsilon", eps, 0.0)
-    scalars = adamax_scalars(batch.dtype, step, float(lr), float(beta1), float(beta2), float(epsilon), 0.0,
-                             False)
+    scalars = adamax_scalars(
+        batch.dtype, step, float(lr), float(beta1), float(beta2), float(epsilon), 0.0, False
+    )
     _torch_adamax.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, exp_avg, exp_inf

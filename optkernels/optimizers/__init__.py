@@ -14,39 +14,40 @@ Example::
     opt = Momentum([w], learning_rate=0.1, momentum=0.9)
     opt((np.full((4, 16), 0.5, np.float32),))       # one gradient per parameter, in order
 """
+
 from .ada_factor import AdaFactor
 from .ada_max import AdaMax
 from .adagrad import Adagrad
 from .adam import Adam
 from .adam_offload import AdamOffload
 from .adam_weight_decay import AdamWeightDecay
-from .dynamic_lr import *  # noqa: F401,F403  -- MindSpore's lr list functions
+from .ademamix import AdEMAMix
+from .adopt import ADOPT
+from .any_precision import AnyPrecisionAdamW
+from .dynamic_lr import *  # noqa: F403  -- MindSpore's lr list functions
 from .dynamic_lr import __all__ as _dynamic_lr
 from .ftrl import FTRL
 from .lamb import Lamb
 from .lars import LARS
 from .lazy_adam import LazyAdam
-from .loss_scale import *  # noqa: F401,F403  -- loss-scale managers and the skip-on-overflow step
+from .lion import Lion
+from .loss_scale import *  # noqa: F403  -- loss-scale managers and the skip-on-overflow step
 from .loss_scale import __all__ as _loss_scale
+from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
 from .momentum import Momentum
+from .muon import Muon, MuonWithAdamW
 from .optimizer import Optimizer, default_decay_filter
 from .parameter import Parameter
 from .proximal_adagrad import ProximalAdagrad
 from .rmsprop import RMSProp
-from .schedules import *  # noqa: F401,F403  -- the learning-rate schedules
+from .rowwise_adagrad import RowWiseAdagrad
+from .schedule_free import AdamWScheduleFree, SGDScheduleFree
+from .schedules import *  # noqa: F403  -- the learning-rate schedules
 from .schedules import __all__ as _schedules
 from .sgd import SGD
 from .thor import Thor, ThorLayer, thor, thor_inverses
-from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
-from .lion import Lion
-from .adopt import ADOPT
-from .ademamix import AdEMAMix
-from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
-from .rowwise_adagrad import RowWiseAdagrad
 from .torch_adafactor import TorchAdafactor
-from .muon import Muon, MuonWithAdamW
-from .schedule_free import AdamWScheduleFree, SGDScheduleFree
-from .any_precision import AnyPrecisionAdamW
+from .torch_family import ASGD, Adadelta, NAdam, RAdam, Rprop
 
 __all__ = [
     "AdaFactor",

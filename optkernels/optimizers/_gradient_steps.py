@@ -12,6 +12,7 @@ array the optimizer made itself). NumPy gradients use NumPy's operators (one rou
 CUDA gradients use the in-place ``axpy``/``scal`` kernels on a device copy, and centralization goes
 through the host (a copy each way).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,8 +38,15 @@ def decay_unscale_into(out: Any, grad: Any, weight: Any, wd: Any, reciprocal: An
     add, scale = wd is not None, reciprocal is not None
     zero = out.dtype.type(0)
     flat = [_flatten(a, device) for a in (out, weight, grad)]
-    _axpy_scal.launch(device, out.size, *flat, zero if wd is None else wd,
-                      zero if reciprocal is None else reciprocal, add, scale)
+    _axpy_scal.launch(
+        device,
+        out.size,
+        *flat,
+        zero if wd is None else wd,
+        zero if reciprocal is None else reciprocal,
+        add,
+        scale,
+    )
     return out
 
 
@@ -90,8 +98,10 @@ def decay_sparse(grad: Any, weight: Any, wd: Any) -> Any:
     rows = np.asarray(grad.indices)
     n = weight.shape[0]
     if rows.size and (rows.min() < 0 or rows.max() >= n):
-        raise IndexError(f"row-sparse gradient indices must be in [0, {n}) for weight decay, got "
-                         f"{rows.min() if rows.min() < 0 else rows.max()}")
+        raise IndexError(
+            f"row-sparse gradient indices must be in [0, {n}) for weight decay, got "
+            f"{rows.min() if rows.min() < 0 else rows.max()}"
+        )
     return _rebuild(grad, weight[rows] * wd + grad.values)
 
 

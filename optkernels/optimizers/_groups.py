@@ -4,6 +4,7 @@ A layout lists the parameters in optimizer order and, per parameter, the index o
 its weight decay (distinct objects are kept once), its MindSpore decay flag and its group's
 ``grad_centralization`` flag.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,8 @@ class Layout:
     """The parsed parameters (see the module docstring)."""
 
     params: list = field(default_factory=list)
-    lrs: list[LearningRate] = field(default_factory=list)     # distinct learning rates; [0] is the default
-    wds: list[Any] = field(default_factory=list)              # distinct weight decays (float or callable)
+    lrs: list[LearningRate] = field(default_factory=list)  # distinct learning rates; [0] is the default
+    wds: list[Any] = field(default_factory=list)  # distinct weight decays (float or callable)
     lr_index: list[int] = field(default_factory=list)
     wd_index: list[int] = field(default_factory=list)
     flags: list[bool] = field(default_factory=list)
@@ -47,14 +48,18 @@ def check_parameters(owner: str, parameters: Any) -> list:
     if parameters is None:
         raise ValueError(f"For '{owner}', the argument 'parameters' must not be None")
     if isinstance(parameters, (Parameter, str, bytes, dict)) or not isinstance(parameters, Iterable):
-        raise TypeError(f"For '{owner}', the argument 'parameters' must be a list of Parameter or of dict, "
-                        f"got {type(parameters).__name__}")
+        raise TypeError(
+            f"For '{owner}', the argument 'parameters' must be a list of Parameter or of dict, "
+            f"got {type(parameters).__name__}"
+        )
     items = list(parameters)
     if not items:
         raise ValueError(f"For '{owner}', the argument 'parameters' must not be empty")
     if not (all(isinstance(x, Parameter) for x in items) or all(isinstance(x, dict) for x in items)):
-        raise TypeError(f"For '{owner}', all elements of the argument 'parameters' must be Parameter or "
-                        f"all must be dict, got {sorted({type(x).__name__ for x in items})}")
+        raise TypeError(
+            f"For '{owner}', all elements of the argument 'parameters' must be Parameter or "
+            f"all must be dict, got {sorted({type(x).__name__ for x in items})}"
+        )
     return items
 
 
@@ -70,8 +75,10 @@ def parse_weight_decay(owner: str, weight_decay: Any, what: str = "weight_decay"
         return value
     if callable(weight_decay):
         return weight_decay
-    raise TypeError(f"For '{owner}', '{what}' must be a float, an int or a callable of the global step, got "
-                    f"{type(weight_decay).__name__}")
+    raise TypeError(
+        f"For '{owner}', '{what}' must be a float, an int or a callable of the global step, got "
+        f"{type(weight_decay).__name__}"
+    )
 
 
 def parse(owner: str, parameters: Any, learning_rate: Any, weight_decay: Any, *, decay_all: bool) -> Layout:
@@ -91,9 +98,11 @@ def parse(owner: str, parameters: Any, learning_rate: Any, weight_decay: Any, *,
     seen = set()
     for p in items:
         if p.name in seen:
-            raise ValueError(f"For '{owner}', the parameter name '{p.name}' appears twice; optimizer state "
-                             "is "
-                             f"keyed by name, so every parameter needs a unique name")
+            raise ValueError(
+                f"For '{owner}', the parameter name '{p.name}' appears twice; optimizer state "
+                "is "
+                f"keyed by name, so every parameter needs a unique name"
+            )
         seen.add(p.name)
     n = len(items)
     layout.params = items
@@ -112,9 +121,11 @@ def _parse_groups(owner: str, groups: list[dict], weight_decay: Any, layout: Lay
     for k, group in enumerate(groups):
         unknown = [key for key in group if key not in GROUP_KEYS]
         if unknown:
-            raise KeyError(f"For '{owner}', the key(s) {unknown} of parameter group {k} cannot be "
-                           "recognized; "
-                           f"valid keys are {list(GROUP_KEYS)}")
+            raise KeyError(
+                f"For '{owner}', the key(s) {unknown} of parameter group {k} cannot be "
+                "recognized; "
+                f"valid keys are {list(GROUP_KEYS)}"
+            )
     layout.is_group = True
     layout.wds.append(parse_weight_decay(owner, weight_decay))
     table_length = layout.lrs[0].table_length
@@ -123,29 +134,37 @@ def _parse_groups(owner: str, groups: list[dict], weight_decay: Any, layout: Lay
     for k, group in enumerate(groups):
         if "order_params" in group:
             if len(group) > 1:
-                raise ValueError(f"For '{owner}', the dict with 'order_params' must contain only that key, "
-                                 "got "
-                                 f"{list(group)}")
+                raise ValueError(
+                    f"For '{owner}', the dict with 'order_params' must contain only that key, "
+                    "got "
+                    f"{list(group)}"
+                )
             value = group["order_params"]
             if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-                raise TypeError(f"For '{owner}', 'order_params' must be an iterable of Parameter, got "
-                                f"{type(value).__name__}")
+                raise TypeError(
+                    f"For '{owner}', 'order_params' must be an iterable of Parameter, got "
+                    f"{type(value).__name__}"
+                )
             order = list(value)
             continue
         if "params" not in group:
             raise KeyError(f"For '{owner}', parameter group {k} has no 'params' key")
         members = group["params"]
         if isinstance(members, (Parameter, str, bytes, dict)) or not isinstance(members, Iterable):
-            raise TypeError(f"For '{owner}', 'params' of group {k} must be an iterable of Parameter, got "
-                            f"{type(members).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'params' of group {k} must be an iterable of Parameter, got "
+                f"{type(members).__name__}"
+            )
         members = list(members)
         if not members:
             raise ValueError(f"For '{owner}', 'params' of group {k} is empty")
         for j, p in enumerate(members):
             if not isinstance(p, Parameter):
-                raise TypeError(f"For '{owner}', the {j}th item of 'params' of group {k} must be a "
-                                "Parameter, "
-                                f"got {type(p).__name__}")
+                raise TypeError(
+                    f"For '{owner}', the {j}th item of 'params' of group {k} must be a "
+                    "Parameter, "
+                    f"got {type(p).__name__}"
+                )
         lr_index = 0
         if "lr" in group:
             layout.is_group_lr = True
@@ -154,9 +173,11 @@ def _parse_groups(owner: str, groups: list[dict], weight_decay: Any, layout: Lay
                 if table_length is None:
                     table_length = lr.table_length
                 elif lr.table_length != table_length:
-                    raise ValueError(f"For '{owner}', learning-rate tables must all have one length: group "
-                                     f"{k} "
-                                     f"has {lr.table_length}, another has {table_length}")
+                    raise ValueError(
+                        f"For '{owner}', learning-rate tables must all have one length: group "
+                        f"{k} "
+                        f"has {lr.table_length}, another has {table_length}"
+                    )
             layout.lrs.append(lr)
             lr_index = len(layout.lrs) - 1
         wd_index = 0
@@ -165,15 +186,18 @@ def _parse_groups(owner: str, groups: list[dict], weight_decay: Any, layout: Lay
             wd_index = len(layout.wds) - 1
         gc = group.get("grad_centralization", False)
         if not isinstance(gc, (bool, np.bool_)):
-            raise TypeError(f"For '{owner}', 'grad_centralization' of group {k} must be a bool, got "
-                            f"{type(gc).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'grad_centralization' of group {k} must be a bool, got {type(gc).__name__}"
+            )
         wd = layout.wds[wd_index]
         flag = callable(wd) or wd > 0.0
         for p in members:
             if p.name in seen:
-                raise RuntimeError(f"For '{owner}', the parameter {p.name} appears in more than one group "
-                                   "(or "
-                                   f"twice in one); every parameter may be set only once")
+                raise RuntimeError(
+                    f"For '{owner}', the parameter {p.name} appears in more than one group "
+                    "(or "
+                    f"twice in one); every parameter may be set only once"
+                )
             seen.add(p.name)
             layout.params.append(p)
             layout.lr_index.append(lr_index)
@@ -188,13 +212,16 @@ def _reorder(owner: str, order: list, layout: Layout) -> None:
     """Put the parameters (with their lr, decay and flags) in the order of ``order_params``."""
     params = layout.params
     if len(order) != len(params):
-        raise ValueError(f"For '{owner}', 'order_params' has {len(order)} parameters but the groups have "
-                         f"{len(params)}; they must be the same")
+        raise ValueError(
+            f"For '{owner}', 'order_params' has {len(order)} parameters but the groups have "
+            f"{len(params)}; they must be the same"
+        )
     position: dict[str, int] = {}
     for j, p in enumerate(order):
         if not isinstance(p, Parameter):
-            raise TypeError(f"For '{owner}', the {j}th item of 'order_params' must be a Parameter, got "
-                            f"{type(p).__name__}")
+            raise TypeError(
+                f"For '{owner}', the {j}th item of 'order_params' must be a Parameter, got {type(p).__name__}"
+            )
         if p.name in position:
             raise ValueError(f"For '{owner}', 'order_params' lists the parameter {p.name} twice")
         position[p.name] = j

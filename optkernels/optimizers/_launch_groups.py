@@ -27,6 +27,7 @@ parameters would then matter; per-parameter launches keep it) or whose ``_multi_
 Every element is computed by the same call of the same element function with the same scalars as one
 launch per parameter would make, so the results are the same bits, whatever the number of threads.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -76,7 +77,7 @@ class LaunchPlan:
         self.centralized = centralized
         self.sequential = sequential
         self.grouped = {plan.index for group in kernel_groups for plan in group.plans}
-        self.align_masks = np.zeros(n_plans, np.int64)   # address & mask != 0: not aligned to the dtype
+        self.align_masks = np.zeros(n_plans, np.int64)  # address & mask != 0: not aligned to the dtype
         for group in kernel_groups:
             self.align_masks[group.positions] = group.first.dtype.itemsize - 1
 
@@ -90,7 +91,7 @@ class LaunchPlan:
             opt._step_one(plans[k], grads[k], ctx)
         if not self.kernel_groups:
             return
-        kept = []                       # arrays whose addresses are used in this step's launches
+        kept = []  # arrays whose addresses are used in this step's launches
         excluded: tuple[int, ...] = ()
         if plain:
             dense = grads
@@ -102,7 +103,7 @@ class LaunchPlan:
                         dense[k] = np.ascontiguousarray(g)
                 else:
                     dense[k] = _PLACEHOLDER
-                    if k in self.grouped:            # row-sparse: this step it goes the sequential way
+                    if k in self.grouped:  # row-sparse: this step it goes the sequential way
                         opt._step_one(plans[k], g, ctx)
                         excluded += (k,)
         addresses = data_addresses(dense)
@@ -110,7 +111,7 @@ class LaunchPlan:
             dense = list(dense)
             for k in np.flatnonzero(addresses & self.align_masks).tolist():
                 if k in self.grouped and k not in excluded:
-                    dense[k] = np.array(dense[k])                  # an aligned copy (NumPy allocates so)
+                    dense[k] = np.array(dense[k])  # an aligned copy (NumPy allocates so)
                     addresses[k] = data_addresses((dense[k],))[0]
         for plan in self.centralized:
             k = plan.index
@@ -127,10 +128,15 @@ class LaunchPlan:
                 wd = ctx.decays[(first.wd_index, first.cdtype)] if first.decay else None
                 recip = ctx.reciprocals[first.cdtype] if ctx.reciprocals else None
                 zero = first.dtype.type(0)
-                pre = (zero if wd is None else wd, zero if recip is None else recip, wd is not None,
-                       recip is not None)
-                group.kernel.launch_many("cpu", group.tensors, *scalars, chunks=chunks, prologue=_axpy_scal,
-                                         prologue_scalars=pre)
+                pre = (
+                    zero if wd is None else wd,
+                    zero if recip is None else recip,
+                    wd is not None,
+                    recip is not None,
+                )
+                group.kernel.launch_many(
+                    "cpu", group.tensors, *scalars, chunks=chunks, prologue=_axpy_scal, prologue_scalars=pre
+                )
             else:
                 group.kernel.launch_many("cpu", group.tensors, *scalars, chunks=chunks)
         del kept
@@ -146,8 +152,11 @@ def _chunks(group: Any, excluded: tuple) -> np.ndarray:
 
 def _memory_overlaps(plans: list) -> bool:
     """Whether two CPU parameters share memory (then the order of their updates matters)."""
-    spans = sorted((p.param.data.ctypes.data, p.param.data.ctypes.data + p.param.data.nbytes)
-                   for p in plans if p.device == "cpu" and p.size)
+    spans = sorted(
+        (p.param.data.ctypes.data, p.param.data.ctypes.data + p.param.data.nbytes)
+        for p in plans
+        if p.device == "cpu" and p.size
+    )
     return any(start < previous_end for (_, previous_end), (start, _) in zip(spans, spans[1:]))
 
 
@@ -165,9 +174,16 @@ def build(opt: Any) -> LaunchPlan:
     for plan in plans:
         # float16/bfloat16 arrays (or a gradient of another dtype than a float32 master's) take the
         # per-parameter path, whose drivers widen them chunk by chunk.
-        spec = opt._dense_kernel(plan) if (plan.device == "cpu" and plan.param.data.flags.aligned
-                                           and plan.dtype == plan.grad_dtype
-                                           and plan.dtype not in _HALF) else None
+        spec = (
+            opt._dense_kernel(plan)
+            if (
+                plan.device == "cpu"
+                and plan.param.data.flags.aligned
+                and plan.dtype == plan.grad_dtype
+                and plan.dtype not in _HALF
+            )
+            else None
+        )
         if spec is None:
             sequential.append(plan.index)
             continue

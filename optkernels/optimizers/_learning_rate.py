@@ -14,6 +14,7 @@ for float32 parameters). Tables must hold finite values >= 0 (a ValueError at co
 would let the kernel run with a negative rate); a schedule's value is checked at each step before any array
 is written.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ class LearningRate:
     def __init__(self, kind: str, obj: Any):
         self.kind = kind
         self.obj = obj
-        self._table: Any = obj.data if kind == TABLE else None   # the 1-D table of a TABLE rate
+        self._table: Any = obj.data if kind == TABLE else None  # the 1-D table of a TABLE rate
         self._warned = False
 
     @property
@@ -65,7 +66,7 @@ class LearningRate:
                 infinite value.
         """
         if self.kind == FIXED:
-            lr = float(self.obj.data)     # the Parameter may have been changed in place
+            lr = float(self.obj.data)  # the Parameter may have been changed in place
             if not (math.isfinite(lr) and lr >= 0.0):
                 raise ValueError(f"the learning rate {self.obj.name} holds {lr}; it must be finite and >= 0")
             return lr
@@ -74,14 +75,20 @@ class LearningRate:
                 return float(self._table[global_step])
             if not self._warned:
                 self._warned = True
-                warnings.warn(f"global step {global_step} is past the end of the learning-rate table "
-                              f"({self._table.shape[0]} values): the learning rate is 0.0 from now on, as "
-                              f"MindSpore's CPU/GPU Gather returns", UserWarning, stacklevel=4)
+                warnings.warn(
+                    f"global step {global_step} is past the end of the learning-rate table "
+                    f"({self._table.shape[0]} values): the learning rate is 0.0 from now on, as "
+                    f"MindSpore's CPU/GPU Gather returns",
+                    UserWarning,
+                    stacklevel=4,
+                )
             return 0.0
         lr = float(self.obj(global_step))
         if not (math.isfinite(lr) and lr >= 0.0):
-            raise ValueError(f"the learning-rate schedule {type(self.obj).__name__} returned {lr} at step "
-                             f"{global_step}; a learning rate must be finite and >= 0")
+            raise ValueError(
+                f"the learning-rate schedule {type(self.obj).__name__} returned {lr} at step "
+                f"{global_step}; a learning rate must be finite and >= 0"
+            )
         return lr
 
 
@@ -102,8 +109,10 @@ def parse_learning_rate(learning_rate: Any, owner: str, name: str = "learning_ra
     if isinstance(learning_rate, LearningRateSchedule):
         return LearningRate(SCHEDULE, learning_rate)
     if isinstance(learning_rate, (bool, np.bool_)):
-        raise TypeError(f"{what} must be a float, an int, a 0-d or 1-D array, an iterable of numbers or a "
-                        f"LearningRateSchedule, got bool")
+        raise TypeError(
+            f"{what} must be a float, an int, a 0-d or 1-D array, an iterable of numbers or a "
+            f"LearningRateSchedule, got bool"
+        )
     if isinstance(learning_rate, (int, float, np.integer, np.floating)):
         value = float(learning_rate)
         _check_values(what, np.array([value]))
@@ -121,8 +130,10 @@ def parse_learning_rate(learning_rate: Any, owner: str, name: str = "learning_ra
             return LearningRate(FIXED, Parameter(values.copy(), name))
         return _table(what, values, name)
     if isinstance(learning_rate, (str, bytes, dict)) or not isinstance(learning_rate, Iterable):
-        raise TypeError(f"{what} must be a float, an int, a 0-d or 1-D array, an iterable of numbers or a "
-                        f"LearningRateSchedule, got {type(learning_rate).__name__}")
+        raise TypeError(
+            f"{what} must be a float, an int, a 0-d or 1-D array, an iterable of numbers or a "
+            f"LearningRateSchedule, got {type(learning_rate).__name__}"
+        )
     items = list(learning_rate)
     numbers = (int, float, np.integer, np.floating)
     if any(isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers) for x in items):

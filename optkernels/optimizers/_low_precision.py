@@ -14,6 +14,7 @@ Every optimizer accepts three keyword arguments on top of its own (taken here, b
   optimizer's own step counter (in ``state_dict`` as ``"rounding_step"``): reproducible bit for bit.
 * ``seed=0``: the stochastic-rounding seed, an integer in [0, 2**64).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,7 @@ from ..kernels import _cuda
 from ..kernels._checks import HALF_DTYPES, _flatten
 
 _OPTIONS = "_low_precision_options"
-_LAUNCHES_PER_STEP = 1 << 20   # the stochastic-rounding counter of step s starts at s * 2**20
+_LAUNCHES_PER_STEP = 1 << 20  # the stochastic-rounding counter of step s starts at s * 2**20
 
 
 def _check_options(owner: str, master_weights: Any, stochastic_rounding: Any, seed: Any) -> tuple:
@@ -35,7 +36,7 @@ def _check_options(owner: str, master_weights: Any, stochastic_rounding: Any, se
             raise TypeError(f"For '{owner}', '{name}' must be a bool, got {type(value).__name__}")
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"For '{owner}', 'seed' must be an int, got {type(seed).__name__}")
-    if not 0 <= seed < 2 ** 64:
+    if not 0 <= seed < 2**64:
         raise ValueError(f"For '{owner}', 'seed' must be in [0, 2**64), got {seed}")
     return bool(master_weights), bool(stochastic_rounding), int(seed)
 
@@ -61,11 +62,18 @@ class LowPrecisionMixin:
             return
 
         @functools.wraps(init)
-        def __init__(self: Any, *args: Any, master_weights: bool = False, stochastic_rounding: bool = False,
-                     seed: int = 0, **kw: Any) -> None:
-            if self.__dict__.get(_OPTIONS) is None:     # the outermost constructor's options win
-                self.__dict__[_OPTIONS] = _check_options(type(self).__name__, master_weights,
-                                                         stochastic_rounding, seed)
+        def __init__(
+            self: Any,
+            *args: Any,
+            master_weights: bool = False,
+            stochastic_rounding: bool = False,
+            seed: int = 0,
+            **kw: Any,
+        ) -> None:
+            if self.__dict__.get(_OPTIONS) is None:  # the outermost constructor's options win
+                self.__dict__[_OPTIONS] = _check_options(
+                    type(self).__name__, master_weights, stochastic_rounding, seed
+                )
             init(self, *args, **kw)
 
         __init__._takes_low_precision = True  # type: ignore[attr-defined]  # a marker on the function
@@ -75,7 +83,7 @@ class LowPrecisionMixin:
         options: tuple[bool, bool, int] = self.__dict__.get(_OPTIONS) or (False, False, 0)
         self._master_weights, self._stochastic_rounding, self._rounding_seed = options
         self._rounding_step = 0
-        self._masters: list = []     # plans whose ``param`` is a float32 master of a half parameter
+        self._masters: list = []  # plans whose ``param`` is a float32 master of a half parameter
 
     @property
     def master_weights(self) -> bool:
@@ -104,7 +112,7 @@ class LowPrecisionMixin:
 
         step = self._rounding_step
         self._rounding_step = step + 1
-        return stochastic_rounding(self._rounding_seed, (step * _LAUNCHES_PER_STEP) % 2 ** 64)
+        return stochastic_rounding(self._rounding_seed, (step * _LAUNCHES_PER_STEP) % 2**64)
 
     def _write_masters(self) -> None:
         """Each half parameter ← its master, rounded once."""
@@ -130,4 +138,4 @@ class LowPrecisionMixin:
     def _load_low_precision_state(self, arrays: dict[str, np.ndarray]) -> None:
         if "rounding_step" in arrays:
             self._rounding_step = int(arrays["rounding_step"])
-        self._write_masters()   # the parameters: the loaded masters rounded
+        self._write_masters()  # the parameters: the loaded masters rounded

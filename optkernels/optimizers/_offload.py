@@ -8,6 +8,7 @@ the slot's gradient buffer. A transport carries the buffers and the copies: :cla
 host buffers, a CUDA stream each way, events) for a CUDA parameter, :class:`HostTransport` for a NumPy one;
 the schedule (:func:`offload_step`) is the same for both.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,7 +48,7 @@ class HostTransport:
     def __init__(self, chunk: int, dtype: Any):
         self.chunk = chunk
         self._dtype = np.dtype(dtype)
-        self._staging: list = [None, None]   # made on first use: one chunk needs one buffer
+        self._staging: list = [None, None]  # made on first use: one chunk needs one buffer
 
     def staging(self, slot: int, count: int) -> np.ndarray:
         """Slot ``slot``'s buffer for the step of ``count`` elements."""
@@ -67,7 +68,7 @@ class HostTransport:
 
     def send_add(self, slot: int, param: Any, lo: int, hi: int) -> None:
         """Queue ``param[lo:hi] ← param[lo:hi] + staging(slot)``."""
-        delta, target = self._staging[slot][:hi - lo], param[lo:hi]
+        delta, target = self._staging[slot][: hi - lo], param[lo:hi]
         if target.dtype == delta.dtype:
             np.add(target, delta, out=target)
         else:
@@ -110,14 +111,14 @@ class CudaTransport(HostTransport):
     def fetch(self, grad: Any, lo: int, hi: int, slot: int) -> None:
         if not isinstance(grad, np.ndarray):
             self._make(slot)
-            grad[lo:hi].copy_to_host(self._grads[slot][:hi - lo], stream=self._down)
+            grad[lo:hi].copy_to_host(self._grads[slot][: hi - lo], stream=self._down)
             self._got[slot].record(self._down)
 
     def fetched(self, grad: Any, lo: int, hi: int, slot: int) -> np.ndarray:
         if isinstance(grad, np.ndarray):
             return grad[lo:hi]
         self._got[slot].synchronize()
-        return self._grads[slot][:hi - lo]
+        return self._grads[slot][: hi - lo]
 
     def wait_sent(self, slot: int) -> None:
         if self._pending[slot]:
@@ -138,8 +139,9 @@ class CudaTransport(HostTransport):
         self._pending = [False, False]
 
 
-def offload_step(transport: HostTransport, param: Any, m: np.ndarray, v: np.ndarray, grad: Any,
-                 scalars: tuple) -> None:
+def offload_step(
+    transport: HostTransport, param: Any, m: np.ndarray, v: np.ndarray, grad: Any, scalars: tuple
+) -> None:
     r"""One offloaded Adam step of one flat parameter, chunk by chunk through ``transport``::
 
         m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²;  delta = −lr_t·m/(sqrt(v) + ε)   (host, per chunk)
@@ -167,10 +169,10 @@ def offload_step(transport: HostTransport, param: Any, m: np.ndarray, v: np.ndar
     for k, (lo, hi) in enumerate(bounds):
         slot = k % 2
         if k + 1 < len(bounds):
-            transport.fetch(grad, *bounds[k + 1], 1 - slot)   # the next gradient chunk comes down meanwhile
+            transport.fetch(grad, *bounds[k + 1], 1 - slot)  # the next gradient chunk comes down meanwhile
         g = transport.fetched(grad, lo, hi, slot)
-        transport.wait_sent(slot)                              # chunk k − 2's step has left this buffer
+        transport.wait_sent(slot)  # chunk k − 2's step has left this buffer
         delta = transport.staging(slot, hi - lo)
         _adam_delta.launch("cpu", hi - lo, delta, m[lo:hi], v[lo:hi], g, *scalars)
-        transport.send_add(slot, param, lo, hi)                # not waited for: overlaps chunk k + 1
+        transport.send_add(slot, param, lo, hi)  # not waited for: overlaps chunk k + 1
     transport.finish()

@@ -7,9 +7,11 @@ parameters this rank owns (it sets ``plan.owned`` on the optimizer's plans), bro
 parameters after each step, agrees on overflow flags and gathers the state. Without ``comm`` none of this
 runs, and an optimizer never looks at it.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._install import install_hint
 
@@ -37,7 +39,9 @@ def attach(optimizer: Any, comm: Any) -> Any:
         RuntimeError: ``optkernels.distributed`` was not imported (it installs the factory).
     """
     if _factory is None:
-        raise RuntimeError(f"For '{type(optimizer).__name__}', 'comm' needs the parallel optimizer of "
-                           "optkernels.distributed: run `import optkernels.distributed` first "
-                           f"({install_hint('mpi')})")
+        raise RuntimeError(
+            f"For '{type(optimizer).__name__}', 'comm' needs the parallel optimizer of "
+            "optkernels.distributed: run `import optkernels.distributed` first "
+            f"({install_hint('mpi')})"
+        )
     return _factory(optimizer, comm)

@@ -5,6 +5,7 @@ Keys: ``"global_step"`` (0-d int64), ``"<slot>.<parameter name>"`` for every slo
 optimizer's per-step scalars (``"beta1_power"``...). Savable with ``np.savez`` and loadable from
 ``np.load``'s ``NpzFile``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,8 +48,11 @@ class StateDictMixin:
         for key, value in self._scalar_state().items():
             layout[key] = (value.shape, value.dtype, None)
         for key, (array, value) in self._low_precision_state().items():
-            layout[key] = (array.shape, np.dtype(array.dtype), array) if array is not None else (
-                value.shape, value.dtype, None)
+            layout[key] = (
+                (array.shape, np.dtype(array.dtype), array)
+                if array is not None
+                else (value.shape, value.dtype, None)
+            )
         return layout
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -69,10 +73,13 @@ class StateDictMixin:
                 out[f"{slot}.{plan.name}"] = host
         out.update({k: np.array(v) for k, v in self._scalar_state().items()})
         for key, (array, value) in self._low_precision_state().items():
-            out[key] = value.copy() if array is None else (
-                array.copy() if isinstance(array, np.ndarray) else _cuda.to_host(array))
+            out[key] = (
+                value.copy()
+                if array is None
+                else (array.copy() if isinstance(array, np.ndarray) else _cuda.to_host(array))
+            )
         parallel = getattr(self, "_parallel", None)
-        if parallel is not None:   # a rank's share says whose it is ("share.rank"...: optkernels.distributed)
+        if parallel is not None:  # a rank's share says whose it is ("share.rank"...: optkernels.distributed)
             out.update(parallel.share_metadata(self))
         return out
 
@@ -110,35 +117,45 @@ class StateDictMixin:
     def _checked_state(self, state: Any) -> dict[str, np.ndarray]:
         """The arrays of ``state`` to load, by key, after every check of :meth:`load_state_dict`."""
         if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
-            raise TypeError(f"For '{self._owner}', load_state_dict needs a mapping of str to arrays, got "
-                            f"{type(state).__name__}")
+            raise TypeError(
+                f"For '{self._owner}', load_state_dict needs a mapping of str to arrays, got "
+                f"{type(state).__name__}"
+            )
         layout = self._state_layout()
         given = set(state.keys())
         foreign = {plan.name for plan in self._plans if not plan.owned}
-        if foreign:   # a parallel optimizer takes its share of a whole state (another rank's slots pass)
+        if foreign:  # a parallel optimizer takes its share of a whole state (another rank's slots pass)
             given = {k for k in given if k in layout or k.partition(".")[2] not in foreign}
         missing = [k for k in layout if k not in given]
         if missing:
-            raise KeyError(f"For '{self._owner}', the state has no entry {missing[0]!r}"
-                           f"{self._which_parameter(missing[0])} ({len(missing)} missing)")
+            raise KeyError(
+                f"For '{self._owner}', the state has no entry {missing[0]!r}"
+                f"{self._which_parameter(missing[0])} ({len(missing)} missing)"
+            )
         unexpected = sorted(given - set(layout))
         if unexpected:
-            raise KeyError(f"For '{self._owner}', the state has the unexpected entry {unexpected[0]!r}: this "
-                           f"optimizer has no such parameter or state ({len(unexpected)} unexpected)")
+            raise KeyError(
+                f"For '{self._owner}', the state has the unexpected entry {unexpected[0]!r}: this "
+                f"optimizer has no such parameter or state ({len(unexpected)} unexpected)"
+            )
         arrays = {}
         for key, (shape, dtype, _) in layout.items():
             value = np.asarray(state[key])
             if value.shape != shape:
-                raise ValueError(f"For '{self._owner}', the state entry {key!r} has shape {value.shape} but "
-                                 f"needs shape {shape}")
+                raise ValueError(
+                    f"For '{self._owner}', the state entry {key!r} has shape {value.shape} but "
+                    f"needs shape {shape}"
+                )
             if key == "global_step":
                 if value.dtype.kind not in "iu" or int(value) < 0:
-                    raise ValueError(f"For '{self._owner}', 'global_step' must be a non-negative integer, "
-                                     "got "
-                                     f"{value!r}")
+                    raise ValueError(
+                        f"For '{self._owner}', 'global_step' must be a non-negative integer, got {value!r}"
+                    )
             elif value.dtype != dtype:
-                raise TypeError(f"For '{self._owner}', the state entry {key!r} has dtype {value.dtype} but "
-                                f"needs dtype {dtype}")
+                raise TypeError(
+                    f"For '{self._owner}', the state entry {key!r} has dtype {value.dtype} but "
+                    f"needs dtype {dtype}"
+                )
             arrays[key] = value
         return arrays
 

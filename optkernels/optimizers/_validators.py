@@ -4,6 +4,7 @@ A "float" argument must be a ``float`` (TypeError otherwise: an ``int`` such as 
 ``bool`` never counts as a number) and finite (ValueError); range checks raise ValueError. Each message
 names the argument and the optimizer.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,16 @@ def check_float(name: str, value: Any, owner: str, *, allow_int: bool = False) -
     return value
 
 
-def check_range(name: str, value: float, owner: str, low: float | None = None, high: float | None = None, *,
-                low_open: bool = False, high_open: bool = False) -> float:
+def check_range(
+    name: str,
+    value: float,
+    owner: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """Raise ValueError unless ``value`` lies in the interval (open ends where asked)."""
     ok = True
     if low is not None:
@@ -69,9 +78,17 @@ def check_betas_eps(beta1: Any, beta2: Any, eps: Any, owner: str, eps_name: str 
 
 
 # torch.optim's keyword names that MindSpore's (and so this package's NumPy classes) spell otherwise.
-_TORCH_NAMES = {"lr": "the argument here is 'learning_rate'", "betas": "the arguments here are 'beta1' and 'beta2'",
-                "amsgrad": "the argument here is 'use_amsgrad'", "nesterov": "the argument here is 'use_nesterov'", "foreach": None, "fused": None, "capturable": None,
-                "differentiable": None, "maximize": None}
+_TORCH_NAMES = {
+    "lr": "the argument here is 'learning_rate'",
+    "betas": "the arguments here are 'beta1' and 'beta2'",
+    "amsgrad": "the argument here is 'use_amsgrad'",
+    "nesterov": "the argument here is 'use_nesterov'",
+    "foreach": None,
+    "fused": None,
+    "capturable": None,
+    "differentiable": None,
+    "maximize": None,
+}
 
 
 def check_torch_keywords(cls: type[object], keywords: dict) -> None:
@@ -89,6 +106,8 @@ def check_torch_keywords(cls: type[object], keywords: dict) -> None:
             continue
         ours = _TORCH_NAMES[name]
         here = f"{ours} (MindSpore's names)" if ours else "it has no counterpart here"
-        raise TypeError(f"For '{cls.__name__}', unexpected keyword argument '{name}': {here}. "
-                        f"The classes with torch.optim's arguments live in optkernels.torch "
-                        f"(for example optkernels.torch.Adam(model.parameters(), lr=1e-3))")
+        raise TypeError(
+            f"For '{cls.__name__}', unexpected keyword argument '{name}': {here}. "
+            f"The classes with torch.optim's arguments live in optkernels.torch "
+            f"(for example optkernels.torch.Adam(model.parameters(), lr=1e-3))"
+        )

@@ -1,4 +1,5 @@
 """``AdaFactor``: factored second moments, relative step sizes (MindSpore ``nn.AdaFactor``)."""
+
 from __future__ import annotations
 
 import math
@@ -108,36 +109,55 @@ class AdaFactor(Optimizer):
     _distinct_gradients = True
     _target_rules = "platform"
 
-    def __init__(self, params: Any, learning_rate: Any = None, eps: Any = (1e-30, 1e-3),
-                 clip_threshold: float = 1.0, decay_rate: float = 0.8, beta1: Any = 0.9,
-                 weight_decay: float = 0.0, scale_parameter: bool = True, relative_step: bool = True,
-                 warmup_init: Any = False, compression: bool = False, loss_scale: Any = 1.0,
-                 comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = None,
+        eps: Any = (1e-30, 1e-3),
+        clip_threshold: float = 1.0,
+        decay_rate: float = 0.8,
+        beta1: Any = 0.9,
+        weight_decay: float = 0.0,
+        scale_parameter: bool = True,
+        relative_step: bool = True,
+        warmup_init: Any = False,
+        compression: bool = False,
+        loss_scale: Any = 1.0,
+        comm: Any = None,
+    ):
         owner = type(self).__name__
         if learning_rate is not None and relative_step:
-            raise ValueError(f"For '{owner}', cannot combine a manual 'learning_rate' with "
-                             f"'relative_step=True'")
+            raise ValueError(
+                f"For '{owner}', cannot combine a manual 'learning_rate' with 'relative_step=True'"
+            )
         if warmup_init and not relative_step:
             raise ValueError(f"For '{owner}', 'warmup_init' requires 'relative_step=True'")
         if learning_rate is None and not relative_step:
-            raise ValueError(f"For '{owner}', 'learning_rate' is None with 'relative_step=False': give a "
-                             f"learning rate or use the relative step")
+            raise ValueError(
+                f"For '{owner}', 'learning_rate' is None with 'relative_step=False': give a "
+                f"learning rate or use the relative step"
+            )
         plain_rate = learning_rate is None or (
             isinstance(learning_rate, (int, float, np.integer, np.floating))
-            and not isinstance(learning_rate, (bool, np.bool_)))
-        super().__init__(0.0 if learning_rate is None else learning_rate, params, weight_decay, loss_scale,
-                         comm=comm)
+            and not isinstance(learning_rate, (bool, np.bool_))
+        )
+        super().__init__(
+            0.0 if learning_rate is None else learning_rate, params, weight_decay, loss_scale, comm=comm
+        )
         if self.is_group_lr:
-            raise ValueError(f"For '{owner}', a parameter group may not set 'lr': AdaFactor applies one "
-                             f"learning rate to every parameter")
+            raise ValueError(
+                f"For '{owner}', a parameter group may not set 'lr': AdaFactor applies one "
+                f"learning rate to every parameter"
+            )
         self.eps = self._check_eps(eps)
         clip_threshold = check_float("clip_threshold", clip_threshold, owner)
         self.clip_threshold = check_range("clip_threshold", clip_threshold, owner, 0.0)
         if clip_threshold == 0 and math.copysign(1.0, clip_threshold) < 0:
             raise ValueError(f"For '{owner}', 'clip_threshold' must be in [0, inf], got -0.0")
         decay_rate = check_float("decay_rate", decay_rate, owner)
-        self.decay_rate = check_range("decay_rate", decay_rate, owner, 0.0, 1.0, low_open=True,
-                                      high_open=True)
+        self.decay_rate = check_range(
+            "decay_rate", decay_rate, owner, 0.0, 1.0, low_open=True, high_open=True
+        )
         weight_decay = check_float("weight_decay", weight_decay, owner)
         self.weight_decay_value = check_range("weight_decay", weight_decay, owner, 0.0, 1.0, high_open=True)
         self.scale_parameter = check_bool("scale_parameter", scale_parameter, owner)
@@ -147,8 +167,12 @@ class AdaFactor(Optimizer):
         self.warmup_init = bool(warmup_init)
         self.scale_lr = plain_rate
         if not plain_rate and self.scale_parameter:
-            warnings.warn(f"For '{owner}', a learning-rate table or schedule is used as given: "
-                          f"'scale_parameter' is set to False", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"For '{owner}', a learning-rate table or schedule is used as given: "
+                f"'scale_parameter' is set to False",
+                UserWarning,
+                stacklevel=2,
+            )
             self.scale_parameter = False
         self._step = 0
         self.init_ada_factor_state(self.beta1)
@@ -193,17 +217,21 @@ class AdaFactor(Optimizer):
     def _check_eps(self, eps: Any) -> tuple[float, float]:
         owner = self._owner
         if not isinstance(eps, (list, tuple)):
-            raise TypeError(f"For '{owner}', 'eps' must be a list or tuple (eps1, eps2), got "
-                            f"{type(eps).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'eps' must be a list or tuple (eps1, eps2), got {type(eps).__name__}"
+            )
         if len(eps) != 2:
             raise ValueError(f"For '{owner}', 'eps' must have 2 values (eps1, eps2), got {len(eps)}")
-        eps1, eps2 = (check_range(f"eps[{k}]", check_float(f"eps[{k}]", e, owner), owner, 0.0)
-                      for k, e in enumerate(eps))
+        eps1, eps2 = (
+            check_range(f"eps[{k}]", check_float(f"eps[{k}]", e, owner), owner, 0.0)
+            for k, e in enumerate(eps)
+        )
         return eps1, eps2
 
     def _state_arrays(self, plan: Any) -> list[tuple[str, Any]]:
         return [("the parameter", plan.param.data)] + [
-            (f"its slot {name}", self._slots[name][plan.index]) for name in _SLOTS]
+            (f"its slot {name}", self._slots[name][plan.index]) for name in _SLOTS
+        ]
 
     def _add_parameter_slots(self, plan: Any) -> None:
         shape, dtype = plan.shape, plan.dtype
@@ -212,7 +240,7 @@ class AdaFactor(Optimizer):
             array = np.zeros(shp, dtype=dt)
             return _cuda.module().to_device(array) if plan.device == "cuda" else array
 
-        if not plan.owned:   # another rank of a parallel optimizer keeps this parameter's slots
+        if not plan.owned:  # another rank of a parallel optimizer keeps this parameter's slots
             for name in _SLOTS:
                 self._slots[name].append(None)
             return
@@ -221,7 +249,8 @@ class AdaFactor(Optimizer):
         self._slots["exp_avg_sq_row"].append(zeros(shape[:-1], dtype) if factored else None)
         self._slots["exp_avg_sq_col"].append(zeros(shape[:-2] + shape[-1:], dtype) if factored else None)
         self._slots["exp_avg_sq"].append(
-            None if factored else zeros(shape, np.float16 if self.compression else dtype))
+            None if factored else zeros(shape, np.float16 if self.compression else dtype)
+        )
 
     @property
     def step_count(self) -> int:
@@ -247,12 +276,20 @@ class AdaFactor(Optimizer):
     def _apply_dense(self, plan: Any, grad: Any, scalars: tuple, ctx: Any) -> None:
         k = plan.index
         slots = [self._slots[name][k] for name in _SLOTS]
-        fused_ada_factor(self.eps, self.clip_threshold, self.beta1, ctx.extra["beta2t"],
-                         self.weight_decay_value, scalars[0], grad.reshape(plan.shape), plan.param.data,
-                         *slots,
-                         enable_scale_parameter=self.scale_parameter,
-                         enable_first_moment=self.use_first_moment,
-                         enable_weight_decay=self.weight_decay_value > 0.0)
+        fused_ada_factor(
+            self.eps,
+            self.clip_threshold,
+            self.beta1,
+            ctx.extra["beta2t"],
+            self.weight_decay_value,
+            scalars[0],
+            grad.reshape(plan.shape),
+            plan.param.data,
+            *slots,
+            enable_scale_parameter=self.scale_parameter,
+            enable_first_moment=self.use_first_moment,
+            enable_weight_decay=self.weight_decay_value > 0.0,
+        )
 
     # ------------------------------------------------------------------------------------ state
 
@@ -268,8 +305,9 @@ class AdaFactor(Optimizer):
         if hasattr(state, "keys") and "step" in state.keys():
             step = np.asarray(state["step"])
             if step.shape == () and step.dtype.kind == "f" and not (step >= 0 and step == np.floor(step)):
-                raise ValueError(f"For '{self._owner}', the state entry 'step' must be a whole number >= 0, "
-                                 f"got {step}")
+                raise ValueError(
+                    f"For '{self._owner}', the state entry 'step' must be a whole number >= 0, got {step}"
+                )
         super().load_state_dict(state)
 
     def _state_layout(self) -> dict[str, tuple]:
@@ -280,9 +318,12 @@ class AdaFactor(Optimizer):
                     layout[f"{name}.{plan.name}"] = (tuple(array.shape), np.dtype(array.dtype), array)
         for key, value in self._scalar_state().items():
             layout[key] = (value.shape, value.dtype, None)
-        for key, (array, value) in self._low_precision_state().items():   # master weights
-            layout[key] = (tuple(array.shape), np.dtype(array.dtype), array) if array is not None else (
-                value.shape, value.dtype, None)
+        for key, (array, value) in self._low_precision_state().items():  # master weights
+            layout[key] = (
+                (tuple(array.shape), np.dtype(array.dtype), array)
+                if array is not None
+                else (value.shape, value.dtype, None)
+            )
         return layout
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -293,6 +334,7 @@ class AdaFactor(Optimizer):
             if array is not None:
                 out[key] = array.copy() if isinstance(array, np.ndarray) else _cuda.to_host(array)
         out.update({k: np.array(v) for k, v in self._scalar_state().items()})
-        out.update({k: value.copy() for k, (array, value) in self._low_precision_state().items()
-                    if array is None})
+        out.update(
+            {k: value.copy() for k, (array, value) in self._low_precision_state().items() if array is None}
+        )
         return out

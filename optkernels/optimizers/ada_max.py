@@ -1,11 +1,12 @@
 """``AdaMax``: Adam with the infinity norm (MindSpore ``nn.AdaMax``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
+from ..kernels._checks import check_range
 from ..kernels.ada_max import _ada_max
 from ..kernels.adam import _betas_epsilon
-from ..kernels._checks import check_range
 from ._validators import check_betas_eps
 from .adam import BetaPowers
 from .optimizer import Optimizer, scalar_batch
@@ -37,8 +38,17 @@ class AdaMax(Optimizer):
         ValueError: a beta outside (0, 1), eps <= 0; the base class's errors.
     """
 
-    def __init__(self, params: Any, learning_rate: Any = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-08, weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-08,
+        weight_decay: Any = 0.0,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         self.beta1, self.beta2, self.eps = check_betas_eps(beta1, beta2, eps, self._owner)
         self._powers = BetaPowers(self, {"beta1_power": self.beta1})

@@ -1,12 +1,14 @@
 """``Adagrad`` (MindSpore ``nn.Adagrad``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.adagrad import _adagrad
 from ..kernels._checks import check_range
+from ..kernels.adagrad import _adagrad
 from ..sparse import sparse_apply_adagrad
-from ._validators import check_bool, check_float, check_range as check_arg_range
+from ._validators import check_bool, check_float
+from ._validators import check_range as check_arg_range
 from .optimizer import Optimizer, scalar_batch
 
 __all__ = ["Adagrad"]
@@ -43,8 +45,16 @@ class Adagrad(Optimizer):
 
     _accepts_sparse = True
 
-    def __init__(self, params: Any, accum: float = 0.1, learning_rate: Any = 0.001, update_slots: bool = True,
-                 loss_scale: float = 1.0, weight_decay: Any = 0.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        accum: float = 0.1,
+        learning_rate: Any = 0.001,
+        update_slots: bool = True,
+        loss_scale: float = 1.0,
+        weight_decay: Any = 0.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.accum_init = check_arg_range("accum", check_float("accum", accum, owner), owner, 0.0)
@@ -61,5 +71,11 @@ class Adagrad(Optimizer):
 
     def _apply_sparse(self, plan, grad, ctx):
         grad = self._merge_if_unique(grad)
-        sparse_apply_adagrad(plan.param.data, plan.slots["accum"], grad.values, grad.indices,
-                             lr=ctx.lrs[plan.lr_index], update_slots=self.update_slots)
+        sparse_apply_adagrad(
+            plan.param.data,
+            plan.slots["accum"],
+            grad.values,
+            grad.indices,
+            lr=ctx.lrs[plan.lr_index],
+            update_slots=self.update_slots,
+        )

@@ -1,5 +1,6 @@
 """``Adam`` (MindSpore ``nn.Adam``: plain, AMSGrad, lazy and offload modes) and the beta powers it shares
 with LazyAdam, AdamOffload and AdaMax."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -96,14 +97,27 @@ class Adam(Optimizer):
     _target_rules: str | None = "platform"
     _accepts_sparse = True
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, use_locking: bool = False, use_nesterov: bool = False,
-                 weight_decay: Any = 0.0, loss_scale: float = 1.0, use_amsgrad: bool = False,
-                 comm: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        use_locking: bool = False,
+        use_nesterov: bool = False,
+        weight_decay: Any = 0.0,
+        loss_scale: float = 1.0,
+        use_amsgrad: bool = False,
+        comm: Any = None,
+        **kwargs: Any,
+    ):
         unknown = [k for k in kwargs if k not in _KWARGS]
         if unknown:
-            raise TypeError(f"For '{type(self).__name__}', unexpected keyword argument(s) {unknown}; the "
-                            f"accepted ones are {list(_KWARGS)}")
+            raise TypeError(
+                f"For '{type(self).__name__}', unexpected keyword argument(s) {unknown}; the "
+                f"accepted ones are {list(_KWARGS)}"
+            )
         use_lazy, use_offload = kwargs.get("use_lazy", False), kwargs.get("use_offload", False)
         if use_offload is True:
             self._centralizes = False
@@ -118,8 +132,9 @@ class Adam(Optimizer):
         if self.use_lazy and self.use_offload:
             raise ValueError(f"For '{owner}', 'use_lazy' and 'use_offload' cannot both be True")
         if self.use_amsgrad and (self.use_lazy or self.use_offload):
-            raise ValueError(f"For '{owner}', 'use_amsgrad' cannot be combined with 'use_lazy' or "
-                             "'use_offload'")
+            raise ValueError(
+                f"For '{owner}', 'use_amsgrad' cannot be combined with 'use_lazy' or 'use_offload'"
+            )
         if self.use_amsgrad or self.use_offload:
             self._accepts_sparse = False
         self._powers = BetaPowers(self, {"beta1_power": self.beta1, "beta2_power": self.beta2})
@@ -204,10 +219,22 @@ class Adam(Optimizer):
         if not fused:
             grad = self._merge_if_unique(grad)
         m, v = plan.slots["moment1"], plan.slots["moment2"]
-        kernel(plan.param.data, m, v, ctx.extra["beta1_power"], ctx.extra["beta2_power"],
-               ctx.lrs[plan.lr_index], self.beta1, self.beta2, self.eps, grad.values, grad.indices,
-               use_locking=self.use_locking, use_nesterov=self.use_nesterov,
-               out_of_range="drop" if fused else "raise")
+        kernel(
+            plan.param.data,
+            m,
+            v,
+            ctx.extra["beta1_power"],
+            ctx.extra["beta2_power"],
+            ctx.lrs[plan.lr_index],
+            self.beta1,
+            self.beta2,
+            self.eps,
+            grad.values,
+            grad.indices,
+            use_locking=self.use_locking,
+            use_nesterov=self.use_nesterov,
+            out_of_range="drop" if fused else "raise",
+        )
 
     # ------------------------------------------------------------------ state
 

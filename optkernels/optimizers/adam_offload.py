@@ -1,4 +1,5 @@
 """``AdamOffload``: Adam whose moments live in host memory (MindSpore ``nn.AdamOffload``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,11 +43,32 @@ class AdamOffload(Adam):
 
     _target_rules = None
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, use_locking: bool = False, use_nesterov: bool = False,
-                 weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
-        super().__init__(params, learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay,
-                         loss_scale, use_offload=True, comm=comm)
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        use_locking: bool = False,
+        use_nesterov: bool = False,
+        weight_decay: Any = 0.0,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
+        super().__init__(
+            params,
+            learning_rate,
+            beta1,
+            beta2,
+            eps,
+            use_locking,
+            use_nesterov,
+            weight_decay,
+            loss_scale,
+            use_offload=True,
+            comm=comm,
+        )
 
     def _sparse_refusal(self) -> str:
         return f"'{self._owner}' does not support (dense gradients only)"

@@ -1,12 +1,13 @@
 """``AdamWeightDecay``: Adam with decoupled weight decay and no bias correction (MindSpore
 ``nn.AdamWeightDecay``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
+from ..kernels._checks import check_range
 from ..kernels.adam import _betas_epsilon
 from ..kernels.adam_weight_decay import _adam_weight_decay
-from ..kernels._checks import check_range
 from ._validators import check_betas_eps
 from .optimizer import Optimizer, scalar_batch
 
@@ -47,8 +48,16 @@ class AdamWeightDecay(Optimizer):
     _scales_gradients = False
     _target_rules = "platform"
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-6, weight_decay: Any = 0.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: Any = 0.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, comm=comm)
         self.beta1, self.beta2, self.eps = check_betas_eps(beta1, beta2, eps, self._owner)
         self._add_slots({"adam_m": 0.0, "adam_v": 0.0})

@@ -1,7 +1,8 @@
 """``AdEMAMix``: Adam with a slow second momentum and the paper's α/β3 warmups (MODERN §10)."""
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ..kernels.ademamix import _ademamix, ademamix_scalars, ademamix_schedule
 from ._validators import check_bool, check_float, check_range
@@ -11,7 +12,7 @@ from .optimizer import Optimizer, StepContext
 __all__ = ["AdEMAMix"]
 
 
-def _check_warmup(name: str, value: Any, owner: str) -> Optional[float]:
+def _check_warmup(name: str, value: Any, owner: str) -> float | None:
     if value is None:
         return None
     return check_range(name, check_float(name, value, owner, allow_int=True), owner, 0.0)
@@ -53,14 +54,27 @@ class AdEMAMix(Optimizer):
     _scales_gradients = False
     _always_counts_steps = True
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 beta3: float = 0.9999, alpha: float = 5.0, t_alpha: Optional[float] = None,
-                 t_beta3: Optional[float] = None, eps: float = 1e-8, weight_decay: Any = 1e-2,
-                 decay_after_update: bool = False, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        beta3: float = 0.9999,
+        alpha: float = 5.0,
+        t_alpha: float | None = None,
+        t_beta3: float | None = None,
+        eps: float = 1e-8,
+        weight_decay: Any = 1e-2,
+        decay_after_update: bool = False,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, comm=comm)
         owner = self._owner
-        self.beta1, self.beta2, self.beta3 = (check_beta(name, value, owner, high_open=True) for name, value in
-                                              (("beta1", beta1), ("beta2", beta2), ("beta3", beta3)))
+        self.beta1, self.beta2, self.beta3 = (
+            check_beta(name, value, owner, high_open=True)
+            for name, value in (("beta1", beta1), ("beta2", beta2), ("beta3", beta3))
+        )
         self.alpha = check_range("alpha", check_float("alpha", alpha, owner, allow_int=True), owner, 0.0)
         self.eps = check_range("eps", check_float("eps", eps, owner, allow_int=True), owner, 0.0)
         self.t_alpha = _check_warmup("t_alpha", t_alpha, owner)
@@ -74,7 +88,9 @@ class AdEMAMix(Optimizer):
         return self.beta1, self.beta2, beta3, alpha, self.eps
 
     def _kernel_scalars(self, ctx, lr, dtype):
-        return ademamix_scalars(dtype, lr, *self._hyper(ctx), 0.0, ctx.global_step + 1, self.decay_after_update)
+        return ademamix_scalars(
+            dtype, lr, *self._hyper(ctx), 0.0, ctx.global_step + 1, self.decay_after_update
+        )
 
     def _dense_kernel(self, plan):
         return _ademamix, (plan.flat, *plan.flats)
@@ -82,8 +98,14 @@ class AdEMAMix(Optimizer):
     def _dense_scalars(self, plan, scalars, ctx):
         if not self.decay_flags[plan.index]:
             return scalars
-        return ademamix_scalars(plan.cdtype, ctx.lrs[plan.lr_index], *self._hyper(ctx), ctx.wds[plan.wd_index],
-                                ctx.global_step + 1, self.decay_after_update)
+        return ademamix_scalars(
+            plan.cdtype,
+            ctx.lrs[plan.lr_index],
+            *self._hyper(ctx),
+            ctx.wds[plan.wd_index],
+            ctx.global_step + 1,
+            self.decay_after_update,
+        )
 
     def _scalar_group(self, plan):
         return plan.key, (plan.wd_index if self.decay_flags[plan.index] else None)

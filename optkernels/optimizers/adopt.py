@@ -1,8 +1,10 @@
 """``ADOPT``: Adam with the gradient normalised by the previous second moment, clipped (MODERN §9)."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..kernels.adopt import _adopt, adopt_scalars
 from ._validators import check_bool, check_float, check_range
@@ -14,7 +16,7 @@ __all__ = ["ADOPT", "default_clip"]
 
 def default_clip(step: float) -> float:
     """The authors' clip bound for the k-th update: ``k**0.25``."""
-    return step ** 0.25
+    return step**0.25
 
 
 class ADOPT(Optimizer):
@@ -52,19 +54,29 @@ class ADOPT(Optimizer):
             errors.
     """
 
-    _coupled_decay = False     # the kernel adds it (no rounding of g + wd·w to a half parameter's dtype)
+    _coupled_decay = False  # the kernel adds it (no rounding of g + wd·w to a half parameter's dtype)
     _centralizes = False
     _scales_gradients = False
     _always_counts_steps = True
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.9999,
-                 eps: float = 1e-6, clip_lambda: Optional[Callable[[float], float]] = default_clip,
-                 weight_decay: Any = 0.0, decouple: bool = False, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.9999,
+        eps: float = 1e-6,
+        clip_lambda: Callable[[float], float] | None = default_clip,
+        weight_decay: Any = 0.0,
+        decouple: bool = False,
+        comm: Any = None,
+    ):
         owner = type(self).__name__
         self.decouple = check_bool("decouple", decouple, owner)
         if clip_lambda is not None and not callable(clip_lambda):
-            raise TypeError(f"For '{owner}', 'clip_lambda' must be a callable or None, got "
-                            f"{type(clip_lambda).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'clip_lambda' must be a callable or None, got {type(clip_lambda).__name__}"
+            )
         self.clip_lambda = clip_lambda
         super().__init__(learning_rate, params, weight_decay, comm=comm)
         self.beta1 = check_beta("beta1", beta1, owner, high_open=True)
@@ -77,7 +89,9 @@ class ADOPT(Optimizer):
 
     def _kernel_scalars(self, ctx, lr, dtype):
         k = ctx.global_step
-        return adopt_scalars(dtype, lr, self.beta1, self.beta2, self.eps, 0.0, k, self._clip(k), coupled=False)
+        return adopt_scalars(
+            dtype, lr, self.beta1, self.beta2, self.eps, 0.0, k, self._clip(k), coupled=False
+        )
 
     def _dense_kernel(self, plan):
         return _adopt, (plan.flat, *plan.flats)
@@ -86,8 +100,17 @@ class ADOPT(Optimizer):
         if not self.decay_flags[plan.index]:
             return scalars
         k = ctx.global_step
-        return adopt_scalars(plan.cdtype, ctx.lrs[plan.lr_index], self.beta1, self.beta2, self.eps,
-                             ctx.wds[plan.wd_index], k, self._clip(k), self.decouple)
+        return adopt_scalars(
+            plan.cdtype,
+            ctx.lrs[plan.lr_index],
+            self.beta1,
+            self.beta2,
+            self.eps,
+            ctx.wds[plan.wd_index],
+            k,
+            self._clip(k),
+            self.decouple,
+        )
 
     def _scalar_group(self, plan):
         return plan.key, (plan.wd_index if self.decay_flags[plan.index] else None)

@@ -6,6 +6,7 @@ with ``use_kahan_summation`` a compensation buffer keeps what the rounding of th
 small updates are not swallowed by bfloat16's 8-bit significand (the deterministic alternative to
 stochastic rounding).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -89,22 +90,32 @@ class AnyPrecisionAdamW(ArrayOptimizer):
     on the CPU only (the CUDA-and-NCCL check of the original is not made).
     """
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, use_kahan_summation: bool = False, momentum_dtype: Any = np.float32,
-                 variance_dtype: Any = ml_dtypes.bfloat16, compensation_buffer_dtype: Any = ml_dtypes.bfloat16
-                 ) -> None:
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: Any = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        use_kahan_summation: bool = False,
+        momentum_dtype: Any = np.float32,
+        variance_dtype: Any = ml_dtypes.bfloat16,
+        compensation_buffer_dtype: Any = ml_dtypes.bfloat16,
+    ) -> None:
         if not isinstance(use_kahan_summation, (bool, np.bool_)):
             raise TypeError(f"use_kahan_summation must be a bool, got {type(use_kahan_summation).__name__}")
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise TypeError(f"betas must be a pair of floats, got {betas!r}")
-        defaults = dict(lr=_float_arg("lr", lr, 0.0), betas=(_float_arg("betas[0]", betas[0], 0.0, 1.0),
-                                                             _float_arg("betas[1]", betas[1], 0.0, 1.0)),
-                        eps=_float_arg("eps", eps, 0.0), weight_decay=_float_arg("weight_decay", weight_decay, 0.0),
-                        use_kahan_summation=bool(use_kahan_summation),
-                        momentum_dtype=_dtype_arg("momentum_dtype", momentum_dtype),
-                        variance_dtype=_dtype_arg("variance_dtype", variance_dtype),
-                        compensation_buffer_dtype=_dtype_arg("compensation_buffer_dtype",
-                                                             compensation_buffer_dtype))
+        defaults = dict(
+            lr=_float_arg("lr", lr, 0.0),
+            betas=(_float_arg("betas[0]", betas[0], 0.0, 1.0), _float_arg("betas[1]", betas[1], 0.0, 1.0)),
+            eps=_float_arg("eps", eps, 0.0),
+            weight_decay=_float_arg("weight_decay", weight_decay, 0.0),
+            use_kahan_summation=bool(use_kahan_summation),
+            momentum_dtype=_dtype_arg("momentum_dtype", momentum_dtype),
+            variance_dtype=_dtype_arg("variance_dtype", variance_dtype),
+            compensation_buffer_dtype=_dtype_arg("compensation_buffer_dtype", compensation_buffer_dtype),
+        )
         self._groups(params, defaults)
         for k, p in enumerate(self._arrays):
             if not isinstance(p, np.ndarray):
@@ -118,8 +129,11 @@ class AnyPrecisionAdamW(ArrayOptimizer):
         state = self.state.get(k)
         if state is None:
             shape = self._arrays[k].shape
-            state = {"step": 0, "exp_avg": np.zeros(shape, group["momentum_dtype"]),
-                     "exp_avg_sq": np.zeros(shape, group["variance_dtype"])}
+            state = {
+                "step": 0,
+                "exp_avg": np.zeros(shape, group["momentum_dtype"]),
+                "exp_avg_sq": np.zeros(shape, group["variance_dtype"]),
+            }
             if group["use_kahan_summation"]:
                 state["compensation"] = np.zeros(shape, group["compensation_buffer_dtype"])
             self.state[k] = state
@@ -132,8 +146,9 @@ class AnyPrecisionAdamW(ArrayOptimizer):
         for group in self.param_groups:
             for k in group["params"]:
                 if grads[k] is not None:
-                    self._update(self._arrays[k], np.asarray(grads[k]).astype(_F32), self._state_of(k, group),
-                                 group)
+                    self._update(
+                        self._arrays[k], np.asarray(grads[k]).astype(_F32), self._state_of(k, group), group
+                    )
 
     @staticmethod
     def _update(param: np.ndarray, g: np.ndarray, state: dict, group: dict) -> None:

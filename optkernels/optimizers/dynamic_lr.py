@@ -11,10 +11,11 @@ Argument checks follow MindSpore's validators (see :mod:`optkernels.optimizers.s
 argument must be a Python ``float`` (not an ``int`` or ``bool``) and finite, an ``int`` argument a Python
 ``int`` (not ``bool``), a flag a ``bool``; TypeError for a wrong type, ValueError for a value out of range.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from .schedules import _check_bool, _check_float, _check_int
 
@@ -50,26 +51,37 @@ def piecewise_constant_lr(milestone: Sequence[int], learning_rates: Sequence[flo
     owner = "piecewise_constant_lr"
     for name, value in (("milestone", milestone), ("learning_rates", learning_rates)):
         if not isinstance(value, (list, tuple)):
-            raise TypeError(f"For '{owner}', '{name}' must be a list or a tuple, but got "
-                            f"{type(value).__name__}")
+            raise TypeError(
+                f"For '{owner}', '{name}' must be a list or a tuple, but got {type(value).__name__}"
+            )
     if len(milestone) != len(learning_rates):
-        raise ValueError(f"For '{owner}', 'milestone' and 'learning_rates' must have the same length, but "
-                         f"got {len(milestone)} and {len(learning_rates)}")
+        raise ValueError(
+            f"For '{owner}', 'milestone' and 'learning_rates' must have the same length, but "
+            f"got {len(milestone)} and {len(learning_rates)}"
+        )
     lr: list[float] = []
     previous = 0
     for i, (end, rate) in enumerate(zip(milestone, learning_rates)):
         _check_int(owner, f"milestone[{i}]", end)
         rate = _check_float(owner, f"learning_rates[{i}]", rate, positive=None)
         if end < previous:
-            raise ValueError(f"For '{owner}', 'milestone[{i}]' must be >= 'milestone[{i - 1}]', but got "
-                             f"{end} < {previous}")
+            raise ValueError(
+                f"For '{owner}', 'milestone[{i}]' must be >= 'milestone[{i - 1}]', but got {end} < {previous}"
+            )
         lr.extend([rate] * (end - previous))
         previous = end
     return lr
 
 
-def _check_decay_inputs(owner: str, learning_rate: float, decay_rate: float, total_step: int,
-                        step_per_epoch: int, decay_epoch: int, is_stair: bool) -> tuple[float, float]:
+def _check_decay_inputs(
+    owner: str,
+    learning_rate: float,
+    decay_rate: float,
+    total_step: int,
+    step_per_epoch: int,
+    decay_epoch: int,
+    is_stair: bool,
+) -> tuple[float, float]:
     """The common checks of the decay lists, in MindSpore's order; returns (learning_rate, decay_rate)."""
     _check_int(owner, "total_step", total_step)
     _check_int(owner, "step_per_epoch", step_per_epoch)
@@ -80,8 +92,14 @@ def _check_decay_inputs(owner: str, learning_rate: float, decay_rate: float, tot
     return learning_rate, decay_rate
 
 
-def exponential_decay_lr(learning_rate: float, decay_rate: float, total_step: int, step_per_epoch: int,
-                         decay_epoch: int, is_stair: bool = False) -> list[float]:
+def exponential_decay_lr(
+    learning_rate: float,
+    decay_rate: float,
+    total_step: int,
+    step_per_epoch: int,
+    decay_epoch: int,
+    is_stair: bool = False,
+) -> list[float]:
     """Exponential decay per epoch (MindSpore ``nn.exponential_decay_lr``).
 
     ``lr[i] = learning_rate * decay_rate ** (e / decay_epoch)``, or ``** floor(e / decay_epoch)`` when
@@ -104,18 +122,25 @@ def exponential_decay_lr(learning_rate: float, decay_rate: float, total_step: in
     0.09000000000000001, 0.08100000000000002, 0.08100000000000002]``.
     """
     owner = "exponential_decay_lr"
-    learning_rate, decay_rate = _check_decay_inputs(owner, learning_rate, decay_rate, total_step,
-                                                    step_per_epoch, decay_epoch, is_stair)
+    learning_rate, decay_rate = _check_decay_inputs(
+        owner, learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch, is_stair
+    )
     lr = []
     for i in range(total_step):
         epoch = i // step_per_epoch
         p = epoch // decay_epoch if is_stair else epoch / decay_epoch
-        lr.append(learning_rate * decay_rate ** p)
+        lr.append(learning_rate * decay_rate**p)
     return lr
 
 
-def natural_exp_decay_lr(learning_rate: float, decay_rate: float, total_step: int, step_per_epoch: int,
-                         decay_epoch: int, is_stair: bool = False) -> list[float]:
+def natural_exp_decay_lr(
+    learning_rate: float,
+    decay_rate: float,
+    total_step: int,
+    step_per_epoch: int,
+    decay_epoch: int,
+    is_stair: bool = False,
+) -> list[float]:
     """Natural exponential decay per epoch (MindSpore ``nn.natural_exp_decay_lr``).
 
     ``lr[i] = learning_rate * e ** (-decay_rate * E)`` with ``E = e(i) = floor(i / step_per_epoch)`` (the rate
@@ -140,8 +165,9 @@ def natural_exp_decay_lr(learning_rate: float, decay_rate: float, total_step: in
     0.016529888822158657, 0.016529888822158657]``.
     """
     owner = "natural_exp_decay_lr"
-    learning_rate, decay_rate = _check_decay_inputs(owner, learning_rate, decay_rate, total_step,
-                                                    step_per_epoch, decay_epoch, is_stair)
+    learning_rate, decay_rate = _check_decay_inputs(
+        owner, learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch, is_stair
+    )
     lr = []
     for i in range(total_step):
         epoch = i // step_per_epoch
@@ -150,8 +176,14 @@ def natural_exp_decay_lr(learning_rate: float, decay_rate: float, total_step: in
     return lr
 
 
-def inverse_decay_lr(learning_rate: float, decay_rate: float, total_step: int, step_per_epoch: int,
-                     decay_epoch: int, is_stair: bool = False) -> list[float]:
+def inverse_decay_lr(
+    learning_rate: float,
+    decay_rate: float,
+    total_step: int,
+    step_per_epoch: int,
+    decay_epoch: int,
+    is_stair: bool = False,
+) -> list[float]:
     """Inverse-time decay per epoch (MindSpore ``nn.inverse_decay_lr``).
 
     ``lr[i] = learning_rate / (1 + decay_rate * e / decay_epoch)``, or ``/ (1 + decay_rate * floor(e /
@@ -174,8 +206,9 @@ def inverse_decay_lr(learning_rate: float, decay_rate: float, total_step: int, s
     0.03333333333333333, 0.028571428571428574]``.
     """
     owner = "inverse_decay_lr"
-    learning_rate, decay_rate = _check_decay_inputs(owner, learning_rate, decay_rate, total_step,
-                                                    step_per_epoch, decay_epoch, is_stair)
+    learning_rate, decay_rate = _check_decay_inputs(
+        owner, learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch, is_stair
+    )
     lr = []
     for i in range(total_step):
         epoch = i // step_per_epoch
@@ -186,8 +219,9 @@ def inverse_decay_lr(learning_rate: float, decay_rate: float, total_step: int, s
     return lr
 
 
-def cosine_decay_lr(min_lr: float, max_lr: float, total_step: int, step_per_epoch: int,
-                    decay_epoch: int) -> list[float]:
+def cosine_decay_lr(
+    min_lr: float, max_lr: float, total_step: int, step_per_epoch: int, decay_epoch: int
+) -> list[float]:
     """Cosine decay per epoch (MindSpore ``nn.cosine_decay_lr``).
 
     ``lr[i] = min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * T / decay_epoch))`` with ``T = min(e,
@@ -216,8 +250,9 @@ def cosine_decay_lr(min_lr: float, max_lr: float, total_step: int, step_per_epoc
     _check_int(owner, "step_per_epoch", step_per_epoch)
     _check_int(owner, "decay_epoch", decay_epoch)
     if min_lr >= max_lr:
-        raise ValueError(f"For '{owner}', 'max_lr' must be greater than 'min_lr', but got max_lr={max_lr}, "
-                         f"min_lr={min_lr}")
+        raise ValueError(
+            f"For '{owner}', 'max_lr' must be greater than 'min_lr', but got max_lr={max_lr}, min_lr={min_lr}"
+        )
     delta = 0.5 * (max_lr - min_lr)
     lr = []
     for i in range(total_step):
@@ -226,8 +261,15 @@ def cosine_decay_lr(min_lr: float, max_lr: float, total_step: int, step_per_epoc
     return lr
 
 
-def polynomial_decay_lr(learning_rate: float, end_learning_rate: float, total_step: int, step_per_epoch: int,
-                        decay_epoch: int, power: float, update_decay_epoch: bool = False) -> list[float]:
+def polynomial_decay_lr(
+    learning_rate: float,
+    end_learning_rate: float,
+    total_step: int,
+    step_per_epoch: int,
+    decay_epoch: int,
+    power: float,
+    update_decay_epoch: bool = False,
+) -> list[float]:
     """Polynomial decay per epoch (MindSpore ``nn.polynomial_decay_lr``).
 
     ``lr[i] = (learning_rate - end_learning_rate) * (1 - T / D) ** power + end_learning_rate`` with ``e =

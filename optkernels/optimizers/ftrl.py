@@ -1,12 +1,21 @@
 """``FTRL``: follow-the-regularized-leader (MindSpore ``nn.FTRL``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..kernels.ftrl import (_ftrl, _ftrl_sqrt, _ftrl_v2, _ftrl_v2_sqrt, ftrl_hyper, ftrl_v2_hyper,
-                            ftrl_v2_variant, ftrl_variant)
+from ..kernels.ftrl import (
+    _ftrl,
+    _ftrl_sqrt,
+    _ftrl_v2,
+    _ftrl_v2_sqrt,
+    ftrl_hyper,
+    ftrl_v2_hyper,
+    ftrl_v2_variant,
+    ftrl_variant,
+)
 from ..sparse import fused_sparse_ftrl, sparse_apply_ftrl, sparse_apply_ftrl_v2
 from ._validators import check_bool, check_float, check_range
 from .optimizer import Optimizer, scalar_batch
@@ -59,17 +68,31 @@ class FTRL(Optimizer):
     _accepts_sparse = True
     _target_rules = "membership"
 
-    def __init__(self, params: Any, initial_accum: float = 0.1, learning_rate: Any = 0.001,
-                 lr_power: float = -0.5, l1: float = 0.0, l2: float = 0.0, use_locking: bool = False,
-                 loss_scale: float = 1.0, weight_decay: Any = 0.0, comm: Any = None, *,
-                 l2_shrinkage: float = 0.0):
+    def __init__(
+        self,
+        params: Any,
+        initial_accum: float = 0.1,
+        learning_rate: Any = 0.001,
+        lr_power: float = -0.5,
+        l1: float = 0.0,
+        l2: float = 0.0,
+        use_locking: bool = False,
+        loss_scale: float = 1.0,
+        weight_decay: Any = 0.0,
+        comm: Any = None,
+        *,
+        l2_shrinkage: float = 0.0,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         if self.dynamic_lr or self.is_group_lr:
-            raise ValueError(f"For '{owner}', a dynamic or group learning rate is not supported: "
-                             f"'learning_rate' must be one float")
-        self.initial_accum = check_range("initial_accum", check_float("initial_accum", initial_accum, owner),
-                                         owner, 0.0)
+            raise ValueError(
+                f"For '{owner}', a dynamic or group learning rate is not supported: "
+                f"'learning_rate' must be one float"
+            )
+        self.initial_accum = check_range(
+            "initial_accum", check_float("initial_accum", initial_accum, owner), owner, 0.0
+        )
         self.lr_power = check_range("lr_power", check_float("lr_power", lr_power, owner), owner, None, 0.0)
         self.l1 = check_range("l1", check_float("l1", l1, owner), owner, 0.0)
         self.l2 = check_range("l2", check_float("l2", l2, owner), owner, 0.0)
@@ -77,8 +100,9 @@ class FTRL(Optimizer):
         self.l2_shrinkage = check_range("l2_shrinkage", shrinkage, owner, 0.0)
         self.use_locking = check_bool("use_locking", use_locking, owner)
         if isinstance(learning_rate, (bool, np.bool_)) or not isinstance(learning_rate, (float, np.floating)):
-            raise TypeError(f"For '{owner}', 'learning_rate' must be a float, got "
-                            f"{type(learning_rate).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'learning_rate' must be a float, got {type(learning_rate).__name__}"
+            )
         self.lr = check_range("learning_rate", float(learning_rate), owner, 0.0, low_open=True)
         self._add_slots({"moments": self.initial_accum, "linear": 0.0})
 
@@ -86,8 +110,9 @@ class FTRL(Optimizer):
         if self.l2_shrinkage > 0.0:
             hyper = ftrl_v2_hyper(scalar_batch(dtype), lr, self.l1, self.l2, self.l2_shrinkage, self.lr_power)
             return ftrl_v2_variant(hyper, _ftrl_v2_sqrt, _ftrl_v2)[1]
-        return ftrl_variant(ftrl_hyper(scalar_batch(dtype), lr, self.l1, self.l2, self.lr_power), _ftrl_sqrt,
-                            _ftrl)[1]
+        return ftrl_variant(
+            ftrl_hyper(scalar_batch(dtype), lr, self.l1, self.l2, self.lr_power), _ftrl_sqrt, _ftrl
+        )[1]
 
     def _dense_kernel(self, plan):
         accum, linear = plan.flats
@@ -96,16 +121,29 @@ class FTRL(Optimizer):
         return (_ftrl_sqrt if self.lr_power == -0.5 else _ftrl), (plan.flat, accum, linear)
 
     def _apply_sparse(self, plan, grad, ctx):
-        hyper = dict(lr=ctx.lrs[plan.lr_index], l1=self.l1, l2=self.l2, lr_power=self.lr_power,
-                     use_locking=self.use_locking)
+        hyper = dict(
+            lr=ctx.lrs[plan.lr_index],
+            l1=self.l1,
+            l2=self.l2,
+            lr_power=self.lr_power,
+            use_locking=self.use_locking,
+        )
         accum, linear = plan.slots["moments"], plan.slots["linear"]
         if self.l2_shrinkage > 0.0:
             grad = self._merge_if_unique(grad)
-            sparse_apply_ftrl_v2(plan.param.data, accum, linear, grad.values, grad.indices,
-                                 l2_shrinkage=self.l2_shrinkage, **hyper)
+            sparse_apply_ftrl_v2(
+                plan.param.data,
+                accum,
+                linear,
+                grad.values,
+                grad.indices,
+                l2_shrinkage=self.l2_shrinkage,
+                **hyper,
+            )
         elif self._target == "CPU" and self._target_assigned:
-            fused_sparse_ftrl(plan.param.data, accum, linear, grad.values, grad.indices, out_of_range="drop",
-                              **hyper)
+            fused_sparse_ftrl(
+                plan.param.data, accum, linear, grad.values, grad.indices, out_of_range="drop", **hyper
+            )
         else:
             grad = self._merge_if_unique(grad)
             sparse_apply_ftrl(plan.param.data, accum, linear, grad.values, grad.indices, **hyper)

@@ -1,4 +1,5 @@
 """``Lamb``: layer-wise adaptive moments (MindSpore ``nn.Lamb``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,16 @@ class Lamb(Optimizer):
     _always_counts_steps = True
     _distinct_gradients = True
 
-    def __init__(self, params: Any, learning_rate: Any, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-6, weight_decay: Any = 0.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: Any = 0.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, comm=comm)
         self.beta1, self.beta2, self.eps = check_betas_eps(beta1, beta2, eps, self._owner)
         self._add_slots({"lamb_m": 0.0, "lamb_v": 0.0})

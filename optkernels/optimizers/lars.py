@@ -1,7 +1,9 @@
 """``LARS``: layer-wise adaptive rate scaling around another optimizer (MindSpore ``nn.LARS``)."""
+
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,32 +55,45 @@ class LARS(Optimizer):
         ValueError: ``use_clip`` with an optimizer that has both group and dynamic learning rates.
     """
 
-    def __init__(self, optimizer: Optimizer, epsilon: float = 1e-05, coefficient: float = 0.001,
-                 use_clip: bool = False, lars_filter: Callable[[Parameter], bool] = _default_lars_filter,
-                 comm: Any = None):
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        epsilon: float = 1e-05,
+        coefficient: float = 0.001,
+        use_clip: bool = False,
+        lars_filter: Callable[[Parameter], bool] = _default_lars_filter,
+        comm: Any = None,
+    ):
         owner = self._owner = type(self).__name__
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"For '{owner}', 'optimizer' must be an Optimizer, got "
-                            f"{type(optimizer).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'optimizer' must be an Optimizer, got {type(optimizer).__name__}"
+            )
         inner = optimizer._parallel
         if comm is not None and (inner is None or inner.comm is not comm):
-            raise ValueError(f"For '{owner}', 'comm' must be the wrapped optimizer's communicator: build the "
-                             "wrapped optimizer with comm= (LARS runs its parallel step)")
+            raise ValueError(
+                f"For '{owner}', 'comm' must be the wrapped optimizer's communicator: build the "
+                "wrapped optimizer with comm= (LARS runs its parallel step)"
+            )
         self.epsilon = check_float("epsilon", epsilon, owner)
         self.coefficient = check_float("coefficient", coefficient, owner)
         self.use_clip = check_bool("use_clip", use_clip, owner)
         if not callable(lars_filter):
-            raise TypeError(f"For '{owner}', 'lars_filter' must be callable, got "
-                            f"{type(lars_filter).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'lars_filter' must be callable, got {type(lars_filter).__name__}"
+            )
         if self.use_clip and optimizer.is_group_lr and optimizer.dynamic_lr:
-            raise ValueError(f"For '{owner}', 'use_clip' is not supported with an optimizer that has both "
-                             f"group and dynamic learning rates")
+            raise ValueError(
+                f"For '{owner}', 'use_clip' is not supported with an optimizer that has both "
+                f"group and dynamic learning rates"
+            )
         self.opt = optimizer
         self._inner_loss_scale = optimizer.loss_scale if optimizer._scales_gradients else 1.0
         self._decay_of = optimizer.decay_flags
         self._lars_flags = tuple(bool(lars_filter(p)) for p in optimizer.parameters)
         self._counts_for_inner = optimizer.dynamic_weight_decay and not (
-            optimizer.dynamic_lr or optimizer._always_counts_steps)
+            optimizer.dynamic_lr or optimizer._always_counts_steps
+        )
         optimizer._hand_over_decay_and_scale()
 
     # The wrapped optimizer's view.
@@ -90,12 +105,12 @@ class LARS(Optimizer):
     is_group_lr = property(lambda self: self.opt.is_group_lr)
     dynamic_lr = property(lambda self: self.opt.dynamic_lr)
 
-    @property   # type: ignore[misc]  # read-only on purpose: set the wrapped optimizer's target
+    @property  # type: ignore[misc]  # read-only on purpose: set the wrapped optimizer's target
     def target(self) -> str:
         """The wrapped optimizer's target (LARS itself has no sparse path)."""
         return self.opt.target
 
-    @property   # type: ignore[misc]  # read-only on purpose: set the wrapped optimizer's unique
+    @property  # type: ignore[misc]  # read-only on purpose: set the wrapped optimizer's unique
     def unique(self) -> bool:
         return self.opt.unique
 
@@ -130,7 +145,7 @@ class LARS(Optimizer):
         scale = self._inner_loss_scale
         new = []
         for plan, grad in zip(opt._plans, grads):
-            if not plan.owned:          # another rank of a parallel optimizer updates it
+            if not plan.owned:  # another rank of a parallel optimizer updates it
                 new.append(grad)
                 continue
             if scale != 1.0:
@@ -138,10 +153,19 @@ class LARS(Optimizer):
             if self._lars_flags[plan.index]:
                 weight = plan.param.data
                 wd = wds[plan.wd_index] if self._decay_of[plan.index] else 0.0
-                lr = lrs[plan.lr_index] if lrs is not None else 0.0   # a list iff use_clip
+                lr = lrs[plan.lr_index] if lrs is not None else 0.0  # a list iff use_clip
                 norm_w, norm_g = square_sum_all(weight, grad)
-                grad = lars_update(weight, grad, norm_w, norm_g, wd, lr, epsilon=self.epsilon,
-                                   hyperpara=self.coefficient, use_clip=self.use_clip)
+                grad = lars_update(
+                    weight,
+                    grad,
+                    norm_w,
+                    norm_g,
+                    wd,
+                    lr,
+                    epsilon=self.epsilon,
+                    hyperpara=self.coefficient,
+                    use_clip=self.use_clip,
+                )
             new.append(grad)
         opt.step(new)
         if self._counts_for_inner:

@@ -1,4 +1,5 @@
 """``LazyAdam``: Adam whose row-sparse updates touch only the indexed rows (MindSpore ``nn.LazyAdam``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,9 +29,30 @@ class LazyAdam(Adam):
         ValueError: ``weight_decay`` < 0; as :class:`Adam`.
     """
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, use_locking: bool = False, use_nesterov: bool = False,
-                 weight_decay: float = 0.0, loss_scale: float = 1.0, comm: Any = None):
-        super().__init__(params, learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay,
-                         loss_scale, use_lazy=True, comm=comm)
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        use_locking: bool = False,
+        use_nesterov: bool = False,
+        weight_decay: float = 0.0,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
+        super().__init__(
+            params,
+            learning_rate,
+            beta1,
+            beta2,
+            eps,
+            use_locking,
+            use_nesterov,
+            weight_decay,
+            loss_scale,
+            use_lazy=True,
+            comm=comm,
+        )
         check_range("weight_decay", check_float("weight_decay", weight_decay, self._owner), self._owner, 0.0)

@@ -1,4 +1,5 @@
 """``Lion``: the sign of an interpolated momentum with decoupled weight decay (MODERN §8)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +13,9 @@ __all__ = ["Lion"]
 
 def check_beta(name: str, value: Any, owner: str, *, high_open: bool = False) -> float:
     """A float (or int) beta in [0, 1] (``high_open``: [0, 1))."""
-    return check_range(name, check_float(name, value, owner, allow_int=True), owner, 0.0, 1.0,
-                       high_open=high_open)
+    return check_range(
+        name, check_float(name, value, owner, allow_int=True), owner, 0.0, 1.0, high_open=high_open
+    )
 
 
 class Lion(Optimizer):
@@ -50,8 +52,16 @@ class Lion(Optimizer):
     _centralizes = False
     _scales_gradients = False
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-4, beta1: float = 0.9, beta2: float = 0.99,
-                 weight_decay: Any = 0.0, decoupled_weight_decay: bool = False, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-4,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        weight_decay: Any = 0.0,
+        decoupled_weight_decay: bool = False,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, comm=comm)
         owner = self._owner
         self.beta1 = check_beta("beta1", beta1, owner)
@@ -59,8 +69,9 @@ class Lion(Optimizer):
         self.decoupled_weight_decay = check_bool("decoupled_weight_decay", decoupled_weight_decay, owner)
         self._initial_lrs = [lr.value(0) for lr in self._lrs]
         if self.decoupled_weight_decay and 0.0 in self._initial_lrs:
-            raise ValueError(f"For '{owner}', decoupled_weight_decay divides by the initial learning rate, "
-                             "which is 0")
+            raise ValueError(
+                f"For '{owner}', decoupled_weight_decay divides by the initial learning rate, which is 0"
+            )
         self._add_slots({"exp_avg": 0.0})
 
     def _kernel_scalars(self, ctx, lr, dtype):

@@ -12,12 +12,14 @@ The training loop this module serves (NumPy arrays)::
 they are all finite (an overflowing step leaves every parameter and optimizer slot untouched) and updates the
 manager's scale.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +50,9 @@ def _as_flag(owner: str, name: str, value: Any) -> bool:
         return bool(value)
     if isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.ndim <= 1 and value.size == 1:
         return bool(value.reshape(-1)[0])
-    raise TypeError(f"For '{owner}', '{name}' must be a bool or a 0-d bool array, but got "
-                    f"{type(value).__name__}")
+    raise TypeError(
+        f"For '{owner}', '{name}' must be a bool or a 0-d bool array, but got {type(value).__name__}"
+    )
 
 
 class FixedLossScaleManager:
@@ -76,8 +79,10 @@ class FixedLossScaleManager:
         owner = type(self).__name__
         self._loss_scale = _check_scale_number(owner, "loss_scale", loss_scale)
         if not isinstance(drop_overflow_update, (bool, np.bool_)):
-            raise TypeError(f"For '{owner}', 'drop_overflow_update' must be a bool, but got "
-                            f"{type(drop_overflow_update).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'drop_overflow_update' must be a bool, but got "
+                f"{type(drop_overflow_update).__name__}"
+            )
         self._drop_overflow_update = bool(drop_overflow_update)
 
     def get_loss_scale(self) -> float:
@@ -93,8 +98,10 @@ class FixedLossScaleManager:
         _as_flag(type(self).__name__, "overflow", overflow)
 
     def __repr__(self) -> str:
-        return (f"FixedLossScaleManager(loss_scale={self._loss_scale!r}, "
-                f"drop_overflow_update={self._drop_overflow_update!r})")
+        return (
+            f"FixedLossScaleManager(loss_scale={self._loss_scale!r}, "
+            f"drop_overflow_update={self._drop_overflow_update!r})"
+        )
 
 
 class DynamicLossScaleManager:
@@ -134,16 +141,19 @@ class DynamicLossScaleManager:
     last_overflow_iter: int
     bad_step: int
 
-    def __init__(self, init_loss_scale: float = 2 ** 24, scale_factor: float = 2, scale_window: int = 2000):
+    def __init__(self, init_loss_scale: float = 2**24, scale_factor: float = 2, scale_window: int = 2000):
         owner = type(self).__name__
         self.loss_scale = _check_scale_number(owner, "init_loss_scale", init_loss_scale)
         self.scale_window = _check_int(owner, "scale_window", scale_window)
         if isinstance(scale_factor, (bool, np.bool_)) or not isinstance(scale_factor, numbers.Real):
-            raise TypeError(f"For '{owner}', 'scale_factor' must be a float or an int, but got "
-                            f"{type(scale_factor).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'scale_factor' must be a float or an int, but got "
+                f"{type(scale_factor).__name__}"
+            )
         if not math.isfinite(scale_factor) or not scale_factor > 0:
-            raise ValueError(f"For '{owner}', 'scale_factor' must be a finite number > 0, but got "
-                             f"{scale_factor}")
+            raise ValueError(
+                f"For '{owner}', 'scale_factor' must be a finite number > 0, but got {scale_factor}"
+            )
         self.scale_factor = scale_factor
         self.cur_iter = 1
         self.last_overflow_iter = 0
@@ -177,13 +187,17 @@ class DynamicLossScaleManager:
                 self.loss_scale = float(self.loss_scale * self.scale_factor)
             self.bad_step = 0
         if self.bad_step > self.bad_step_max:
-            raise RuntimeError(f"Dynamic loss scale: {self.bad_step} consecutive overflows, more than the "
-                               f"maximum of {self.bad_step_max}")
+            raise RuntimeError(
+                f"Dynamic loss scale: {self.bad_step} consecutive overflows, more than the "
+                f"maximum of {self.bad_step_max}"
+            )
         self.cur_iter += 1
 
     def __repr__(self) -> str:
-        return (f"DynamicLossScaleManager(loss_scale={self.loss_scale!r}, "
-                f"scale_factor={self.scale_factor!r}, scale_window={self.scale_window!r})")
+        return (
+            f"DynamicLossScaleManager(loss_scale={self.loss_scale!r}, "
+            f"scale_factor={self.scale_factor!r}, scale_window={self.scale_window!r})"
+        )
 
 
 Arrays = np.ndarray | tuple | list
@@ -285,8 +299,10 @@ class DynamicLossScaler:
         return True
 
     def __repr__(self) -> str:
-        return (f"DynamicLossScaler(scale_value={self.scale_value!r}, scale_factor={self.scale_factor!r}, "
-                f"scale_window={self.scale_window!r})")
+        return (
+            f"DynamicLossScaler(scale_value={self.scale_value!r}, scale_factor={self.scale_factor!r}, "
+            f"scale_window={self.scale_window!r})"
+        )
 
 
 def _times(x: np.ndarray, scale: float) -> np.ndarray:
@@ -313,8 +329,11 @@ def _check_float_arrays(name: str, inputs: Any) -> None:
     if isinstance(inputs, (tuple, list)):
         for i, item in enumerate(inputs):
             _check_float_arrays(f"{name}[{i}]", item)
-    elif (not isinstance(inputs, np.ndarray) or inputs.dtype.kind != "f"
-          or isinstance(inputs, np.ma.MaskedArray)):
+    elif (
+        not isinstance(inputs, np.ndarray)
+        or inputs.dtype.kind != "f"
+        or isinstance(inputs, np.ma.MaskedArray)
+    ):
         kind = f"array of dtype {inputs.dtype}" if isinstance(inputs, np.ndarray) else type(inputs).__name__
         if isinstance(inputs, np.ma.MaskedArray):
             kind = "a masked array (its mask cannot be honoured)"
@@ -369,15 +388,18 @@ def _all_finite(name: str, x: Any) -> bool:
 
         if _cuda.is_device_array(x):
             return _all_finite(name, _cuda.to_host(x))
-    raise TypeError(f"{name} must be an array, a number, an object with a '.values' array, or a tuple/list "
-                    f"of them, but got {type(x).__name__}")
+    raise TypeError(
+        f"{name} must be an array, a number, an object with a '.values' array, or a tuple/list "
+        f"of them, but got {type(x).__name__}"
+    )
 
 
 Manager = FixedLossScaleManager | DynamicLossScaleManager | DynamicLossScaler
 
 
-def loss_scaled_step(optimizer: Callable[[Any], Any], scaled_gradients: Any,
-                     manager: Manager) -> tuple[bool, float]:
+def loss_scaled_step(
+    optimizer: Callable[[Any], Any], scaled_gradients: Any, manager: Manager
+) -> tuple[bool, float]:
     """One optimizer step on loss-scaled gradients, skipped on overflow (``TrainOneStepWithLossScaleCell``).
 
     With a :class:`DynamicLossScaleManager`, a :class:`DynamicLossScaler`, or a :class:`FixedLossScaleManager`
@@ -426,8 +448,10 @@ def loss_scaled_step(optimizer: Callable[[Any], Any], scaled_gradients: Any,
         All checks run before anything is divided, called or updated.
     """
     if not isinstance(manager, (FixedLossScaleManager, DynamicLossScaleManager, DynamicLossScaler)):
-        raise TypeError(f"manager must be a FixedLossScaleManager, a DynamicLossScaleManager or a "
-                        f"DynamicLossScaler, but got {type(manager).__name__}")
+        raise TypeError(
+            f"manager must be a FixedLossScaleManager, a DynamicLossScaleManager or a "
+            f"DynamicLossScaler, but got {type(manager).__name__}"
+        )
     if not callable(optimizer):
         raise TypeError(f"optimizer must be callable, but got {type(optimizer).__name__}")
     _check_gradients("scaled_gradients", scaled_gradients)
@@ -442,7 +466,7 @@ def loss_scaled_step(optimizer: Callable[[Any], Any], scaled_gradients: Any,
     grads = _apply_gradients(scaled_gradients, lambda v: _divided(v, scale))
     finite = all_finite(grads)
     parallel = getattr(optimizer, "_parallel", None)
-    if parallel is not None:      # a parallel optimizer (comm=): every rank skips if any rank overflows
+    if parallel is not None:  # a parallel optimizer (comm=): every rank skips if any rank overflows
         finite = parallel.all_agree(finite)
     if finite:
         optimizer(grads)
@@ -461,21 +485,26 @@ def _check_gradients(name: str, grads: Any) -> None:
     if isinstance(grads, (tuple, list)):
         for i, g in enumerate(grads):
             if isinstance(g, (tuple, list)):
-                raise TypeError(f"{name}[{i}] must be an array or a row-sparse gradient, but got "
-                                f"{type(g).__name__}")
+                raise TypeError(
+                    f"{name}[{i}] must be an array or a row-sparse gradient, but got {type(g).__name__}"
+                )
             _check_gradients(f"{name}[{i}]", g)
         return
     if _is_sparse(grads):
         values = grads.values
         if not isinstance(values, np.ndarray) or values.dtype.kind != "f":
-            raise TypeError(f"{name}.values must be a floating NumPy array, but got "
-                            f"{getattr(values, 'dtype', type(values).__name__)}")
+            raise TypeError(
+                f"{name}.values must be a floating NumPy array, but got "
+                f"{getattr(values, 'dtype', type(values).__name__)}"
+            )
         if dataclasses.is_dataclass(grads) and not isinstance(grads, type):
             if not any(f.name == "values" and f.init for f in dataclasses.fields(grads)):
                 raise TypeError(f"{name} is a dataclass without an init field 'values'")
         elif not (hasattr(grads, "indices") and hasattr(grads, "dense_shape")):
-            raise TypeError(f"{name} has '.values' but no 'indices' and 'dense_shape' attributes; a "
-                            f"row-sparse gradient is rebuilt as type(g)(g.indices, values, g.dense_shape)")
+            raise TypeError(
+                f"{name} has '.values' but no 'indices' and 'dense_shape' attributes; a "
+                f"row-sparse gradient is rebuilt as type(g)(g.indices, values, g.dense_shape)"
+            )
         return
     if not isinstance(grads, np.ndarray) or grads.dtype.kind != "f":
         kind = f"an array of dtype {grads.dtype}" if isinstance(grads, np.ndarray) else type(grads).__name__
@@ -501,8 +530,12 @@ def _check_optimizer_loss_scale(optimizer: Any, expected: float, drop: bool) -> 
         return
     if float(own) != expected:
         if drop:
-            raise ValueError(f"optimizer has loss_scale={own}, but with a skip-on-overflow manager the "
-                             f"gradients are unscaled before the optimizer: build it with loss_scale=1.0")
-        raise ValueError(f"optimizer has loss_scale={own}, but FixedLossScaleManager(drop_overflow_update="
-                         f"False) passes gradients scaled by {expected}: build the optimizer with "
-                         f"loss_scale={expected}")
+            raise ValueError(
+                f"optimizer has loss_scale={own}, but with a skip-on-overflow manager the "
+                f"gradients are unscaled before the optimizer: build it with loss_scale=1.0"
+            )
+        raise ValueError(
+            f"optimizer has loss_scale={own}, but FixedLossScaleManager(drop_overflow_update="
+            f"False) passes gradients scaled by {expected}: build the optimizer with "
+            f"loss_scale={expected}"
+        )

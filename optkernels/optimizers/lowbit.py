@@ -8,31 +8,47 @@ semantics). Parameters with fewer than ``min_8bit_size`` elements keep float32 s
 The constructor argument classes (``_AdamArgs``...) and :func:`blockwise_step` are shared with the torch
 drop-ins of :mod:`optkernels.torch.lowbit`.
 """
+
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels.blockwise_optim import BLOCK, optimizer_update_32bit, optimizer_update_8bit_blockwise
+from ..kernels.blockwise_optim import BLOCK, optimizer_update_8bit_blockwise, optimizer_update_32bit
 from ..kernels.quantization import dynamic_map
 from .parameter import Parameter
 
 __all__ = ["Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit"]
 
-QUANT_KEYS = ("qmap1", "qmap2", "max1", "max2", "new_max1", "new_max2", "state1", "state2", "gnorm_vec",
-              "absmax1", "absmax2", "unorm_vec")
+QUANT_KEYS = (
+    "qmap1",
+    "qmap2",
+    "max1",
+    "max2",
+    "new_max1",
+    "new_max2",
+    "state1",
+    "state2",
+    "gnorm_vec",
+    "absmax1",
+    "absmax2",
+    "unorm_vec",
+)
 """bitsandbytes' state keys kept uncast on load and wrapped under :data:`WRAPPED_KEY` by ``state_dict()``."""
 WRAPPED_KEY = "__bnb_optimizer_quant_state__"
 
 
 # --------------------------------------------------------------------------- one parameter's state and step
 
-def new_state(algo: str, shape: tuple, eightbit: bool, zeros: Callable[[tuple, Any], Any],
-              table: Callable[[bool], Any]) -> dict:
+
+def new_state(
+    algo: str, shape: tuple, eightbit: bool, zeros: Callable[[tuple, Any], Any], table: Callable[[bool], Any]
+) -> dict:
     """A fresh state for a parameter of ``shape`` (bitsandbytes' ``init_state``): ``zeros(shape, dtype)``
     allocates, ``table(signed)`` gives a map. 8-bit: uint8 ``state1`` (AdEMAMix ``(2, *shape)``), ``state2``
     for the 2-state rules, float32 ``absmax*`` of ``ceil(n/256)`` blocks, ``qmap1``/``qmap2``; otherwise
@@ -85,19 +101,49 @@ def blockwise_step(algo: str, state: dict, p: Any, g: Any, group: dict) -> None:
     b1, b2, b3, alpha = step_hyper(algo, group, step)
     lr, eps, wd = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
     if np.dtype(state["state1"].dtype) == np.uint8:
-        optimizer_update_8bit_blockwise(algo, g, p, state["state1"], state.get("state2"), b1, b2, b3, alpha,
-                                        eps, step, lr, state["qmap1"], state.get("qmap2"), state["absmax1"],
-                                        state.get("absmax2"), weight_decay=wd)
+        optimizer_update_8bit_blockwise(
+            algo,
+            g,
+            p,
+            state["state1"],
+            state.get("state2"),
+            b1,
+            b2,
+            b3,
+            alpha,
+            eps,
+            step,
+            lr,
+            state["qmap1"],
+            state.get("qmap2"),
+            state["absmax1"],
+            state.get("absmax2"),
+            weight_decay=wd,
+        )
     else:
-        optimizer_update_32bit(algo, g, p, state["state1"], b1, eps, step, lr, state2=state.get("state2"),
-                               beta2=b2, beta3=b3, alpha=alpha, weight_decay=wd)
+        optimizer_update_32bit(
+            algo,
+            g,
+            p,
+            state["state1"],
+            b1,
+            eps,
+            step,
+            lr,
+            state2=state.get("state2"),
+            beta2=b2,
+            beta3=b3,
+            alpha=alpha,
+            weight_decay=wd,
+        )
     state["step"] = step
 
 
 # --------------------------------------------------------------------------- bitsandbytes' constructors
 
+
 def _check_common(lr: Any, eps: Any, betas: Any, weight_decay: Any) -> list:
-    if isinstance(betas, str):                       # bitsandbytes accepts "(0.9, 0.999)"
+    if isinstance(betas, str):  # bitsandbytes accepts "(0.9, 0.999)"
         betas = [float(b) for b in betas.replace("(", "").replace(")", "").strip().split(",")]
     if not 0.0 <= lr:
         raise ValueError(f"Invalid learning rate: {lr}")
@@ -111,11 +157,25 @@ def _check_common(lr: Any, eps: Any, betas: Any, weight_decay: Any) -> list:
     return betas
 
 
-def _two_state_defaults(lr: Any, betas: Any, eps: Any, weight_decay: Any, alpha: Any = 0.0,
-                        t_alpha: Any = None, t_beta3: Any = None) -> dict:
+def _two_state_defaults(
+    lr: Any,
+    betas: Any,
+    eps: Any,
+    weight_decay: Any,
+    alpha: Any = 0.0,
+    t_alpha: Any = None,
+    t_beta3: Any = None,
+) -> dict:
     betas = _check_common(lr, eps, betas, weight_decay)
-    return dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, alpha=alpha, t_alpha=t_alpha,
-                t_beta3=t_beta3)
+    return dict(
+        lr=lr,
+        betas=tuple(betas),
+        eps=eps,
+        weight_decay=weight_decay,
+        alpha=alpha,
+        t_alpha=t_alpha,
+        t_beta3=t_beta3,
+    )
 
 
 def _one_state_defaults(lr: Any, betas: Any, eps: Any, weight_decay: Any) -> dict:
@@ -137,42 +197,82 @@ class _Args:
     defaults to ``_setup``, defined by the optimizer class they are mixed into (NumPy or torch
     ``Optimizer8bit``)."""
 
-    _setup: Callable[[Any, dict, int], None]   # declared only: the lookup reaches the optimizer's method
+    _setup: Callable[[Any, dict, int], None]  # declared only: the lookup reaches the optimizer's method
 
 
 class _AdamArgs(_Args):
     algo = "adam"
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, amsgrad: bool = False, optim_bits: int = 32, args: Any = None,
-                 min_8bit_size: int = 4096, is_paged: bool = False):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: Any = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        amsgrad: bool = False,
+        optim_bits: int = 32,
+        args: Any = None,
+        min_8bit_size: int = 4096,
+        is_paged: bool = False,
+    ):
         _adam_guards(amsgrad, optim_bits, args)
         self._setup(params, _two_state_defaults(lr, betas, eps, weight_decay), min_8bit_size)
 
 
 class _AdamWArgs(_AdamArgs):
-    def __init__(self, params: Any, lr: float = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, optim_bits: int = 32, args: Any = None,
-                 min_8bit_size: int = 4096, is_paged: bool = False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, optim_bits, args, min_8bit_size,
-                         is_paged)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: Any = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        optim_bits: int = 32,
+        args: Any = None,
+        min_8bit_size: int = 4096,
+        is_paged: bool = False,
+    ):
+        super().__init__(
+            params, lr, betas, eps, weight_decay, amsgrad, optim_bits, args, min_8bit_size, is_paged
+        )
 
 
 class _AdEMAMixArgs(_Args):
     algo = "ademamix"
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999, 0.9999), alpha: float = 5.0,
-                 t_alpha: Any = None, t_beta3: Any = None, eps: float = 1e-8, weight_decay: float = 1e-2,
-                 min_8bit_size: int = 4096, is_paged: bool = False):
-        self._setup(params, _two_state_defaults(lr, betas, eps, weight_decay, alpha, t_alpha, t_beta3),
-                    min_8bit_size)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999, 0.9999),
+        alpha: float = 5.0,
+        t_alpha: Any = None,
+        t_beta3: Any = None,
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        min_8bit_size: int = 4096,
+        is_paged: bool = False,
+    ):
+        self._setup(
+            params, _two_state_defaults(lr, betas, eps, weight_decay, alpha, t_alpha, t_beta3), min_8bit_size
+        )
 
 
 class _LionArgs(_Args):
     algo = "lion"
 
-    def __init__(self, params: Any, lr: float = 1e-4, betas: tuple = (0.9, 0.99), weight_decay: float = 0,
-                 args: Any = None, min_8bit_size: int = 4096, is_paged: bool = False):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-4,
+        betas: tuple = (0.9, 0.99),
+        weight_decay: float = 0,
+        args: Any = None,
+        min_8bit_size: int = 4096,
+        is_paged: bool = False,
+    ):
         _adam_guards(False, 32, args)
         self._setup(params, _one_state_defaults(lr, betas, 0.0, weight_decay), min_8bit_size)
 
@@ -180,8 +280,17 @@ class _LionArgs(_Args):
 class _SGDArgs(_Args):
     algo = "momentum"
 
-    def __init__(self, params: Any, lr: float, momentum: float = 0, dampening: float = 0,
-                 weight_decay: float = 0, nesterov: bool = False, args: Any = None, min_8bit_size: int = 4096):
+    def __init__(
+        self,
+        params: Any,
+        lr: float,
+        momentum: float = 0,
+        dampening: float = 0,
+        weight_decay: float = 0,
+        nesterov: bool = False,
+        args: Any = None,
+        min_8bit_size: int = 4096,
+    ):
         if momentum == 0:
             raise NotImplementedError("SGD without momentum is not supported!")
         _adam_guards(False, 32, args)
@@ -191,9 +300,18 @@ class _SGDArgs(_Args):
 class _RMSpropArgs(_Args):
     algo = "rmsprop"
 
-    def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0, momentum: float = 0, centered: bool = False, args: Any = None,
-                 min_8bit_size: int = 4096):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        momentum: float = 0,
+        centered: bool = False,
+        args: Any = None,
+        min_8bit_size: int = 4096,
+    ):
         if alpha == 0:
             raise NotImplementedError("RMSprop with alpha==0.0 is not supported!")
         if centered:
@@ -205,9 +323,18 @@ class _RMSpropArgs(_Args):
 class _AdagradArgs(_Args):
     algo = "adagrad"
 
-    def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
-                 initial_accumulator_value: float = 0, eps: float = 1e-10, optim_bits: int = 8, args: Any = None,
-                 min_8bit_size: int = 4096):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-2,
+        lr_decay: float = 0,
+        weight_decay: float = 0,
+        initial_accumulator_value: float = 0,
+        eps: float = 1e-10,
+        optim_bits: int = 8,
+        args: Any = None,
+        min_8bit_size: int = 4096,
+    ):
         if initial_accumulator_value != 0.0:
             raise ValueError("Initial accumulator value != 0.0 not supported!")
         if lr_decay != 0.0:
@@ -219,6 +346,7 @@ class _AdagradArgs(_Args):
 
 
 # --------------------------------------------------------------------------- the NumPy optimizers
+
 
 def _array_of(p: Any, k: int) -> Any:
     data = p.data if isinstance(p, Parameter) else p
@@ -268,16 +396,21 @@ class ArrayOptimizer:
             if g is None or sparse(g):
                 continue
             if getattr(g, "shape", None) != p.shape or np.dtype(g.dtype) != np.dtype(p.dtype):
-                raise ValueError(f"grads[{k}] ({getattr(g, 'dtype', None)}, {getattr(g, 'shape', None)}) does "
-                                 f"not match its parameter ({p.dtype}, {p.shape})")
+                raise ValueError(
+                    f"grads[{k}] ({getattr(g, 'dtype', None)}, {getattr(g, 'shape', None)}) does "
+                    f"not match its parameter ({p.dtype}, {p.shape})"
+                )
 
     def _load_groups(self, state_dict: dict) -> dict:
         """Check ``state_dict``'s groups against ours, take its hyper-parameters; returns saved id -> ours."""
         saved = state_dict["param_groups"]
         if len(saved) != len(self.param_groups) or any(
-                len(a["params"]) != len(b["params"]) for a, b in zip(saved, self.param_groups)):
+            len(a["params"]) != len(b["params"]) for a, b in zip(saved, self.param_groups)
+        ):
             raise ValueError("loaded state dict has groups that do not match the optimizer's")
-        ids = {old: new for a, b in zip(saved, self.param_groups) for old, new in zip(a["params"], b["params"])}
+        ids = {
+            old: new for a, b in zip(saved, self.param_groups) for old, new in zip(a["params"], b["params"])
+        }
         for group, new in zip(self.param_groups, saved):
             group.update({key: v for key, v in new.items() if key != "params"})
         return ids
@@ -312,8 +445,13 @@ class Optimizer8bit(ArrayOptimizer):
                 p = self._arrays[k]
                 if k not in self.state:
                     eightbit = math.prod(p.shape) >= self.min_8bit_size
-                    self.state[k] = new_state(self.algo, p.shape, eightbit, _zeros_like_device(p),
-                                              functools.partial(_table, device=self._device(k)))
+                    self.state[k] = new_state(
+                        self.algo,
+                        p.shape,
+                        eightbit,
+                        _zeros_like_device(p),
+                        functools.partial(_table, device=self._device(k)),
+                    )
                 blockwise_step(self.algo, self.state[k], p, g, group)
 
     def state_dict(self) -> dict:
@@ -323,7 +461,10 @@ class Optimizer8bit(ArrayOptimizer):
         for k, s in self.state.items():
             wrapped = {key: to_host(v) for key, v in s.items() if key in QUANT_KEYS}
             state[k] = {"step": s["step"], WRAPPED_KEY: wrapped}
-        return {"state": state, "param_groups": [dict(g, params=list(g["params"])) for g in self.param_groups]}
+        return {
+            "state": state,
+            "param_groups": [dict(g, params=list(g["params"])) for g in self.param_groups],
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a :meth:`state_dict` (nested or flat layout, as bitsandbytes accepts; NumPy arrays or anything
@@ -334,8 +475,10 @@ class Optimizer8bit(ArrayOptimizer):
             s = dict(s)
             s.update(s.pop(WRAPPED_KEY, {}))
             k = ids[old]
-            state[k] = {key: (int(v) if key == "step" else to_device(np.array(v), self._device(k)))
-                        for key, v in s.items()}
+            state[k] = {
+                key: (int(v) if key == "step" else to_device(np.array(v), self._device(k)))
+                for key, v in s.items()
+            }
         self.state = state
 
 

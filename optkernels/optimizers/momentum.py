@@ -1,11 +1,13 @@
 """``Momentum``: heavy-ball or Nesterov momentum (MindSpore ``nn.Momentum``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.momentum import _momentum
 from ..kernels._checks import check_range
-from ._validators import check_bool, check_float, check_range as check_arg_range
+from ..kernels.momentum import _momentum
+from ._validators import check_bool, check_float
+from ._validators import check_range as check_arg_range
 from .optimizer import Optimizer, scalar_batch
 
 __all__ = ["Momentum"]
@@ -35,8 +37,16 @@ class Momentum(Optimizer):
         ValueError: ``momentum`` < 0; the base class's value errors.
     """
 
-    def __init__(self, params: Any, learning_rate: Any, momentum: float, weight_decay: Any = 0.0,
-                 loss_scale: float = 1.0, use_nesterov: bool = False, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any,
+        momentum: float,
+        weight_decay: Any = 0.0,
+        loss_scale: float = 1.0,
+        use_nesterov: bool = False,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.momentum = check_arg_range("momentum", check_float("momentum", momentum, owner), owner, 0.0)

@@ -1,11 +1,13 @@
 """``Muon`` (torch.optim.Muon's rule, Newton–Schulz through NumPy's BLAS) and ``MuonWithAdamW``, Muon's
 usual recipe: Muon on the 2-D hidden matrices, AdamW on the rest, with the split rule of
 :func:`default_muon_split` (overridable)."""
+
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +20,9 @@ from .optimizer import Optimizer
 __all__ = ["Muon", "MuonWithAdamW", "default_muon_split", "newton_schulz"]
 
 
-def newton_schulz(u: np.ndarray, coefficients: tuple = (3.4445, -4.7750, 2.0315), steps: int = 5,
-                  eps: float = 1e-7) -> np.ndarray:
+def newton_schulz(
+    u: np.ndarray, coefficients: tuple = (3.4445, -4.7750, 2.0315), steps: int = 5, eps: float = 1e-7
+) -> np.ndarray:
     r"""Muon's Newton–Schulz iteration in ``u``'s dtype with NumPy's matmul (BLAS)::
 
         X = u/max(‖u‖_F, eps) (as (min, max));  steps times:  G = X·Xᵀ;  X ← a·X + (b·G + c·G·G)·X
@@ -54,8 +57,10 @@ def newton_schulz(u: np.ndarray, coefficients: tuple = (3.4445, -4.7750, 2.0315)
 
 
 #: Names that the default split gives to AdamW although their parameter is 2-D (embeddings, output heads).
-ADAMW_NAMES = re.compile(r"(^|[._])(embed\w*|emb|wte|wpe|tok_embeddings|lm_head|head|classifier|output|fc_out)"
-                         r"([._]|$)")
+ADAMW_NAMES = re.compile(
+    r"(^|[._])(embed\w*|emb|wte|wpe|tok_embeddings|lm_head|head|classifier|output|fc_out)"
+    r"([._]|$)"
+)
 
 
 def default_muon_split(name: str, shape: tuple) -> bool:
@@ -118,22 +123,39 @@ class Muon(Optimizer):
 
     _coupled_decay = False
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, weight_decay: Any = 0.1, momentum: float = 0.95,
-                 nesterov: bool = True, ns_coefficients: tuple = (3.4445, -4.7750, 2.0315), eps: float = 1e-7,
-                 ns_steps: int = 5, adjust_lr_fn: Optional[str] = None, loss_scale: float = 1.0):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        weight_decay: Any = 0.1,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_coefficients: tuple = (3.4445, -4.7750, 2.0315),
+        eps: float = 1e-7,
+        ns_steps: int = 5,
+        adjust_lr_fn: str | None = None,
+        loss_scale: float = 1.0,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale)
         owner = self._owner
         for plan in self._plans:
             if len(plan.shape) != 2:
-                raise ValueError(f"For '{owner}', Muon updates 2-D parameters; {plan.name} has shape {plan.shape}")
-        self.momentum = check_range("momentum", check_float("momentum", momentum, owner, allow_int=True), owner,
-                                    0.0)
+                raise ValueError(
+                    f"For '{owner}', Muon updates 2-D parameters; {plan.name} has shape {plan.shape}"
+                )
+        self.momentum = check_range(
+            "momentum", check_float("momentum", momentum, owner, allow_int=True), owner, 0.0
+        )
         self.nesterov = check_bool("nesterov", nesterov, owner)
         if len(ns_coefficients) != 3:
             raise ValueError(f"For '{owner}', 'ns_coefficients' must be 3 numbers, got {ns_coefficients!r}")
         self.ns_coefficients = tuple(check_float("ns_coefficients", float(k), owner) for k in ns_coefficients)
         self.eps = check_range("eps", check_float("eps", eps, owner), owner, 0.0)
-        if isinstance(ns_steps, bool) or not isinstance(ns_steps, (int, np.integer)) or not 0 < ns_steps < 100:
+        if (
+            isinstance(ns_steps, bool)
+            or not isinstance(ns_steps, (int, np.integer))
+            or not 0 < ns_steps < 100
+        ):
             raise ValueError(f"For '{owner}', 'ns_steps' must be an int in [1, 100), got {ns_steps!r}")
         self.ns_steps = int(ns_steps)
         if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
@@ -150,8 +172,14 @@ class Muon(Optimizer):
         if update is None:
             update = self._updates[plan.index] = self._new_array(plan, 0.0).reshape(-1)
         dtype = plan.cdtype
-        _muon_momentum.launch(plan.device, plan.size, plan.flats[0], update, grad,
-                              *muon_momentum_scalars(dtype, self.momentum, self.nesterov))
+        _muon_momentum.launch(
+            plan.device,
+            plan.size,
+            plan.flats[0],
+            update,
+            grad,
+            *muon_momentum_scalars(dtype, self.momentum, self.nesterov),
+        )
         host = update if plan.device == "cpu" else _cuda.to_host(update)
         ortho = newton_schulz(host.reshape(plan.shape), self.ns_coefficients, self.ns_steps, self.eps)
         if plan.device == "cpu":
@@ -161,10 +189,14 @@ class Muon(Optimizer):
         lr = float(scalars[0])
         wd = float(ctx.wds[plan.wd_index]) if self.decay_flags[plan.index] else 0.0
         rows, cols = plan.shape
-        ratio = 0.2 * math.sqrt(max(rows, cols)) if self.adjust_lr_fn == "match_rms_adamw" else math.sqrt(
-            max(1, rows / cols))
-        _decayed_step.launch(plan.device, plan.size, plan.flat, update, dtype.type(1 - lr * wd),
-                             dtype.type(-(lr * ratio)))
+        ratio = (
+            0.2 * math.sqrt(max(rows, cols))
+            if self.adjust_lr_fn == "match_rms_adamw"
+            else math.sqrt(max(1, rows / cols))
+        )
+        _decayed_step.launch(
+            plan.device, plan.size, plan.flat, update, dtype.type(1 - lr * wd), dtype.type(-(lr * ratio))
+        )
 
 
 class MuonWithAdamW:
@@ -192,20 +224,47 @@ class MuonWithAdamW:
         A parameter that the rule gives to Muon is not 2-D; either optimizer's errors.
     """
 
-    def __init__(self, params: Any, learning_rate: Any = 0.02, weight_decay: Any = 0.01, momentum: float = 0.95,
-                 nesterov: bool = True, ns_steps: int = 5, adjust_lr_fn: Optional[str] = None,
-                 adamw_learning_rate: Any = 3e-4, adamw_beta1: float = 0.9, adamw_beta2: float = 0.95,
-                 adamw_eps: float = 1e-8, adamw_weight_decay: Any = 0.01,
-                 split: Optional[Callable[[str, tuple], bool]] = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 0.02,
+        weight_decay: Any = 0.01,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        adjust_lr_fn: str | None = None,
+        adamw_learning_rate: Any = 3e-4,
+        adamw_beta1: float = 0.9,
+        adamw_beta2: float = 0.95,
+        adamw_eps: float = 1e-8,
+        adamw_weight_decay: Any = 0.01,
+        split: Callable[[str, tuple], bool] | None = None,
+    ):
         rule = split or default_muon_split
         self.parameters = tuple(params)
         self._is_muon = [bool(rule(p.name, tuple(p.shape))) for p in self.parameters]
         muon = [p for p, m in zip(self.parameters, self._is_muon) if m]
         other = [p for p, m in zip(self.parameters, self._is_muon) if not m]
-        self.muon = Muon(muon, learning_rate, weight_decay, momentum, nesterov, ns_steps=ns_steps,
-                         adjust_lr_fn=adjust_lr_fn) if muon else None
-        self.adamw = AdamWeightDecay(other, adamw_learning_rate, adamw_beta1, adamw_beta2, adamw_eps,
-                                     adamw_weight_decay) if other else None
+        self.muon = (
+            Muon(
+                muon,
+                learning_rate,
+                weight_decay,
+                momentum,
+                nesterov,
+                ns_steps=ns_steps,
+                adjust_lr_fn=adjust_lr_fn,
+            )
+            if muon
+            else None
+        )
+        self.adamw = (
+            AdamWeightDecay(
+                other, adamw_learning_rate, adamw_beta1, adamw_beta2, adamw_eps, adamw_weight_decay
+            )
+            if other
+            else None
+        )
 
     def __call__(self, gradients: Any) -> bool:
         return self.step(gradients)
@@ -213,8 +272,9 @@ class MuonWithAdamW:
     def step(self, gradients: Any) -> bool:
         """One step of both optimizers; ``gradients`` in :attr:`parameters`' order. Returns True."""
         if len(gradients) != len(self.parameters):
-            raise ValueError(f"For 'MuonWithAdamW', got {len(gradients)} gradients for {len(self.parameters)} "
-                             "parameters")
+            raise ValueError(
+                f"For 'MuonWithAdamW', got {len(gradients)} gradients for {len(self.parameters)} parameters"
+            )
         for opt, mine in ((self.muon, True), (self.adamw, False)):
             if opt is not None:
                 opt([g for g, m in zip(gradients, self._is_muon) if m is mine])
@@ -222,8 +282,12 @@ class MuonWithAdamW:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Both optimizers' states, keys prefixed ``muon/`` and ``adamw/``."""
-        return {f"{prefix}/{k}": v for prefix, opt in (("muon", self.muon), ("adamw", self.adamw))
-                if opt is not None for k, v in opt.state_dict().items()}
+        return {
+            f"{prefix}/{k}": v
+            for prefix, opt in (("muon", self.muon), ("adamw", self.adamw))
+            if opt is not None
+            for k, v in opt.state_dict().items()
+        }
 
     def load_state_dict(self, state: Any) -> None:
         """Restore :meth:`state_dict`'s output (each optimizer checks its part before writing)."""
@@ -232,10 +296,11 @@ class MuonWithAdamW:
             for prefix, opt in (("muon", self.muon), ("adamw", self.adamw)):
                 if opt is not None:
                     before = opt.state_dict()
-                    opt.load_state_dict({k.partition("/")[2]: state[k] for k in state.keys()
-                                         if k.startswith(prefix + "/")})
+                    opt.load_state_dict(
+                        {k.partition("/")[2]: state[k] for k in state.keys() if k.startswith(prefix + "/")}
+                    )
                     done.append((opt, before))
         except Exception:
-            for opt, before in done:        # a failed load leaves both as they were
+            for opt, before in done:  # a failed load leaves both as they were
                 opt.load_state_dict(before)
             raise

@@ -17,23 +17,21 @@ CPU parameters whose update is one element-wise kernel are updated group by grou
 per group and step (:mod:`._launch_groups`; the same bits as one launch per parameter), so that a step over
 a model of many small tensors costs about what one launch over their total size costs.
 """
+
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import (Batch, _array_facts, _c_strides, _flatten, compute_dtype,
-                               plain_array)
+from ..kernels._checks import Batch, _array_facts, _c_strides, _flatten, compute_dtype, plain_array
 from ..sparse import RowSparse
 from . import _gradient_steps as steps
-from . import _groups
-from . import _launch_groups
-from . import _low_precision
-from . import _parallel
+from . import _groups, _launch_groups, _low_precision, _parallel
 from ._groups import check_parameters, default_decay_filter
 from ._learning_rate import LearningRate
 from ._state import StateDictMixin
@@ -63,9 +61,29 @@ def _dtype_of(grad: Any) -> Any:
 class _Plan:
     """What one parameter's update needs, fixed at construction (so a step re-derives nothing)."""
 
-    __slots__ = ("index", "param", "name", "shape", "dtype", "device", "size", "flat", "slots", "flats",
-                 "lr_index", "wd_index", "decay", "gc", "prepares", "key", "scratch", "cdtype", "grad_dtype",
-                 "user", "owned")
+    __slots__ = (
+        "index",
+        "param",
+        "name",
+        "shape",
+        "dtype",
+        "device",
+        "size",
+        "flat",
+        "slots",
+        "flats",
+        "lr_index",
+        "wd_index",
+        "decay",
+        "gc",
+        "prepares",
+        "key",
+        "scratch",
+        "cdtype",
+        "grad_dtype",
+        "user",
+        "owned",
+    )
 
     def __init__(self, index: int, param: Parameter, lr_index: int, wd_index: int, decay: bool, gc: bool):
         self.index = index
@@ -83,12 +101,12 @@ class _Plan:
         self.decay = decay
         self.gc = gc
         self.prepares = False
-        self.cdtype = compute_dtype(self.dtype)   # scalars' dtype: float32 for float16/bfloat16 storage
+        self.cdtype = compute_dtype(self.dtype)  # scalars' dtype: float32 for float16/bfloat16 storage
         self.key = (lr_index, self.cdtype)
         self.scratch = None
-        self.grad_dtype = self.dtype              # the gradient's dtype (the user's parameter's)
-        self.user = param                         # the user's parameter (``param`` is its master, if any)
-        self.owned = True      # False: another rank of a parallel optimizer updates it (no slots here)
+        self.grad_dtype = self.dtype  # the gradient's dtype (the user's parameter's)
+        self.user = param  # the user's parameter (``param`` is its master, if any)
+        self.owned = True  # False: another rank of a parallel optimizer updates it (no slots here)
 
 
 class StepContext:
@@ -187,30 +205,37 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
     """
 
     # What the MindSpore optimizer does around its kernel (subclasses override).
-    _coupled_decay = True          # calls decay_weight: g ← w·wd·loss_scale + g
-    _centralizes = True            # applies gradient centralization to flagged grouped parameters
-    _scales_gradients = True       # multiplies gradients by 1/loss_scale
-    _decay_all_ungrouped = False   # FTRL: every ungrouped parameter is decayed (no beta/gamma filter)
-    _always_counts_steps = False   # Lamb: the global step advances every step
-    _accepts_sparse = False        # row-sparse gradients reach _apply_sparse
-    _target_rules: str | None = None   # None: the target cannot be set; 'platform' or 'membership' (§1.7)
-    _multi_tensor = True           # CPU parameters in multi-tensor launches (False: one launch per parameter)
-    _distinct_gradients = False    # the kernel refuses a gradient sharing memory with its parameter or slots
+    _coupled_decay = True  # calls decay_weight: g ← w·wd·loss_scale + g
+    _centralizes = True  # applies gradient centralization to flagged grouped parameters
+    _scales_gradients = True  # multiplies gradients by 1/loss_scale
+    _decay_all_ungrouped = False  # FTRL: every ungrouped parameter is decayed (no beta/gamma filter)
+    _always_counts_steps = False  # Lamb: the global step advances every step
+    _accepts_sparse = False  # row-sparse gradients reach _apply_sparse
+    _target_rules: str | None = None  # None: the target cannot be set; 'platform' or 'membership' (§1.7)
+    _multi_tensor = True  # CPU parameters in multi-tensor launches (False: one launch per parameter)
+    _distinct_gradients = False  # the kernel refuses a gradient sharing memory with its parameter or slots
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "Optimizer":
-        check_torch_keywords(cls, kwargs)   # ``lr=``: say the name is ``learning_rate`` here
+    def __new__(cls, *args: Any, **kwargs: Any) -> Optimizer:
+        check_torch_keywords(cls, kwargs)  # ``lr=``: say the name is ``learning_rate`` here
         return super().__new__(cls)
 
-    def __init__(self, learning_rate: Any, parameters: Any, weight_decay: Any = 0.0, loss_scale: Any = 1.0,
-                 comm: Any = None):
+    def __init__(
+        self,
+        learning_rate: Any,
+        parameters: Any,
+        weight_decay: Any = 0.0,
+        loss_scale: Any = 1.0,
+        comm: Any = None,
+    ):
         self._init_low_precision()
         owner = self._owner = type(self).__name__
         items = check_parameters(owner, parameters)
         if isinstance(loss_scale, (int, np.integer)) and not isinstance(loss_scale, (bool, np.bool_)):
             loss_scale = float(loss_scale)
         if isinstance(loss_scale, (bool, np.bool_)) or not isinstance(loss_scale, (float, np.floating)):
-            raise TypeError(f"For '{owner}', 'loss_scale' must be a float or an int, got "
-                            f"{type(loss_scale).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'loss_scale' must be a float or an int, got {type(loss_scale).__name__}"
+            )
         if not (math.isfinite(loss_scale) and loss_scale > 0):
             raise ValueError(f"For '{owner}', 'loss_scale' must be a finite number > 0, got {loss_scale}")
         self._loss_scale = float(loss_scale)
@@ -231,8 +256,10 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         self._target = self._context_target
         self._target_assigned = False
         self._unique = not any(getattr(p, "unique", False) for p in self._params)
-        self._plans = [self._make_plan(k, p, layout.lr_index[k], layout.wd_index[k], layout.flags[k],
-                                       layout.gcs[k]) for k, p in enumerate(self._params)]
+        self._plans = [
+            self._make_plan(k, p, layout.lr_index[k], layout.wd_index[k], layout.flags[k], layout.gcs[k])
+            for k, p in enumerate(self._params)
+        ]
         # With a communicator, the installed parallel hook decides which parameters this rank owns.
         self._parallel = None if comm is None else _parallel.attach(self, comm)
         self._local_plans = [plan for plan in self._plans if plan.owned]
@@ -242,19 +269,32 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         self._dtypes = sorted({plan.cdtype for plan in self._plans}, key=lambda d: d.str)
         self._decay_keys = self._distinct_decay_keys()
         # Every parameter on the CPU: the shapes, dtypes and C strides a plain gradient list has.
-        self._plain_layout = None if any(plan.device == "cuda" for plan in self._plans) else (
-            [plan.shape for plan in self._plans], [plan.grad_dtype for plan in self._plans],
-            [_c_strides(plan.shape, plan.grad_dtype.itemsize) for plan in self._plans])
-        self._launches: _launch_groups.LaunchPlan | None = None   # built on the first step
+        self._plain_layout = (
+            None
+            if any(plan.device == "cuda" for plan in self._plans)
+            else (
+                [plan.shape for plan in self._plans],
+                [plan.grad_dtype for plan in self._plans],
+                [_c_strides(plan.shape, plan.grad_dtype.itemsize) for plan in self._plans],
+            )
+        )
+        self._launches: _launch_groups.LaunchPlan | None = None  # built on the first step
 
     # ------------------------------------------------------------------------------------ construction
 
-    def _make_plan(self, index: int, param: Parameter, lr_index: int, wd_index: int, flag: bool,
-                   gc: bool) -> _Plan:
+    def _make_plan(
+        self, index: int, param: Parameter, lr_index: int, wd_index: int, flag: bool, gc: bool
+    ) -> _Plan:
         wd = self._wds[wd_index]
         decay = self._coupled_decay and flag and (callable(wd) or wd > 0.0)
-        plan = _Plan(index, self._master_of(param), lr_index, wd_index, decay, gc and self._centralizes and
-                     steps.centralizes(param.shape))
+        plan = _Plan(
+            index,
+            self._master_of(param),
+            lr_index,
+            wd_index,
+            decay,
+            gc and self._centralizes and steps.centralizes(param.shape),
+        )
         plan.grad_dtype, plan.user = param.dtype, param
         plan.prepares = plan.decay or plan.gc or (self._scales_gradients and self._loss_scale != 1.0)
         return plan
@@ -354,9 +394,11 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         if self._target_rules == "platform":
             context = self._context_target
             if (context == "CPU" and value != "CPU") or (context == "GPU" and value == "Ascend"):
-                raise ValueError(f"For '{self._owner}', 'target' cannot be {value!r} when the parameters "
-                                 "live on "
-                                 f"the {context} (MindSpore's context rule)")
+                raise ValueError(
+                    f"For '{self._owner}', 'target' cannot be {value!r} when the parameters "
+                    "live on "
+                    f"the {context} (MindSpore's context rule)"
+                )
         self._target = value
         self._target_assigned = True
 
@@ -415,15 +457,18 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         elif isinstance(param, list):
             wanted = param
         else:
-            raise TypeError("For 'get_lr_parameter', 'param' must be a Parameter or a list of Parameter, "
-                            "got "
-                            f"{type(param).__name__}")
+            raise TypeError(
+                "For 'get_lr_parameter', 'param' must be a Parameter or a list of Parameter, "
+                "got "
+                f"{type(param).__name__}"
+            )
         ids = {id(p): k for k, p in enumerate(self._params)}
         out = []
         for p in wanted:
             if not isinstance(p, Parameter):
-                raise TypeError("For 'get_lr_parameter', every item must be a Parameter, got "
-                                f"{type(p).__name__}")
+                raise TypeError(
+                    f"For 'get_lr_parameter', every item must be a Parameter, got {type(p).__name__}"
+                )
             if id(p) not in ids:
                 raise ValueError(f"For 'get_lr_parameter', the parameter {p.name} is not in the optimizer")
             out.append(self._lrs[self._plans[ids[id(p)]].lr_index].obj)
@@ -452,9 +497,12 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         """MindSpore's ``gradients_centralization``: grouped parameters with ``grad_centralization=True``
         and a gradient of rank >= 2 with ``shape[1] % 16 == 0`` are centralized; the others pass unchanged."""
         grads = self._check_gradients(gradients)
-        return tuple((steps.centralize_sparse(g) if isinstance(g, RowSparse) else steps.centralize(g))
-                     if self._gc_flags[plan.index] and steps.centralizes(plan.shape) else g
-                     for plan, g in zip(self._plans, grads))
+        return tuple(
+            (steps.centralize_sparse(g) if isinstance(g, RowSparse) else steps.centralize(g))
+            if self._gc_flags[plan.index] and steps.centralizes(plan.shape)
+            else g
+            for plan, g in zip(self._plans, grads)
+        )
 
     def scale_grad(self, gradients: Sequence[Any]) -> tuple:
         """MindSpore's ``scale_grad``: every gradient times ``1/loss_scale`` (rounded to its dtype) when
@@ -462,8 +510,12 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         grads = self._check_gradients(gradients)
         if self._loss_scale == 1.0:
             return tuple(grads)
-        return tuple((steps.unscale_sparse if isinstance(g, RowSparse) else steps.unscale)(
-            g, plan.dtype.type(1.0 / self._loss_scale), False) for plan, g in zip(self._plans, grads))
+        return tuple(
+            (steps.unscale_sparse if isinstance(g, RowSparse) else steps.unscale)(
+                g, plan.dtype.type(1.0 / self._loss_scale), False
+            )
+            for plan, g in zip(self._plans, grads)
+        )
 
     def flatten_gradients(self, gradients: Sequence[Any]) -> Sequence[Any]:
         """MindSpore's contiguous-memory chunking of gradients: nothing to do here; returns ``gradients``."""
@@ -497,7 +549,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         """
         if self._parallel is None:
             grads, plain = self._validated(gradients)
-        else:   # validated on every rank, then agreed (optkernels.distributed): all raise, skip or go on
+        else:  # validated on every rank, then agreed (optkernels.distributed): all raise, skip or go on
             agreed = self._parallel.agreed_step(self, gradients)
             if agreed is None:
                 return False
@@ -508,7 +560,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
             launches = self._launches = _launch_groups.build(self)
         with self._rounding_context():
             launches.run(self, grads, plain, ctx)
-            self.broadcast_params(True)   # a master weight is broadcast from its owner before the rounding
+            self.broadcast_params(True)  # a master weight is broadcast from its owner before the rounding
             self._write_masters()
         self._finish_step(ctx)
         return True
@@ -542,20 +594,26 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         C-contiguous NumPy array (of its CPU parameter's shape and dtype). The common all-NumPy case is
         checked with a few C-level passes; anything else goes through the per-gradient checks."""
         if not isinstance(gradients, (tuple, list)):
-            raise TypeError(f"For '{self._owner}', 'gradients' must be a tuple or list with one gradient per "
-                            f"parameter, got {type(gradients).__name__}")
+            raise TypeError(
+                f"For '{self._owner}', 'gradients' must be a tuple or list with one gradient per "
+                f"parameter, got {type(gradients).__name__}"
+            )
         if len(gradients) != len(self._plans):
-            raise ValueError(f"For '{self._owner}', got {len(gradients)} gradients for {len(self._plans)} "
-                             f"parameters")
+            raise ValueError(
+                f"For '{self._owner}', got {len(gradients)} gradients for {len(self._plans)} parameters"
+            )
         layout = self._plain_layout
         if layout is not None and set(map(type, gradients)) == _NDARRAY:
             shapes, dtypes, strides = layout
             if list(map(_SHAPE, gradients)) == shapes and list(map(_DTYPE, gradients)) == dtypes:
                 plain = list(map(_STRIDES, gradients)) == strides or all(
-                    g.flags.c_contiguous for g in gradients)
+                    g.flags.c_contiguous for g in gradients
+                )
                 return list(gradients), plain
-        gradients = [plain_array(f"the gradient of {plan.name}", g) if isinstance(g, np.ndarray) else g
-                     for plan, g in zip(self._plans, gradients)]  # np.matrix: a plain view; masked: refused
+        gradients = [
+            plain_array(f"the gradient of {plan.name}", g) if isinstance(g, np.ndarray) else g
+            for plan, g in zip(self._plans, gradients)
+        ]  # np.matrix: a plain view; masked: refused
         self._check_each_gradient(gradients)
         return gradients, False
 
@@ -563,21 +621,27 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         for plan, grad in zip(self._plans, gradients):
             if plan.device == "cpu" and isinstance(grad, np.ndarray):
                 if grad.shape != plan.shape:
-                    raise ValueError(f"For '{self._owner}', the gradient of {plan.name} has shape "
-                                     f"{grad.shape} "
-                                     f"but the parameter has shape {plan.shape}")
+                    raise ValueError(
+                        f"For '{self._owner}', the gradient of {plan.name} has shape "
+                        f"{grad.shape} "
+                        f"but the parameter has shape {plan.shape}"
+                    )
                 if grad.dtype != plan.grad_dtype and grad.dtype != plan.dtype:  # a master takes float32
-                    raise TypeError(f"For '{self._owner}', the gradient of {plan.name} has dtype "
-                                    f"{grad.dtype} "
-                                    f"but the parameter has dtype {plan.grad_dtype}")
+                    raise TypeError(
+                        f"For '{self._owner}', the gradient of {plan.name} has dtype "
+                        f"{grad.dtype} "
+                        f"but the parameter has dtype {plan.grad_dtype}"
+                    )
             elif isinstance(grad, RowSparse):
                 self._check_sparse_gradient(plan, grad)
             elif plan.device == "cuda" and _cuda.is_device_array(grad):
                 self._check_cuda_gradient(plan, grad)
             else:
                 where = "a NumPy array" if plan.device == "cpu" else "a CUDA array"
-                raise TypeError(f"For '{self._owner}', the gradient of {plan.name} must be {where} (like its "
-                                f"parameter), got {type(grad).__name__}")
+                raise TypeError(
+                    f"For '{self._owner}', the gradient of {plan.name} must be {where} (like its "
+                    f"parameter), got {type(grad).__name__}"
+                )
 
     def _state_arrays(self, plan: _Plan) -> list[tuple[str, Any]]:
         """(what, array) of every array one parameter's update writes: the parameter, then its slots."""
@@ -597,8 +661,10 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
                     continue
                 lo2, hi2 = _array_facts(what, array)[5]
                 if lo < hi and lo2 < hi2 and lo2 < hi and lo < hi2:
-                    raise ValueError(f"For '{self._owner}', the gradient of {plan.name} shares memory with "
-                                     f"{what}, which the step updates; pass a distinct array")
+                    raise ValueError(
+                        f"For '{self._owner}', the gradient of {plan.name} shares memory with "
+                        f"{what}, which the step updates; pass a distinct array"
+                    )
 
     def _check_cuda_gradient(self, plan: _Plan, grad: Any) -> None:
         face = _cuda.interface(grad)
@@ -606,38 +672,55 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         if dtype.kind == "V" and isinstance(getattr(grad, "dtype", None), np.dtype):
             dtype = grad.dtype  # bfloat16
         if shape != plan.shape:
-            raise ValueError(f"For '{self._owner}', the gradient of {plan.name} has shape {shape} but the "
-                             f"parameter has shape {plan.shape}")
+            raise ValueError(
+                f"For '{self._owner}', the gradient of {plan.name} has shape {shape} but the "
+                f"parameter has shape {plan.shape}"
+            )
         if dtype != plan.grad_dtype and dtype != plan.dtype:
-            raise TypeError(f"For '{self._owner}', the gradient of {plan.name} has dtype {dtype} but the "
-                            f"parameter has dtype {plan.grad_dtype}")
+            raise TypeError(
+                f"For '{self._owner}', the gradient of {plan.name} has dtype {dtype} but the "
+                f"parameter has dtype {plan.grad_dtype}"
+            )
         strides = face.get("strides")
         if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize):
             raise ValueError(f"For '{self._owner}', the gradient of {plan.name} must be C-contiguous")
 
     def _check_sparse_gradient(self, plan: _Plan, grad: Any) -> None:
         if not self._accepts_sparse:
-            raise TypeError(f"For '{self._owner}', the gradient of {plan.name} is row-sparse, which "
-                            f"{self._sparse_refusal()}; pass a dense gradient")
+            raise TypeError(
+                f"For '{self._owner}', the gradient of {plan.name} is row-sparse, which "
+                f"{self._sparse_refusal()}; pass a dense gradient"
+            )
         if tuple(grad.dense_shape) != plan.shape:
-            raise ValueError(f"For '{self._owner}', the row-sparse gradient of {plan.name} has dense_shape "
-                             f"{tuple(grad.dense_shape)} but the parameter has shape {plan.shape}")
+            raise ValueError(
+                f"For '{self._owner}', the row-sparse gradient of {plan.name} has dense_shape "
+                f"{tuple(grad.dense_shape)} but the parameter has shape {plan.shape}"
+            )
         if grad.device != plan.device:
-            raise TypeError(f"For '{self._owner}', the row-sparse gradient of {plan.name} is on the "
-                            f"{grad.device} but the parameter is on the {plan.device}")
+            raise TypeError(
+                f"For '{self._owner}', the row-sparse gradient of {plan.name} is on the "
+                f"{grad.device} but the parameter is on the {plan.device}"
+            )
         if plan.device == "cuda" and plan.decay:
-            raise TypeError(f"For '{self._owner}', weight decay of a row-sparse gradient of a CUDA parameter "
-                            f"({plan.name}) is not supported; use a dense gradient")
+            raise TypeError(
+                f"For '{self._owner}', weight decay of a row-sparse gradient of a CUDA parameter "
+                f"({plan.name}) is not supported; use a dense gradient"
+            )
         values = grad.values
         if isinstance(values, np.ndarray):
             dtype = values.dtype
         else:
-            dtype = values.dtype if isinstance(getattr(values, "dtype", None), np.dtype) else np.dtype(
-                _cuda.interface(values)["typestr"])
+            dtype = (
+                values.dtype
+                if isinstance(getattr(values, "dtype", None), np.dtype)
+                else np.dtype(_cuda.interface(values)["typestr"])
+            )
         if dtype != plan.grad_dtype and dtype != plan.dtype:
-            raise TypeError(f"For '{self._owner}', the row-sparse gradient of {plan.name} has values of "
-                            "dtype "
-                            f"{dtype} but the parameter has dtype {plan.grad_dtype}")
+            raise TypeError(
+                f"For '{self._owner}', the row-sparse gradient of {plan.name} has values of "
+                "dtype "
+                f"{dtype} but the parameter has dtype {plan.grad_dtype}"
+            )
 
     def _sparse_refusal(self) -> str:
         """Why this optimizer refuses row-sparse gradients (for the TypeError)."""
@@ -649,9 +732,11 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
             if callable(wd):
                 value = float(wd(step))
                 if not (math.isfinite(value) and value >= 0.0):
-                    raise ValueError(f"For '{self._owner}', the dynamic weight decay returned {value} at "
-                                     "step "
-                                     f"{step}; it must be finite and >= 0")
+                    raise ValueError(
+                        f"For '{self._owner}', the dynamic weight decay returned {value} at "
+                        "step "
+                        f"{step}; it must be finite and >= 0"
+                    )
                 out.append(value)
             else:
                 out.append(wd)
@@ -684,7 +769,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         wd = ctx.decays[(plan.wd_index, plan.cdtype)] if plan.decay else None
         recip = ctx.reciprocals[plan.cdtype] if ctx.reciprocals else None
         if _dtype_of(grad) != plan.dtype and (sparse or plan.gc):
-            grad = _low_precision.widened_gradient(grad, plan.dtype)   # a float32 master's own dtype
+            grad = _low_precision.widened_gradient(grad, plan.dtype)  # a float32 master's own dtype
         if not (sparse or plan.gc):
             if plan.scratch is None:
                 plan.scratch = self._new_array(plan, 0.0)

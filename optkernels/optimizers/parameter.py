@@ -1,4 +1,5 @@
 """``Parameter``: a named array that optimizers update in place (MindSpore ``mindspore.Parameter``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -55,7 +56,7 @@ class Parameter:
         """The array itself (NumPy or CUDA), updated in place by optimizer steps."""
         return self._data
 
-    def set_data(self, data: Any) -> "Parameter":
+    def set_data(self, data: Any) -> Parameter:
         """Copy ``data`` into the parameter's array (same shape; cast to the parameter's dtype).
 
         A CUDA parameter accepts NumPy or CUDA data. Returns ``self`` (as MindSpore's ``set_data``).
@@ -66,8 +67,9 @@ class Parameter:
         if _cuda.is_device_array(self._data):
             host = _cuda.to_host(data) if _cuda.is_device_array(data) else np.asarray(data)
             if host.shape != self.shape:
-                raise ValueError(f"set_data: data has shape {host.shape} but {self.name} has shape "
-                                 f"{self.shape}")
+                raise ValueError(
+                    f"set_data: data has shape {host.shape} but {self.name} has shape {self.shape}"
+                )
             _cuda.as_device_array(self._data).copy_to_device(np.ascontiguousarray(host, dtype=self.dtype))
             return self
         new = np.asarray(data)
@@ -132,10 +134,13 @@ def _as_parameter_array(data: Any, name: str) -> Any:
         if dtype.kind == "V" and isinstance(getattr(data, "dtype", None), np.dtype):
             dtype = data.dtype  # bfloat16 (the interface's typestr says '<V2')
         if dtype not in FLOAT_DTYPES:
-            raise TypeError(f"Parameter {name!r} has dtype {dtype}; supported dtypes are float32, float64, "
-                            "float16 and bfloat16")
+            raise TypeError(
+                f"Parameter {name!r} has dtype {dtype}; supported dtypes are float32, float64, "
+                "float16 and bfloat16"
+            )
         if face.get("strides") is not None:
             from ..kernels._checks import _c_strides
+
             if tuple(face["strides"]) != _c_strides(tuple(face["shape"]), dtype.itemsize):
                 raise ValueError(f"Parameter {name!r} must be C-contiguous")
         if face["data"][1]:
@@ -144,8 +149,10 @@ def _as_parameter_array(data: Any, name: str) -> Any:
     if not isinstance(data, np.ndarray):
         data = np.array(data)
     if data.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"Parameter {name!r} has dtype {data.dtype}; supported dtypes are float32, float64, "
-                        "float16 and bfloat16")
+        raise TypeError(
+            f"Parameter {name!r} has dtype {data.dtype}; supported dtypes are float32, float64, "
+            "float16 and bfloat16"
+        )
     if not data.flags.c_contiguous:
         raise ValueError(f"Parameter {name!r} must be C-contiguous")
     if not data.flags.writeable:

@@ -1,4 +1,5 @@
 """``ProximalAdagrad`` (MindSpore ``nn.ProximalAdagrad``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,9 +46,18 @@ class ProximalAdagrad(Optimizer):
     _accepts_sparse = True
     _target_rules = "membership"
 
-    def __init__(self, params: Any, accum: float = 0.1, learning_rate: Any = 0.001, l1: float = 0.0,
-                 l2: float = 0.0, use_locking: bool = False, loss_scale: float = 1.0,
-                 weight_decay: Any = 0.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        accum: float = 0.1,
+        learning_rate: Any = 0.001,
+        l1: float = 0.0,
+        l2: float = 0.0,
+        use_locking: bool = False,
+        loss_scale: float = 1.0,
+        weight_decay: Any = 0.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.accum_init = check_range("accum", check_float("accum", accum, owner), owner, 0.0)
@@ -65,9 +75,19 @@ class ProximalAdagrad(Optimizer):
     def _apply_sparse(self, plan, grad, ctx):
         lr, var, accum = ctx.lrs[plan.lr_index], plan.param.data, plan.slots["accum"]
         if self._target == "CPU" and self._target_assigned:
-            fused_sparse_proximal_adagrad(var, accum, lr, self.l1, self.l2, grad.values, grad.indices,
-                                          use_locking=self.use_locking, out_of_range="drop")
+            fused_sparse_proximal_adagrad(
+                var,
+                accum,
+                lr,
+                self.l1,
+                self.l2,
+                grad.values,
+                grad.indices,
+                use_locking=self.use_locking,
+                out_of_range="drop",
+            )
         else:
             grad = self._merge_if_unique(grad)
-            sparse_apply_proximal_adagrad(var, accum, lr, self.l1, self.l2, grad.values, grad.indices,
-                                          use_locking=self.use_locking)
+            sparse_apply_proximal_adagrad(
+                var, accum, lr, self.l1, self.l2, grad.values, grad.indices, use_locking=self.use_locking
+            )

@@ -1,4 +1,5 @@
 """``RMSProp``, plain or centered (MindSpore ``nn.RMSProp``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,15 +45,26 @@ class RMSProp(Optimizer):
         ValueError: out-of-range values; the base class's errors.
     """
 
-    def __init__(self, params: Any, learning_rate: Any = 0.1, decay: float = 0.9, momentum: float = 0.0,
-                 epsilon: float = 1e-10, use_locking: bool = False, centered: bool = False,
-                 loss_scale: float = 1.0, weight_decay: Any = 0.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 0.1,
+        decay: float = 0.9,
+        momentum: float = 0.0,
+        epsilon: float = 1e-10,
+        use_locking: bool = False,
+        centered: bool = False,
+        loss_scale: float = 1.0,
+        weight_decay: Any = 0.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.decay = check_range("decay", check_float("decay", decay, owner), owner, 0.0, 1.0)
         self.momentum = check_range("momentum", check_float("momentum", momentum, owner), owner, 0.0)
-        self.epsilon = check_range("epsilon", check_float("epsilon", epsilon, owner), owner, 0.0,
-                                   low_open=True)
+        self.epsilon = check_range(
+            "epsilon", check_float("epsilon", epsilon, owner), owner, 0.0, low_open=True
+        )
         self.use_locking = check_bool("use_locking", use_locking, owner)
         self.centered = check_bool("centered", centered, owner)
         slots = {"mean_square": 1.0, "moment": 0.0}

@@ -1,5 +1,6 @@
 """``RowWiseAdagrad``: FBGEMM's exact row-wise Adagrad for embedding tables over NumPy or CUDA arrays, one
 float accumulator per row (state ``sum``), dense or row-sparse gradients."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,8 +22,9 @@ def check_rowwise_hyper(lr: Any, eps: Any, weight_decay: Any, weight_decay_mode:
             raise ValueError(f"Invalid {name} value: {value}")
     if weight_decay_mode not in MODES:
         raise ValueError(f"weight_decay_mode must be one of {MODES}, got {weight_decay_mode!r}")
-    return dict(lr=lr, eps=eps, weight_decay=weight_decay, weight_decay_mode=weight_decay_mode,
-                max_norm=max_norm)
+    return dict(
+        lr=lr, eps=eps, weight_decay=weight_decay, weight_decay_mode=weight_decay_mode, max_norm=max_norm
+    )
 
 
 def sum_dtype(dtype: Any) -> np.dtype:
@@ -56,8 +58,15 @@ class RowWiseAdagrad(ArrayOptimizer):
     per parameter: ``sum``, one accumulator per row (float32 for float16/bfloat16 tables).
     """
 
-    def __init__(self, params: Any, lr: float = 0.01, eps: float = 1e-8, weight_decay: float = 0.0,
-                 weight_decay_mode: str = "none", max_norm: float = 0.0):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 0.01,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        weight_decay_mode: str = "none",
+        max_norm: float = 0.0,
+    ):
         self._groups(params, check_rowwise_hyper(lr, eps, weight_decay, weight_decay_mode, max_norm))
 
     def step(self, grads: Any) -> None:
@@ -71,18 +80,31 @@ class RowWiseAdagrad(ArrayOptimizer):
                     continue
                 p = self._arrays[k]
                 if k not in self.state:
-                    self.state[k] = {"sum": to_device(np.zeros(p.shape[:1], sum_dtype(p.dtype)), self._device(k))}
-                rowwise_adagrad(p, self.state[k]["sum"], g, lr=group["lr"], eps=group["eps"],
-                                weight_decay=group["weight_decay"], weight_decay_mode=group["weight_decay_mode"],
-                                max_norm=group["max_norm"])
+                    self.state[k] = {
+                        "sum": to_device(np.zeros(p.shape[:1], sum_dtype(p.dtype)), self._device(k))
+                    }
+                rowwise_adagrad(
+                    p,
+                    self.state[k]["sum"],
+                    g,
+                    lr=group["lr"],
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    weight_decay_mode=group["weight_decay_mode"],
+                    max_norm=group["max_norm"],
+                )
 
     def state_dict(self) -> dict:
         """``{'state': {k: {'sum': array}}, 'param_groups': [...]}`` (host copies)."""
-        return {"state": {k: {"sum": to_host(s["sum"])} for k, s in self.state.items()},
-                "param_groups": [dict(g, params=list(g["params"])) for g in self.param_groups]}
+        return {
+            "state": {k: {"sum": to_host(s["sum"])} for k, s in self.state.items()},
+            "param_groups": [dict(g, params=list(g["params"])) for g in self.param_groups],
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a :meth:`state_dict` (groups must have the same sizes)."""
         ids = self._load_groups(state_dict)
-        self.state = {ids[old]: {"sum": to_device(np.array(s["sum"]), self._device(ids[old]))}
-                      for old, s in state_dict["state"].items()}
+        self.state = {
+            ids[old]: {"sum": to_device(np.array(s["sum"]), self._device(ids[old]))}
+            for old, s in state_dict["state"].items()
+        }

@@ -1,5 +1,6 @@
 """``AdamWScheduleFree`` and ``SGDScheduleFree``: Schedule-Free training (MODERN §11). The parameters hold y
 in train mode and x in eval mode; the slot ``z`` holds the base sequence."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,9 +8,14 @@ from typing import Any
 import numpy as np
 
 from ..kernels._torch_lerp import lerp_scalars
-from ..kernels.schedule_free import (_lerp_towards, _schedule_free_adamw, _schedule_free_sgd,
-                                     schedule_free_adamw_scalars, schedule_free_sgd_scalars,
-                                     schedule_free_weight)
+from ..kernels.schedule_free import (
+    _lerp_towards,
+    _schedule_free_adamw,
+    _schedule_free_sgd,
+    schedule_free_adamw_scalars,
+    schedule_free_sgd_scalars,
+    schedule_free_weight,
+)
 from ._validators import check_float, check_range
 from .lion import check_beta
 from .optimizer import Optimizer, StepContext
@@ -17,8 +23,10 @@ from .optimizer import Optimizer, StepContext
 __all__ = ["AdamWScheduleFree", "SGDScheduleFree", "NOT_IN_TRAIN_MODE"]
 
 #: schedulefree's message for a step outside train mode (raised here as RuntimeError).
-NOT_IN_TRAIN_MODE = ("Optimizer was not in train mode when step is called. Please insert .train() and .eval() "
-                     "calls on the optimizer. See documentation for details.")
+NOT_IN_TRAIN_MODE = (
+    "Optimizer was not in train mode when step is called. Please insert .train() and .eval() "
+    "calls on the optimizer. See documentation for details."
+)
 
 
 class _ScheduleFree(Optimizer):
@@ -30,11 +38,14 @@ class _ScheduleFree(Optimizer):
     _scales_gradients = False
     _always_counts_steps = True
 
-    def _init_schedule_free(self, beta: float, warmup_steps: Any, r: Any, weight_lr_power: Any,
-                            slots: dict) -> None:
+    def _init_schedule_free(
+        self, beta: float, warmup_steps: Any, r: Any, weight_lr_power: Any, slots: dict
+    ) -> None:
         owner = self._owner
         if isinstance(warmup_steps, (bool, np.bool_)) or not isinstance(warmup_steps, (int, np.integer)):
-            raise TypeError(f"For '{owner}', 'warmup_steps' must be an int, got {type(warmup_steps).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'warmup_steps' must be an int, got {type(warmup_steps).__name__}"
+            )
         self.warmup_steps = int(check_range("warmup_steps", float(warmup_steps), owner, 0.0))
         self.r = check_float("r", r, owner, allow_int=True)
         self.weight_lr_power = check_float("weight_lr_power", weight_lr_power, owner, allow_int=True)
@@ -43,7 +54,7 @@ class _ScheduleFree(Optimizer):
         self._weight_sum = np.zeros(len(self._lrs))
         self._train_mode = True
         self._add_slots(dict(z=0.0, **slots))
-        for plan in self._local_plans:           # z starts at the parameter
+        for plan in self._local_plans:  # z starts at the parameter
             z = plan.slots["z"]
             if isinstance(z, np.ndarray):
                 z[...] = plan.param.data
@@ -75,7 +86,7 @@ class _ScheduleFree(Optimizer):
             z = plan.flats[0]
             _lerp_towards.launch(plan.device, plan.size, plan.flat, z, *lerp_scalars(plan.cdtype, weight))
         with self._rounding_context():
-            self.broadcast_params(True)     # the parallel optimizer: each parameter from the rank that owns it
+            self.broadcast_params(True)  # the parallel optimizer: each parameter from the rank that owns it
             self._write_masters()
 
     def step(self, gradients: Any) -> bool:
@@ -88,9 +99,18 @@ class _ScheduleFree(Optimizer):
 
     def _prepare_step(self, ctx: StepContext) -> None:
         k = ctx.global_step
-        ctx.extra["weights"] = [schedule_free_weight(k, lr, self.warmup_steps, self.r, self.weight_lr_power,
-                                                     float(self._lr_max[i]), float(self._weight_sum[i]))
-                                for i, lr in enumerate(ctx.lrs)]
+        ctx.extra["weights"] = [
+            schedule_free_weight(
+                k,
+                lr,
+                self.warmup_steps,
+                self.r,
+                self.weight_lr_power,
+                float(self._lr_max[i]),
+                float(self._weight_sum[i]),
+            )
+            for i, lr in enumerate(ctx.lrs)
+        ]
 
     def _commit_step(self, ctx: StepContext) -> None:
         for i, (_, lr_max, weight_sum, _) in enumerate(ctx.extra["weights"]):
@@ -110,8 +130,11 @@ class _ScheduleFree(Optimizer):
     # ------------------------------------------------------------------ state
 
     def _scalar_state(self):
-        return {"lr_max": self._lr_max.copy(), "weight_sum": self._weight_sum.copy(),
-                "train_mode": np.array(self._train_mode)}
+        return {
+            "lr_max": self._lr_max.copy(),
+            "weight_sum": self._weight_sum.copy(),
+            "train_mode": np.array(self._train_mode),
+        }
 
     def _load_scalar_state(self, state):
         self._lr_max = np.array(state["lr_max"], np.float64)
@@ -155,13 +178,30 @@ class AdamWScheduleFree(_ScheduleFree):
         RuntimeError: a step in eval mode.
     """
 
-    def __init__(self, params: Any, learning_rate: Any = 0.0025, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: Any = 0.0, warmup_steps: int = 0, r: float = 0.0,
-                 weight_lr_power: float = 2.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 0.0025,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: Any = 0.0,
+        warmup_steps: int = 0,
+        r: float = 0.0,
+        weight_lr_power: float = 2.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, comm=comm)
         owner = self._owner
-        self.beta1 = check_range("beta1", check_float("beta1", beta1, owner, allow_int=True), owner, 0.0, 1.0,
-                                 low_open=True, high_open=True)
+        self.beta1 = check_range(
+            "beta1",
+            check_float("beta1", beta1, owner, allow_int=True),
+            owner,
+            0.0,
+            1.0,
+            low_open=True,
+            high_open=True,
+        )
         self.beta2 = check_beta("beta2", beta2, owner, high_open=True)
         self.eps = check_range("eps", check_float("eps", eps, owner, allow_int=True), owner, 0.0)
         self._init_schedule_free(self.beta1, warmup_steps, r, weight_lr_power, {"exp_avg_sq": 0.0})
@@ -192,12 +232,28 @@ class SGDScheduleFree(_ScheduleFree):
         As :class:`AdamWScheduleFree`.
     """
 
-    def __init__(self, params: Any, learning_rate: Any = 1.0, momentum: float = 0.9, weight_decay: Any = 0.0,
-                 warmup_steps: int = 0, r: float = 0.0, weight_lr_power: float = 2.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1.0,
+        momentum: float = 0.9,
+        weight_decay: Any = 0.0,
+        warmup_steps: int = 0,
+        r: float = 0.0,
+        weight_lr_power: float = 2.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, comm=comm)
         owner = self._owner
-        self.momentum = check_range("momentum", check_float("momentum", momentum, owner, allow_int=True), owner,
-                                    0.0, 1.0, low_open=True, high_open=True)
+        self.momentum = check_range(
+            "momentum",
+            check_float("momentum", momentum, owner, allow_int=True),
+            owner,
+            0.0,
+            1.0,
+            low_open=True,
+            high_open=True,
+        )
         self._init_schedule_free(self.momentum, warmup_steps, r, weight_lr_power, {})
 
     def _scalars(self, dtype, lr_t, c, wd, step):

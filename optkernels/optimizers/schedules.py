@@ -29,6 +29,7 @@ a ``bool`` or a ``np.float32`` is a TypeError; ``np.float64``, a ``float`` subcl
 must be a ``bool`` (TypeError). Range errors are ValueErrors. Every message names the class and the
 argument.
 """
+
 from __future__ import annotations
 
 import abc
@@ -51,6 +52,7 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------------------
 # Argument validation shared with dynamic_lr.py and loss_scale.py (MindSpore's _checkparam rules).
+
 
 def _type_name(value: Any) -> str:
     return type(value).__name__
@@ -95,15 +97,19 @@ def _check_step(owner: str, global_step: Any) -> int:
     Accepted: a Python or NumPy integer (not bool), or a 0-d or shape-(1,) NumPy integer array.
     """
     if isinstance(global_step, np.ma.MaskedArray):
-        raise TypeError(f"For '{owner}', 'global_step' must not be a masked array (its mask cannot be "
-                        f"honoured)")
+        raise TypeError(
+            f"For '{owner}', 'global_step' must not be a masked array (its mask cannot be honoured)"
+        )
     if isinstance(global_step, np.ndarray):
         if global_step.dtype.kind not in "iu":
-            raise TypeError(f"For '{owner}', 'global_step' must have an integer dtype, "
-                            f"but got {global_step.dtype}")
+            raise TypeError(
+                f"For '{owner}', 'global_step' must have an integer dtype, but got {global_step.dtype}"
+            )
         if global_step.ndim > 1 or global_step.size != 1:
-            raise ValueError(f"For '{owner}', 'global_step' must be a 0-d or shape-(1,) array, "
-                             f"but got shape {global_step.shape}")
+            raise ValueError(
+                f"For '{owner}', 'global_step' must be a 0-d or shape-(1,) array, "
+                f"but got shape {global_step.shape}"
+            )
         step = int(global_step.reshape(-1)[0])
     elif isinstance(global_step, (bool, np.bool_)):
         raise TypeError(f"For '{owner}', 'global_step' must be an integer, but got bool")
@@ -111,15 +117,18 @@ def _check_step(owner: str, global_step: Any) -> int:
         try:
             step = operator.index(global_step)
         except TypeError:
-            raise TypeError(f"For '{owner}', 'global_step' must be an integer or a 0-d or shape-(1,) "
-                            f"integer array, but got {_type_name(global_step)}") from None
-    if not 0 <= step < 2 ** 63:
+            raise TypeError(
+                f"For '{owner}', 'global_step' must be an integer or a 0-d or shape-(1,) "
+                f"integer array, but got {_type_name(global_step)}"
+            ) from None
+    if not 0 <= step < 2**63:
         raise ValueError(f"For '{owner}', 'global_step' must be in [0, 2**63), but got {step}")
     return step
 
 
 # ---------------------------------------------------------------------------------------------------------
 # float32 helpers (see the module docstring).
+
 
 def _f32(x: float) -> float:
     """``x`` rounded to float32, widened back to a Python float."""
@@ -155,8 +164,9 @@ class LearningRateSchedule(abc.ABC):
         return f"{type(self).__name__}({args})"
 
 
-def _check_decay_args(owner: str, learning_rate: Any, decay_rate: Any, decay_steps: Any,
-                      is_stair: Any) -> None:
+def _check_decay_args(
+    owner: str, learning_rate: Any, decay_rate: Any, decay_steps: Any, is_stair: Any
+) -> None:
     """The common checks of the three decay schedules, in MindSpore's order."""
     _check_int(owner, "decay_steps", decay_steps)
     _check_float(owner, "learning_rate", learning_rate, positive=True)
@@ -194,7 +204,7 @@ class ExponentialDecayLR(LearningRateSchedule):
         p = _div32(step, self.decay_steps)
         if self.is_stair:
             p = math.floor(p)
-        return _f32(self.learning_rate * self.decay_rate ** p)
+        return _f32(self.learning_rate * self.decay_rate**p)
 
 
 class NaturalExpDecayLR(LearningRateSchedule):
@@ -293,8 +303,10 @@ class CosineDecayLR(LearningRateSchedule):
         _check_float(owner, "max_lr", max_lr, positive=True)
         _check_int(owner, "decay_steps", decay_steps)
         if min_lr >= max_lr:
-            raise ValueError(f"For '{owner}', 'max_lr' must be greater than 'min_lr', but got "
-                             f"max_lr={max_lr}, min_lr={min_lr}")
+            raise ValueError(
+                f"For '{owner}', 'max_lr' must be greater than 'min_lr', but got "
+                f"max_lr={max_lr}, min_lr={min_lr}"
+            )
         self.min_lr = float(min_lr)
         self.max_lr = float(max_lr)
         self.decay_steps = decay_steps
@@ -329,8 +341,14 @@ class PolynomialDecayLR(LearningRateSchedule):
             ``decay_steps`` < 1.
     """
 
-    def __init__(self, learning_rate: float, end_learning_rate: float, decay_steps: int, power: float,
-                 update_decay_steps: bool = False):
+    def __init__(
+        self,
+        learning_rate: float,
+        end_learning_rate: float,
+        decay_steps: int,
+        power: float,
+        update_decay_steps: bool = False,
+    ):
         owner = type(self).__name__
         _check_float(owner, "learning_rate", learning_rate, positive=True)
         _check_float(owner, "end_learning_rate", end_learning_rate, positive=False)

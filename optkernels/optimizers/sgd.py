@@ -1,12 +1,13 @@
 """``SGD``: stochastic gradient descent with momentum, dampening and Nesterov (MindSpore ``nn.SGD``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
-
-from ..kernels.sgd import _sgd
 from ..kernels._checks import check_range
-from ._validators import check_bool, check_float, check_range as check_arg_range
+from ..kernels.sgd import _sgd
+from ._validators import check_bool, check_float
+from ._validators import check_range as check_arg_range
 from .optimizer import Optimizer, scalar_batch
 
 __all__ = ["SGD"]
@@ -50,12 +51,22 @@ class SGD(Optimizer):
             ``dampening != 0``, and the base class's value errors.
     """
 
-    def __init__(self, params: Any, learning_rate: Any = 0.1, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, loss_scale: float = 1.0,
-                 comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 0.1,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
         if callable(weight_decay):
-            raise TypeError(f"For 'SGD', dynamic weight decay is not supported: 'weight_decay' must be a "
-                            f"float or an int, got {type(weight_decay).__name__}")
+            raise TypeError(
+                f"For 'SGD', dynamic weight decay is not supported: 'weight_decay' must be a "
+                f"float or an int, got {type(weight_decay).__name__}"
+            )
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         momentum = check_float("momentum", momentum, owner, allow_int=True)
@@ -63,12 +74,16 @@ class SGD(Optimizer):
         dampening = check_float("dampening", dampening, owner, allow_int=True)
         self.dampening = check_arg_range("dampening", dampening, owner, 0.0)
         if self.dynamic_weight_decay:
-            raise TypeError(f"For '{owner}', dynamic weight decay is not supported: 'weight_decay' (and a "
-                            f"group's) must be a float or an int, got a callable")
+            raise TypeError(
+                f"For '{owner}', dynamic weight decay is not supported: 'weight_decay' (and a "
+                f"group's) must be a float or an int, got a callable"
+            )
         self.nesterov = check_bool("nesterov", nesterov, owner)
         if self.nesterov and (self.momentum <= 0.0 or self.dampening != 0.0):
-            raise ValueError(f"For '{owner}', 'nesterov' needs momentum > 0 and dampening == 0, got momentum="
-                             f"{self.momentum}, dampening={self.dampening}")
+            raise ValueError(
+                f"For '{owner}', 'nesterov' needs momentum > 0 and dampening == 0, got momentum="
+                f"{self.momentum}, dampening={self.dampening}"
+            )
         self._add_slots({"accum": 0.0, "stat": 1.0})
 
     def _kernel_scalars(self, ctx, lr, dtype):
@@ -76,8 +91,13 @@ class SGD(Optimizer):
         lr_ = b.scalar("learning_rate", lr)
         check_range("learning_rate", lr_, 0.0)
         one = dtype.type(1)
-        return (lr_, b.scalar("momentum", self.momentum), one - dtype.type(self.dampening),
-                dtype.type(0), self.nesterov)
+        return (
+            lr_,
+            b.scalar("momentum", self.momentum),
+            one - dtype.type(self.dampening),
+            dtype.type(0),
+            self.nesterov,
+        )
 
     def _dense_kernel(self, plan):
         accum, stat = plan.flats

@@ -163,13 +163,14 @@ first layer's inputs: it ends with about a third of Momentum's loss (0.039 again
         losses[name] = net.loss_and_grads(x, y)[0]
     assert losses["thor"] < losses["momentum"]
 """
+
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -233,9 +234,18 @@ def _damped_inverse(matrix: np.ndarray, shift: float, what: str) -> np.ndarray:
     return lower_inv.T @ lower_inv
 
 
-def thor_inverses(a_cov: Any, g_cov: Any, damping: float, *, kind: str = "dense", batch_size: int = 32,
-                  loss_scale: float = 1.0, a_normalizer: float = 1.0, g_normalizer: float = 1.0,
-                  name: str = "layer") -> tuple[np.ndarray, np.ndarray]:
+def thor_inverses(
+    a_cov: Any,
+    g_cov: Any,
+    damping: float,
+    *,
+    kind: str = "dense",
+    batch_size: int = 32,
+    loss_scale: float = 1.0,
+    a_normalizer: float = 1.0,
+    g_normalizer: float = 1.0,
+    name: str = "layer",
+) -> tuple[np.ndarray, np.ndarray]:
     r"""THOR's damped inverse Kronecker factors of one layer (KERNELS §18 step 3), in float64::
 
         λ_A = λ/a_normalizer, λ_G = λ/g_normalizer, fm = sqrt(1/a_normalizer)    (conv)
@@ -266,17 +276,20 @@ def thor_inverses(a_cov: Any, g_cov: Any, damping: float, *, kind: str = "dense"
     a = np.asarray(a_cov, dtype=np.float64)
     g = np.asarray(g_cov, dtype=np.float64)
     embedding = kind == "embedding"
-    for what, m in ((("G", g),) if embedding else (("A", a), ("G", g))):
+    for what, m in (("G", g),) if embedding else (("A", a), ("G", g)):
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise ValueError(f"THOR factor {what} of {name} must be a square matrix, got shape {m.shape}")
     if embedding and a.ndim != 1:
-        raise ValueError(f"THOR factor A of embedding {name} must be a vector (one count per id), got shape "
-                         f"{a.shape}")
+        raise ValueError(
+            f"THOR factor A of embedding {name} must be a vector (one count per id), got shape {a.shape}"
+        )
     if embedding:
         damped = a / float(batch_size) + math.sqrt(damping)
         if not np.all(damped > 0.0):
-            raise ValueError(f"THOR factor A of {name} has an entry <= 0 after damping (an id that never "
-                             f"occurs, with damping 0: increase the damping)")
+            raise ValueError(
+                f"THOR factor A of {name} has an entry <= 0 after damping (an id that never "
+                f"occurs, with damping 0: increase the damping)"
+            )
         a_inv = 1.0 / damped
         g_scaled = g * (float(batch_size) ** 2 / float(loss_scale) ** 2)
         return a_inv, _damped_inverse(g_scaled, math.sqrt(damping), f"THOR factor G of {name}")
@@ -296,7 +309,7 @@ class _Damping:
     """The damping: a table indexed by ``cov_step`` (0.0 past its end), a fixed 0-d array, or a schedule."""
 
     schedule: LearningRateSchedule | None
-    table: Any   # the 1-D damping table, or None with a schedule
+    table: Any  # the 1-D damping table, or None with a schedule
 
     def __init__(self, damping: Any, owner: str):
         self._warned = False
@@ -304,15 +317,19 @@ class _Damping:
             self.schedule, self.table = damping, None
             return
         if isinstance(damping, (bool, np.bool_)) or not isinstance(damping, (np.ndarray, list, tuple)):
-            raise TypeError(f"For '{owner}', 'damping' must be an array (one value per step), a list or "
-                            f"tuple of numbers, or a LearningRateSchedule, got {type(damping).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'damping' must be an array (one value per step), a list or "
+                f"tuple of numbers, or a LearningRateSchedule, got {type(damping).__name__}"
+            )
         if not isinstance(damping, np.ndarray) and any(
-                isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating))
-                for v in damping):
+            isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating))
+            for v in damping
+        ):
             raise TypeError(f"For '{owner}', every item of 'damping' must be a number")
         if isinstance(damping, np.ma.MaskedArray):
-            raise TypeError(f"For '{owner}', 'damping' must not be a masked array (its mask cannot be "
-                            f"honoured)")
+            raise TypeError(
+                f"For '{owner}', 'damping' must not be a masked array (its mask cannot be honoured)"
+            )
         values = np.asarray(damping)
         if values.dtype.kind not in "fiu":
             raise TypeError(f"For '{owner}', 'damping' must have a real dtype, got {values.dtype}")
@@ -330,8 +347,9 @@ class _Damping:
         if self.schedule is not None:
             value = float(self.schedule(cov_step))
             if not (math.isfinite(value) and value >= 0.0):
-                raise ValueError(f"For '{owner}', the damping schedule returned {value} at cov_step "
-                                 f"{cov_step}")
+                raise ValueError(
+                    f"For '{owner}', the damping schedule returned {value} at cov_step {cov_step}"
+                )
             return value
         if self.fixed:
             return float(self.table[0])
@@ -339,9 +357,12 @@ class _Damping:
             return float(self.table[cov_step])
         if not self._warned:
             self._warned = True
-            warnings.warn(f"For '{owner}', cov_step {cov_step} is past the end of the damping table "
-                          f"({self.table.shape[0]} values): the damping is 0.0 from now on", UserWarning,
-                          stacklevel=5)
+            warnings.warn(
+                f"For '{owner}', cov_step {cov_step} is past the end of the damping table "
+                f"({self.table.shape[0]} values): the damping is 0.0 from now on",
+                UserWarning,
+                stacklevel=5,
+            )
         return 0.0
 
 
@@ -355,20 +376,28 @@ def _check_layer(layer: Any, owner: str) -> tuple[int, int]:
     name = _layer_name(layer)
     weight = getattr(layer, "weight", None)
     if not isinstance(weight, Parameter):
-        raise TypeError(f"For '{owner}', the THOR layer {name} must have a 'weight' Parameter, got "
-                        f"{type(weight).__name__}")
+        raise TypeError(
+            f"For '{owner}', the THOR layer {name} must have a 'weight' Parameter, got "
+            f"{type(weight).__name__}"
+        )
     kind = getattr(layer, "kind", None)
     if kind not in _KINDS:
-        raise ValueError(f"For '{owner}', the THOR layer {name} has kind {kind!r}; it must be 'dense', "
-                         f"'conv', 'embedding' or 'layernorm'")
+        raise ValueError(
+            f"For '{owner}', the THOR layer {name} has kind {kind!r}; it must be 'dense', "
+            f"'conv', 'embedding' or 'layernorm'"
+        )
     rank = {"dense": 2, "conv": 4, "embedding": 2}.get(kind)
     if rank is not None and weight.ndim != rank:
-        raise ValueError(f"For '{owner}', the {kind} layer {name} must have a weight of rank {rank}, got "
-                         f"shape {weight.shape}")
+        raise ValueError(
+            f"For '{owner}', the {kind} layer {name} must have a weight of rank {rank}, got "
+            f"shape {weight.shape}"
+        )
     bias = getattr(layer, "bias", None)
     if bias is not None and not isinstance(bias, Parameter):
-        raise TypeError(f"For '{owner}', the bias of THOR layer {name} must be a Parameter or None, got "
-                        f"{type(bias).__name__}")
+        raise TypeError(
+            f"For '{owner}', the bias of THOR layer {name} must be a Parameter or None, got "
+            f"{type(bias).__name__}"
+        )
     if weight.is_cuda:
         raise TypeError(f"For '{owner}', THOR runs on NumPy parameters only; {name} is a CUDA array")
     if kind == "conv":
@@ -382,8 +411,9 @@ def _check_layer(layer: Any, owner: str) -> tuple[int, int]:
     if kind == "embedding" and bias is not None:
         raise ValueError(f"For '{owner}', the embedding layer {name} has no bias (set bias=None)")
     if kind == "layernorm" and bias is not None and bias.is_cuda:
-        raise TypeError(f"For '{owner}', THOR runs on NumPy parameters only; the bias of {name} is a CUDA "
-                        f"array")
+        raise TypeError(
+            f"For '{owner}', THOR runs on NumPy parameters only; the bias of {name} is a CUDA array"
+        )
     c_out = weight.shape[0] if weight.ndim else 1
     return c_out, weight.size // max(c_out, 1)
 
@@ -392,12 +422,16 @@ def _net_structure(net: Any, owner: str) -> tuple[list, list[Parameter]]:
     """The layer records and the parameters to optimise (see the module docstring's protocol)."""
     get_layers = getattr(net, "thor_layers", None)
     if not callable(get_layers):
-        raise TypeError(f"For '{owner}', 'net' must have a method thor_layers() returning its layer "
-                        f"layer records (see optkernels.optimizers.thor), got {type(net).__name__}")
+        raise TypeError(
+            f"For '{owner}', 'net' must have a method thor_layers() returning its layer "
+            f"layer records (see optkernels.optimizers.thor), got {type(net).__name__}"
+        )
     layers = get_layers()
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
-        raise TypeError(f"For '{owner}', net.thor_layers() must return a sequence of layer records, got "
-                        f"{type(layers).__name__}")
+        raise TypeError(
+            f"For '{owner}', net.thor_layers() must return a sequence of layer records, got "
+            f"{type(layers).__name__}"
+        )
     layers = list(layers)
     for layer in layers:
         _check_layer(layer, owner)
@@ -409,11 +443,15 @@ def _net_structure(net: Any, owner: str) -> tuple[list, list[Parameter]]:
     ids = {id(p) for p in params}
     for layer in layers:
         if id(layer.weight) not in ids:
-            raise ValueError(f"For '{owner}', the weight of THOR layer {_layer_name(layer)} is not among the "
-                             f"parameters to optimise")
+            raise ValueError(
+                f"For '{owner}', the weight of THOR layer {_layer_name(layer)} is not among the "
+                f"parameters to optimise"
+            )
         if layer.kind == "layernorm" and layer.bias is not None and id(layer.bias) not in ids:
-            raise ValueError(f"For '{owner}', the bias of LayerNorm layer {_layer_name(layer)} is not among "
-                             f"the parameters to optimise")
+            raise ValueError(
+                f"For '{owner}', the bias of LayerNorm layer {_layer_name(layer)} is not among "
+                f"the parameters to optimise"
+            )
     return layers, params
 
 
@@ -435,22 +473,35 @@ class Thor(Optimizer):
     _coupled_decay = False
     _centralizes = False
 
-    def __init__(self, net: Any, learning_rate: Any, damping: Any, momentum: float, weight_decay: Any = 0.0,
-                 loss_scale: Any = 1.0, batch_size: int = 32, use_nesterov: bool = False,
-                 decay_filter: Callable[[Parameter], bool] = lambda x: x.name not in [],
-                 split_indices: Sequence[int] | None = None, enable_clip_grad: bool = False,
-                 frequency: int = 100, comm: Any = None):
+    def __init__(
+        self,
+        net: Any,
+        learning_rate: Any,
+        damping: Any,
+        momentum: float,
+        weight_decay: Any = 0.0,
+        loss_scale: Any = 1.0,
+        batch_size: int = 32,
+        use_nesterov: bool = False,
+        decay_filter: Callable[[Parameter], bool] = lambda x: x.name not in [],
+        split_indices: Sequence[int] | None = None,
+        enable_clip_grad: bool = False,
+        frequency: int = 100,
+        comm: Any = None,
+    ):
         owner = type(self).__name__
         layers, params = _net_structure(net, owner)
         if not params:
             raise ValueError(f"For '{owner}', 'net' has no trainable parameters")
         for p in params:
             if not isinstance(p, Parameter):
-                raise TypeError(f"For '{owner}', net.trainable_params() must return Parameters, got "
-                                f"{type(p).__name__}")
+                raise TypeError(
+                    f"For '{owner}', net.trainable_params() must return Parameters, got {type(p).__name__}"
+                )
             if p.is_cuda:
-                raise TypeError(f"For '{owner}', THOR runs on NumPy parameters only; {p.name} is a CUDA "
-                                f"array")
+                raise TypeError(
+                    f"For '{owner}', THOR runs on NumPy parameters only; {p.name} is a CUDA array"
+                )
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         self.momentum = check_range("momentum", check_float("momentum", momentum, owner), owner, 0.0)
         if isinstance(frequency, (bool, np.bool_)) or not isinstance(frequency, (int, np.integer)):
@@ -459,8 +510,10 @@ class Thor(Optimizer):
             raise ValueError(f"For '{owner}', 'frequency' must be at least 2, got {frequency}")
         self.frequency = int(frequency)
         if not isinstance(learning_rate, (np.ndarray, list, tuple, LearningRateSchedule)):
-            raise TypeError(f"For '{owner}', 'learning_rate' must be an array (one value per step), a list "
-                            f"or tuple, or a LearningRateSchedule, got {type(learning_rate).__name__}")
+            raise TypeError(
+                f"For '{owner}', 'learning_rate' must be an array (one value per step), a list "
+                f"or tuple, or a LearningRateSchedule, got {type(learning_rate).__name__}"
+            )
         self.use_nesterov = check_bool("use_nesterov", use_nesterov, owner)
         self._damping = _Damping(damping, owner)
         self.damping = damping
@@ -470,17 +523,25 @@ class Thor(Optimizer):
             raise ValueError(f"For '{owner}', 'batch_size' must be > 0, got {batch_size}")
         self.batch_size = int(batch_size)
         if not callable(decay_filter):
-            raise TypeError(f"For '{owner}', 'decay_filter' must be callable, got "
-                            f"{type(decay_filter).__name__}")
-        if split_indices is not None and (not isinstance(split_indices, (list, tuple)) or any(
-                isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer))
-                for i in split_indices)):
+            raise TypeError(
+                f"For '{owner}', 'decay_filter' must be callable, got {type(decay_filter).__name__}"
+            )
+        if split_indices is not None and (
+            not isinstance(split_indices, (list, tuple))
+            or any(
+                isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in split_indices
+            )
+        ):
             raise TypeError(f"For '{owner}', 'split_indices' must be None or a list of ints")
         n_stats = sum(layer.kind != "layernorm" for layer in layers)
-        if split_indices is not None and (any(not 0 <= i < n_stats for i in split_indices) or any(
-                b <= a for a, b in zip(split_indices, split_indices[1:]))):
-            raise ValueError(f"For '{owner}', 'split_indices' must be increasing indices of the layers with "
-                             f"statistics, in [0, {n_stats}), got {list(split_indices)}")
+        if split_indices is not None and (
+            any(not 0 <= i < n_stats for i in split_indices)
+            or any(b <= a for a, b in zip(split_indices, split_indices[1:]))
+        ):
+            raise ValueError(
+                f"For '{owner}', 'split_indices' must be increasing indices of the layers with "
+                f"statistics, in [0, {n_stats}), got {list(split_indices)}"
+            )
         self.split_indices = split_indices
         self.enable_clip_grad = check_bool("enable_clip_grad", enable_clip_grad, owner)
         self.decay_flags = tuple(bool(decay_filter(p)) for p in self._params)
@@ -522,12 +583,16 @@ class Thor(Optimizer):
         owner = self._owner
         ids = np.asarray(ids)
         if ids.dtype.kind not in "iu":
-            raise TypeError(f"For '{owner}', 'inputs' of embedding layer {name} must be integer token ids, "
-                            f"got dtype {ids.dtype}")
+            raise TypeError(
+                f"For '{owner}', 'inputs' of embedding layer {name} must be integer token ids, "
+                f"got dtype {ids.dtype}"
+            )
         ids = ids.reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= vocab):
-            raise ValueError(f"For '{owner}', 'inputs' of embedding layer {name} must be ids in "
-                             f"[0, {vocab}), got values from {ids.min()} to {ids.max()}")
+            raise ValueError(
+                f"For '{owner}', 'inputs' of embedding layer {name} must be ids in "
+                f"[0, {vocab}), got values from {ids.min()} to {ids.max()}"
+            )
         return np.bincount(ids, minlength=vocab).astype(np.float64)
 
     def _layer_statistics(self, layer: Any, c_out: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -541,23 +606,29 @@ class Thor(Optimizer):
             inputs, grads = getattr(layer, "inputs", None), getattr(layer, "output_grads", None)
             if inputs is None or grads is None:
                 what = "'inputs' (the token ids)" if embedding else "'inputs'"
-                raise ValueError(f"For '{owner}', THOR layer {name} has no statistics for this THOR step: "
-                                 f"set {what} and 'output_grads' (or 'a_cov' and 'g_cov')")
+                raise ValueError(
+                    f"For '{owner}', THOR layer {name} has no statistics for this THOR step: "
+                    f"set {what} and 'output_grads' (or 'a_cov' and 'g_cov')"
+                )
             if embedding:
                 n = np.asarray(inputs).size
                 counts = self._token_counts(inputs, c_out, name)
             else:
                 a = np.asarray(inputs, dtype=np.float64)
                 if a.ndim != 2 or a.shape[1] != k:
-                    raise ValueError(f"For '{owner}', 'inputs' of THOR layer {name} must have shape "
-                                     f"(N, {k}), got {a.shape}")
+                    raise ValueError(
+                        f"For '{owner}', 'inputs' of THOR layer {name} must have shape "
+                        f"(N, {k}), got {a.shape}"
+                    )
                 n = a.shape[0]
             if n == 0:
                 raise ValueError(f"For '{owner}', 'inputs' of THOR layer {name} has no rows")
             d = np.asarray(grads, dtype=np.float64)
             if d.shape != (n, g_dim):
-                raise ValueError(f"For '{owner}', 'output_grads' of THOR layer {name} must have shape "
-                                 f"({n}, {g_dim}) (one row per input row), got {d.shape}")
+                raise ValueError(
+                    f"For '{owner}', 'output_grads' of THOR layer {name} must have shape "
+                    f"({n}, {g_dim}) (one row per input row), got {d.shape}"
+                )
             if a_cov is None:
                 a_cov = counts if embedding else a.T @ a / n
             if g_cov is None:
@@ -565,11 +636,15 @@ class Thor(Optimizer):
         a_cov = np.asarray(a_cov, dtype=np.float64)
         g_cov = np.asarray(g_cov, dtype=np.float64)
         if a_cov.shape != a_shape:
-            raise ValueError(f"For '{owner}', 'a_cov' of THOR layer {name} must have shape {a_shape}"
-                             f"{' (one count per id)' if embedding else ''}, got {a_cov.shape}")
+            raise ValueError(
+                f"For '{owner}', 'a_cov' of THOR layer {name} must have shape {a_shape}"
+                f"{' (one count per id)' if embedding else ''}, got {a_cov.shape}"
+            )
         if g_cov.shape != (g_dim, g_dim):
-            raise ValueError(f"For '{owner}', 'g_cov' of THOR layer {name} must have shape "
-                             f"({g_dim}, {g_dim}), got {g_cov.shape}")
+            raise ValueError(
+                f"For '{owner}', 'g_cov' of THOR layer {name} must have shape "
+                f"({g_dim}, {g_dim}), got {g_cov.shape}"
+            )
         if not (np.all(np.isfinite(a_cov)) and np.all(np.isfinite(g_cov))):
             raise ValueError(f"For '{owner}', the statistics of THOR layer {name} are not finite")
         return a_cov, g_cov
@@ -579,8 +654,10 @@ class Thor(Optimizer):
         owner = self._owner
         layers = list(self._net.thor_layers())
         if [id(getattr(layer, "weight", None)) for layer in layers] != [id(w) for w in self._layer_weights]:
-            raise ValueError(f"For '{owner}', net.thor_layers() must return the same layers, in the same "
-                             f"order, at every step")
+            raise ValueError(
+                f"For '{owner}', net.thor_layers() must return the same layers, in the same "
+                f"order, at every step"
+            )
         out: list[Any] = []
         for layer in layers:
             c_out, k = _check_layer(layer, owner)
@@ -601,19 +678,20 @@ class Thor(Optimizer):
         except (TypeError, ValueError) as caught:
             error = caught
         parallel = self._parallel
-        assert parallel is not None   # called only with a communicator
+        assert parallel is not None  # called only with a communicator
         ok = parallel.all_agree(error is None)
         if error is not None:
             raise error
         if not ok:
-            raise ValueError(f"For '{self._owner}', another rank's THOR statistics were invalid (its error "
-                             "names them); nothing was changed")
+            raise ValueError(
+                f"For '{self._owner}', another rank's THOR statistics were invalid (its error "
+                "names them); nothing was changed"
+            )
         having = [k for k, item in enumerate(stats) if item is not None]
         cuts = [i + 1 for i in (self.split_indices or [])]
         bounds = [0] + [c for c in cuts if c < len(having)] + [len(having)]
         groups = [having[a:b] for a, b in zip(bounds, bounds[1:])]
-        averaged = parallel.average_groups(
-            [[m for k in g for m in stats[k][1:]] for g in groups])
+        averaged = parallel.average_groups([[m for k in g for m in stats[k][1:]] for g in groups])
         for g, arrays in zip(groups, averaged):
             for j, k in enumerate(g):
                 stats[k] = (stats[k][0], arrays[2 * j], arrays[2 * j + 1])
@@ -630,19 +708,30 @@ class Thor(Optimizer):
             conv = layer.kind == "conv"
             a_norm = float(getattr(layer, "a_normalizer", 1.0)) if conv else 1.0
             g_norm = float(getattr(layer, "g_normalizer", 1.0)) if conv else 1.0
-            a_inv, g_inv = thor_inverses(a_cov, g_cov, damping, kind=layer.kind, batch_size=self.batch_size,
-                                         loss_scale=self._loss_scale, a_normalizer=a_norm,
-                                         g_normalizer=g_norm, name=_layer_name(layer))
+            a_inv, g_inv = thor_inverses(
+                a_cov,
+                g_cov,
+                damping,
+                kind=layer.kind,
+                batch_size=self.batch_size,
+                loss_scale=self._loss_scale,
+                a_normalizer=a_norm,
+                g_normalizer=g_norm,
+                name=_layer_name(layer),
+            )
             dtype = layer.weight.dtype
             out.append((a_inv.astype(dtype), g_inv.astype(dtype)))
         return out
 
     def _prepare_step(self, ctx: Any) -> None:
         # the damping is read only where it is used: on THOR steps, and by the LayerNorm rule on every step
-        damping = (self._damping.value(self.cov_step, self._owner)
-                   if self.is_thor_step or self._has_layernorm else None)
+        damping = (
+            self._damping.value(self.cov_step, self._owner)
+            if self.is_thor_step or self._has_layernorm
+            else None
+        )
         ctx.extra["damping"] = damping
-        if self.is_thor_step and damping is not None:   # a THOR step always reads the damping
+        if self.is_thor_step and damping is not None:  # a THOR step always reads the damping
             ctx.extra["inverses"] = self._refreshed_inverses(damping)
         else:
             ctx.extra["inverses"] = self._inverses
@@ -682,9 +771,12 @@ class Thor(Optimizer):
 
     def _load_scalar_state(self, state: dict[str, np.ndarray]) -> None:
         self.cov_step = int(state["cov_step"])
-        self._inverses = [None if shapes is None else (np.array(state[f"matrix_a_inv.{w.name}"]),
-                                                       np.array(state[f"matrix_g_inv.{w.name}"]))
-                          for w, shapes in zip(self._layer_weights, self._inverse_shapes())]
+        self._inverses = [
+            None
+            if shapes is None
+            else (np.array(state[f"matrix_a_inv.{w.name}"]), np.array(state[f"matrix_g_inv.{w.name}"]))
+            for w, shapes in zip(self._layer_weights, self._inverse_shapes())
+        ]
 
     def load_state_dict(self, state: Any) -> None:
         """Restore a state saved by :meth:`state_dict` (see :meth:`Optimizer.load_state_dict`); ``"cov_step"``
@@ -727,11 +819,21 @@ class Thor(Optimizer):
         _momentum.launch(plan.device, plan.size, plan.flat, plan.flats[0], grad, *scalars)
 
 
-def thor(net: Any, learning_rate: Any, damping: Any, momentum: float, weight_decay: Any = 0.0,
-         loss_scale: Any = 1.0, batch_size: int = 32, use_nesterov: bool = False,
-         decay_filter: Callable[[Parameter], bool] = lambda x: x.name not in [],
-         split_indices: Sequence[int] | None = None, enable_clip_grad: bool = False,
-         frequency: int = 100, comm: Any = None) -> Thor:
+def thor(
+    net: Any,
+    learning_rate: Any,
+    damping: Any,
+    momentum: float,
+    weight_decay: Any = 0.0,
+    loss_scale: Any = 1.0,
+    batch_size: int = 32,
+    use_nesterov: bool = False,
+    decay_filter: Callable[[Parameter], bool] = lambda x: x.name not in [],
+    split_indices: Sequence[int] | None = None,
+    enable_clip_grad: bool = False,
+    frequency: int = 100,
+    comm: Any = None,
+) -> Thor:
     """THOR, MindSpore ``nn.thor``'s signature and defaults (OPTIMIZERS §2.15): a :class:`Thor` optimizer over
     ``net``'s parameters. See the module docstring for what ``net`` must provide and for the update.
 
@@ -779,5 +881,18 @@ def thor(net: Any, learning_rate: Any, damping: Any, momentum: float, weight_dec
             statistics, ids out of range, or a factor that is not positive definite after damping (raised
             before anything is written).
     """
-    return Thor(net, learning_rate, damping, momentum, weight_decay, loss_scale, batch_size, use_nesterov,
-                decay_filter, split_indices, enable_clip_grad, frequency, comm)
+    return Thor(
+        net,
+        learning_rate,
+        damping,
+        momentum,
+        weight_decay,
+        loss_scale,
+        batch_size,
+        use_nesterov,
+        decay_filter,
+        split_indices,
+        enable_clip_grad,
+        frequency,
+        comm,
+    )

@@ -1,4 +1,5 @@
 """``TorchAdafactor``: torch.optim.Adafactor's rule (torch's own variant) over NumPy or CUDA parameters."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,22 +50,35 @@ class TorchAdafactor(AdaFactor):
 
     _coupled_decay = False
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-2, beta2_decay: float = -0.8, eps: Any = (None, 1e-3),
-                 d: float = 1.0, weight_decay: float = 0.0, maximize: bool = False):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-2,
+        beta2_decay: float = -0.8,
+        eps: Any = (None, 1e-3),
+        d: float = 1.0,
+        weight_decay: float = 0.0,
+        maximize: bool = False,
+    ):
         Optimizer.__init__(self, learning_rate, params, 0.0)
         owner = self._owner
         if self.is_group_lr:
             raise ValueError(f"For '{owner}', a parameter group may not set 'lr'")
-        self.beta2_decay = check_range("beta2_decay", check_float("beta2_decay", beta2_decay, owner), owner,
-                                       None, 0.0)
+        self.beta2_decay = check_range(
+            "beta2_decay", check_float("beta2_decay", beta2_decay, owner), owner, None, 0.0
+        )
         if not isinstance(eps, (tuple, list)) or len(eps) != 2:
             raise TypeError(f"For '{owner}', 'eps' must be a pair (eps1 or None, eps2), got {eps!r}")
-        self.eps1 = None if eps[0] is None else check_range(
-            "eps[0]", check_float("eps[0]", eps[0], owner, allow_int=True), owner, 0.0)
+        self.eps1 = (
+            None
+            if eps[0] is None
+            else check_range("eps[0]", check_float("eps[0]", eps[0], owner, allow_int=True), owner, 0.0)
+        )
         self.eps2 = check_range("eps[1]", check_float("eps[1]", eps[1], owner, allow_int=True), owner, 0.0)
         self.d = check_range("d", check_float("d", d, owner, allow_int=True), owner, 1.0)
-        self.weight_decay_value = check_range("weight_decay", check_float("weight_decay", weight_decay, owner,
-                                                                          allow_int=True), owner, 0.0)
+        self.weight_decay_value = check_range(
+            "weight_decay", check_float("weight_decay", weight_decay, owner, allow_int=True), owner, 0.0
+        )
         self.maximize = check_bool("maximize", maximize, owner)
         self.use_first_moment, self.compression = False, False
         self._step = 0
@@ -86,9 +100,25 @@ class TorchAdafactor(AdaFactor):
         update = self._updates.get(k)
         if update is None:
             update = self._updates[k] = self._new_array(plan, 0.0)
-        moments = (dict(row_var=self._slots["exp_avg_sq_row"][k].reshape(shape[:-1] + (1,)),
-                        col_var=self._slots["exp_avg_sq_col"][k].reshape(shape[:-2] + (1, shape[-1])))
-                   if len(shape) >= 2 else dict(variance=self._slots["exp_avg_sq"][k]))
-        torch_adafactor(plan.param.data, grad.reshape(shape), int(ctx.extra["t"]), lr=float(scalars[0]),
-                        beta2_decay=self.beta2_decay, eps1=self.eps1, eps2=self.eps2, d=self.d,
-                        weight_decay=self.weight_decay_value, maximize=self.maximize, update=update, **moments)
+        moments = (
+            dict(
+                row_var=self._slots["exp_avg_sq_row"][k].reshape(shape[:-1] + (1,)),
+                col_var=self._slots["exp_avg_sq_col"][k].reshape(shape[:-2] + (1, shape[-1])),
+            )
+            if len(shape) >= 2
+            else dict(variance=self._slots["exp_avg_sq"][k])
+        )
+        torch_adafactor(
+            plan.param.data,
+            grad.reshape(shape),
+            int(ctx.extra["t"]),
+            lr=float(scalars[0]),
+            beta2_decay=self.beta2_decay,
+            eps1=self.eps1,
+            eps2=self.eps2,
+            d=self.d,
+            weight_decay=self.weight_decay_value,
+            maximize=self.maximize,
+            update=update,
+            **moments,
+        )

@@ -7,6 +7,7 @@ increment (these classes always count steps). Weight decay is the base class's c
 ``g ← w·wd·loss_scale + g`` (its decay filter), except with ``decoupled_weight_decay=True`` (NAdam, RAdam):
 ``w ← w·(1 − lr·wd)`` before the update, for the parameters whose decay flag is set.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -82,24 +83,37 @@ class NAdam(_TorchRule):
 
     _kernel = K._nadam
 
-    def __init__(self, params: Any, learning_rate: Any = 2e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: Any = 0.0, momentum_decay: float = 4e-3,
-                 decoupled_weight_decay: bool = False, loss_scale: float = 1.0, comm: Any = None):
-        self.decoupled_weight_decay = check_bool("decoupled_weight_decay", decoupled_weight_decay,
-                                                 type(self).__name__)
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 2e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: Any = 0.0,
+        momentum_decay: float = 4e-3,
+        decoupled_weight_decay: bool = False,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
+        self.decoupled_weight_decay = check_bool(
+            "decoupled_weight_decay", decoupled_weight_decay, type(self).__name__
+        )
         if self.decoupled_weight_decay:
             self._coupled_decay = False
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         self.beta1, self.beta2, self.eps = _betas(self._owner, beta1, beta2, eps)
-        self.momentum_decay = check_range("momentum_decay", check_float("momentum_decay", momentum_decay,
-                                                                        self._owner), self._owner, 0.0)
+        self.momentum_decay = check_range(
+            "momentum_decay", check_float("momentum_decay", momentum_decay, self._owner), self._owner, 0.0
+        )
         self.mu_product = np.float32(1.0)
         self._add_slots({"exp_avg": 0.0, "exp_avg_sq": 0.0})
 
     def _prepare_step(self, ctx):
         t = ctx.global_step + 1
-        ctx.extra["mu_product"] = np.float32(self.mu_product * np.float32(K.nadam_mu(self.beta1,
-                                                                                      self.momentum_decay, t)))
+        ctx.extra["mu_product"] = np.float32(
+            self.mu_product * np.float32(K.nadam_mu(self.beta1, self.momentum_decay, t))
+        )
 
     def _commit_step(self, ctx):
         self.mu_product = ctx.extra["mu_product"]
@@ -109,9 +123,18 @@ class NAdam(_TorchRule):
 
     def _dense_scalars(self, plan, scalars, ctx):
         wd = self._decoupled(plan, ctx)
-        return K.nadam_scalars(plan.cdtype, float(scalars[0]), self.beta1, self.beta2, self.eps, wd,
-                               self.momentum_decay, ctx.global_step + 1, float(ctx.extra["mu_product"]),
-                               decoupled=wd != 0)
+        return K.nadam_scalars(
+            plan.cdtype,
+            float(scalars[0]),
+            self.beta1,
+            self.beta2,
+            self.eps,
+            wd,
+            self.momentum_decay,
+            ctx.global_step + 1,
+            float(ctx.extra["mu_product"]),
+            decoupled=wd != 0,
+        )
 
     def _scalar_state(self):
         return {"mu_product": np.array(self.mu_product, np.float32)}
@@ -151,11 +174,21 @@ class RAdam(_TorchRule):
 
     _kernel = K._radam
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: Any = 0.0, decoupled_weight_decay: bool = False,
-                 loss_scale: float = 1.0, comm: Any = None):
-        self.decoupled_weight_decay = check_bool("decoupled_weight_decay", decoupled_weight_decay,
-                                                 type(self).__name__)
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: Any = 0.0,
+        decoupled_weight_decay: bool = False,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
+        self.decoupled_weight_decay = check_bool(
+            "decoupled_weight_decay", decoupled_weight_decay, type(self).__name__
+        )
         if self.decoupled_weight_decay:
             self._coupled_decay = False
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
@@ -167,8 +200,16 @@ class RAdam(_TorchRule):
 
     def _dense_scalars(self, plan, scalars, ctx):
         wd = self._decoupled(plan, ctx)
-        return K.radam_scalars(plan.cdtype, float(scalars[0]), self.beta1, self.beta2, self.eps, wd,
-                               ctx.global_step + 1, decoupled=wd != 0)
+        return K.radam_scalars(
+            plan.cdtype,
+            float(scalars[0]),
+            self.beta1,
+            self.beta2,
+            self.eps,
+            wd,
+            ctx.global_step + 1,
+            decoupled=wd != 0,
+        )
 
 
 class Adadelta(_TorchRule):
@@ -199,8 +240,16 @@ class Adadelta(_TorchRule):
 
     _kernel = K._adadelta
 
-    def __init__(self, params: Any, learning_rate: Any = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: Any = 0.0,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.rho = check_range("rho", check_float("rho", rho, owner), owner, 0.0, 1.0)
@@ -241,8 +290,17 @@ class ASGD(_TorchRule):
 
     _kernel = K._asgd
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
-                 t0: float = 1e6, weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-2,
+        lambd: float = 1e-4,
+        alpha: float = 0.75,
+        t0: float = 1e6,
+        weight_decay: Any = 0.0,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         self.lambd = check_float("lambd", lambd, owner, allow_int=True)
@@ -312,16 +370,27 @@ class Rprop(_TorchRule):
 
     _kernel = K._rprop
 
-    def __init__(self, params: Any, learning_rate: Any = 1e-2, etas: tuple = (0.5, 1.2),
-                 step_sizes: tuple = (1e-6, 50.0), weight_decay: Any = 0.0, loss_scale: float = 1.0, comm: Any = None):
+    def __init__(
+        self,
+        params: Any,
+        learning_rate: Any = 1e-2,
+        etas: tuple = (0.5, 1.2),
+        step_sizes: tuple = (1e-6, 50.0),
+        weight_decay: Any = 0.0,
+        loss_scale: float = 1.0,
+        comm: Any = None,
+    ):
         super().__init__(learning_rate, params, weight_decay, loss_scale, comm=comm)
         owner = self._owner
         minus, plus = (check_float(f"etas[{k}]", e, owner, allow_int=True) for k, e in enumerate(etas))
         if not 0.0 < minus < 1.0 < plus:
-            raise ValueError(f"For '{owner}', 'etas' must satisfy 0 < etas[0] < 1 < etas[1], got {tuple(etas)}")
+            raise ValueError(
+                f"For '{owner}', 'etas' must satisfy 0 < etas[0] < 1 < etas[1], got {tuple(etas)}"
+            )
         self.etas = (minus, plus)
-        self.step_sizes = tuple(check_float(f"step_sizes[{k}]", s, owner, allow_int=True)
-                                for k, s in enumerate(step_sizes))
+        self.step_sizes = tuple(
+            check_float(f"step_sizes[{k}]", s, owner, allow_int=True) for k, s in enumerate(step_sizes)
+        )
         self._add_slots({"prev": 0.0, "step_size": 0.0})
         lrs = self._lr_values()
         for plan in self._local_plans:

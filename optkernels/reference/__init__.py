@@ -22,22 +22,23 @@ signatures):
 
 Nothing here imports Numba or the kernel modules: the reference must stay an independent yardstick.
 """
+
 from __future__ import annotations
 
+from .ada_factor import fused_ada_factor
 from .adagrad import apply_adagrad, apply_adagrad_v2
 from .adam import adam_no_update_param, adam_weight_decay, apply_adam, apply_adam_with_amsgrad
 from .adamax import apply_ada_max
+from .ademamix import ademamix
+from .adopt import adopt
 from .ftrl import apply_ftrl, apply_ftrl_v2
 from .lamb import lamb
 from .lars import lars_update
+from .lion import lion
+from .lowbit import rowwise_adagrad  # noqa: F401 -- beside optkernels.sparse.rowwise_adagrad (not in __all__)
 from .momentum import apply_momentum, sgd
 from .proximal_adagrad import apply_proximal_adagrad
 from .rmsprop import apply_centered_rms_prop, apply_rms_prop
-from .ada_factor import fused_ada_factor
-from .lion import lion
-from .adopt import adopt
-from .ademamix import ademamix
-from .lowbit import rowwise_adagrad  # noqa: F401 -- beside optkernels.sparse.rowwise_adagrad (not in __all__)
 from .schedule_free import schedule_free_adamw, schedule_free_sgd
 from .sparse import (
     fused_sparse_adam,
@@ -51,8 +52,16 @@ from .sparse import (
     sparse_apply_ftrl_v2,
     sparse_apply_proximal_adagrad,
 )
-from .torch_family import (newton_schulz, torch_adadelta, torch_adafactor, torch_asgd, torch_muon, torch_nadam,
-                           torch_radam, torch_rprop)
+from .torch_family import (
+    newton_schulz,
+    torch_adadelta,
+    torch_adafactor,
+    torch_asgd,
+    torch_muon,
+    torch_nadam,
+    torch_radam,
+    torch_rprop,
+)
 
 __all__ = [
     # dense

@@ -1,8 +1,10 @@
 """Shared helpers of the float64 reference: input conversion, shape checks, IEEE error handling."""
+
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -46,8 +48,9 @@ def as_scalar(x: ArrayLike, name: str) -> np.float64:
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be a real scalar: {exc}") from exc
     if a.size != 1:
-        raise ValueError(f"{name} must hold exactly one element (a scalar, 0-d or shape-(1,) array), "
-                         f"got shape {a.shape}")
+        raise ValueError(
+            f"{name} must hold exactly one element (a scalar, 0-d or shape-(1,) array), got shape {a.shape}"
+        )
     return np.float64(a.reshape(-1)[0])
 
 
@@ -70,12 +73,15 @@ def as_indices(indices: ArrayLike, name: str = "indices") -> np.ndarray:
     return idx.astype(np.int64, copy=True)
 
 
-def check_sparse(var: np.ndarray, grad: np.ndarray, indices: np.ndarray, var_name: str = "var",
-                 grad_name: str = "grad") -> None:
+def check_sparse(
+    var: np.ndarray, grad: np.ndarray, indices: np.ndarray, var_name: str = "var", grad_name: str = "grad"
+) -> None:
     """Validate a row-sparse gradient against ``var``: ``grad.shape == (len(indices),) + var.shape[1:]``."""
     if var.ndim < 1:
         raise ValueError(f"{var_name} must be at least 1-D for a row-sparse update, got a 0-d array")
     expected = (indices.shape[0],) + var.shape[1:]
     if grad.shape != expected:
-        raise ValueError(f"{grad_name} must have shape (len(indices),) + {var_name}.shape[1:] = {expected}, "
-                         f"got {grad.shape}")
+        raise ValueError(
+            f"{grad_name} must have shape (len(indices),) + {var_name}.shape[1:] = {expected}, "
+            f"got {grad.shape}"
+        )

@@ -1,5 +1,6 @@
 """AdaFactor: the per-parameter math of ``nn.AdaFactor`` / the ``FusedAdaFactor`` primitive
 (KERNELS.md section 17)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,7 +20,7 @@ def _rms(x: np.ndarray) -> np.float64:
     return np.sqrt(np.mean(x * x)) if x.size else np.float64(0.0)
 
 
-def _copy_or_none(x: Any, name: str) -> Any:   # a float64 copy, or None
+def _copy_or_none(x: Any, name: str) -> Any:  # a float64 copy, or None
     return None if x is None else as_array(x, name)
 
 
@@ -32,12 +33,25 @@ def _expect_shape(name: str, x: np.ndarray | None, shape: tuple) -> np.ndarray:
 
 
 @ieee
-def fused_ada_factor(epsilon: ArrayLike, clip_threshold: ArrayLike, beta1: ArrayLike, beta2t: ArrayLike,
-                     weight_decay: ArrayLike, learning_rate: ArrayLike, grad: ArrayLike, param: ArrayLike,
-                     exp_avg: ArrayLike | None, exp_avg_sq_row: ArrayLike | None,
-                     exp_avg_sq_col: ArrayLike | None, exp_avg_sq: ArrayLike | None,
-                     global_norm: ArrayLike | None = None, *, enable_scale_parameter: bool = False,
-                     enable_first_moment: bool = False, enable_weight_decay: bool = False) -> tuple:
+def fused_ada_factor(
+    epsilon: ArrayLike,
+    clip_threshold: ArrayLike,
+    beta1: ArrayLike,
+    beta2t: ArrayLike,
+    weight_decay: ArrayLike,
+    learning_rate: ArrayLike,
+    grad: ArrayLike,
+    param: ArrayLike,
+    exp_avg: ArrayLike | None,
+    exp_avg_sq_row: ArrayLike | None,
+    exp_avg_sq_col: ArrayLike | None,
+    exp_avg_sq: ArrayLike | None,
+    global_norm: ArrayLike | None = None,
+    *,
+    enable_scale_parameter: bool = False,
+    enable_first_moment: bool = False,
+    enable_weight_decay: bool = False,
+) -> tuple:
     """One AdaFactor step for one parameter (``FusedAdaFactor`` input order), in float64.
 
     Update rule (X = param, G = grad, (eps1, eps2) = epsilon, d = clip_threshold, rho = learning_rate,

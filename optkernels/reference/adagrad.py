@@ -1,4 +1,5 @@
 """Adagrad: ``mindspore.ops.ApplyAdagrad`` and ``ApplyAdagradV2`` (KERNELS.md section 6)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,16 +10,18 @@ from ._common import as_array, as_scalar, check_same_shape, ieee
 __all__ = ["apply_adagrad", "apply_adagrad_v2"]
 
 
-def _adagrad_math(var: np.ndarray, accum: np.ndarray, lr: np.float64, g: np.ndarray, update_slots: bool
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _adagrad_math(
+    var: np.ndarray, accum: np.ndarray, lr: np.float64, g: np.ndarray, update_slots: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Element-wise Adagrad on float64 arrays (shared with the sparse ops). Returns new arrays."""
     accum_new = accum + g * g if update_slots else accum.copy()
     var_new = var - lr * g / np.sqrt(accum_new)
     return var_new, accum_new
 
 
-def _adagrad_v2_math(var: np.ndarray, accum: np.ndarray, lr: np.float64, g: np.ndarray, epsilon: np.float64,
-                     update_slots: bool) -> tuple[np.ndarray, np.ndarray]:
+def _adagrad_v2_math(
+    var: np.ndarray, accum: np.ndarray, lr: np.float64, g: np.ndarray, epsilon: np.float64, update_slots: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Element-wise AdagradV2 on float64 arrays (shared with the sparse ops). Returns new arrays."""
     accum_new = accum + g * g if update_slots else accum.copy()
     var_new = var - lr * g / (np.sqrt(accum_new) + epsilon)
@@ -26,8 +29,9 @@ def _adagrad_v2_math(var: np.ndarray, accum: np.ndarray, lr: np.float64, g: np.n
 
 
 @ieee
-def apply_adagrad(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, grad: ArrayLike, *,
-                  update_slots: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def apply_adagrad(
+    var: ArrayLike, accum: ArrayLike, lr: ArrayLike, grad: ArrayLike, *, update_slots: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Adagrad step of ``mindspore.ops.ApplyAdagrad``.
 
     Update rule (element-wise, g = grad)::
@@ -61,8 +65,15 @@ def apply_adagrad(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, grad: ArrayLi
 
 
 @ieee
-def apply_adagrad_v2(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, grad: ArrayLike, *, epsilon: float,
-                     update_slots: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def apply_adagrad_v2(
+    var: ArrayLike,
+    accum: ArrayLike,
+    lr: ArrayLike,
+    grad: ArrayLike,
+    *,
+    epsilon: float,
+    update_slots: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
     """Adagrad step with epsilon, ``mindspore.ops.ApplyAdagradV2``.
 
     Update rule (element-wise, g = grad)::

@@ -2,6 +2,7 @@
 
 Spec: KERNELS.md sections 1, 1.1, 1.2 and 2.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,10 +23,21 @@ def _adam_lr_t(lr: np.float64, beta1_power: np.float64, beta2_power: np.float64)
 
 
 @ieee
-def apply_adam(var: ArrayLike, m: ArrayLike, v: ArrayLike, beta1_power: ArrayLike, beta2_power: ArrayLike,
-               lr: ArrayLike, beta1: ArrayLike, beta2: ArrayLike, epsilon: ArrayLike, gradient: ArrayLike, *,
-               use_locking: bool = False, use_nesterov: bool = False
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def apply_adam(
+    var: ArrayLike,
+    m: ArrayLike,
+    v: ArrayLike,
+    beta1_power: ArrayLike,
+    beta2_power: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    gradient: ArrayLike,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Adam step of ``mindspore.ops.Adam`` (TF ``ApplyAdam``), bias correction folded into the step size.
 
     Update rule (element-wise, g = gradient)::
@@ -81,11 +93,21 @@ def apply_adam(var: ArrayLike, m: ArrayLike, v: ArrayLike, beta1_power: ArrayLik
 
 
 @ieee
-def apply_adam_with_amsgrad(var: ArrayLike, m: ArrayLike, v: ArrayLike, vhat: ArrayLike,
-                            beta1_power: ArrayLike, beta2_power: ArrayLike, lr: ArrayLike, grad: ArrayLike, *,
-                            beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
-                            use_locking: bool = False
-                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def apply_adam_with_amsgrad(
+    var: ArrayLike,
+    m: ArrayLike,
+    v: ArrayLike,
+    vhat: ArrayLike,
+    beta1_power: ArrayLike,
+    beta2_power: ArrayLike,
+    lr: ArrayLike,
+    grad: ArrayLike,
+    *,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-8,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """AMSGrad step of ``mindspore.ops.ApplyAdamWithAmsgrad`` (used by ``nn.Adam(use_amsgrad=True)``).
 
     Update rule (element-wise, g = grad)::
@@ -136,10 +158,20 @@ def apply_adam_with_amsgrad(var: ArrayLike, m: ArrayLike, v: ArrayLike, vhat: Ar
 
 
 @ieee
-def adam_no_update_param(m: ArrayLike, v: ArrayLike, beta1_power: ArrayLike, beta2_power: ArrayLike,
-                         lr: ArrayLike, beta1: ArrayLike, beta2: ArrayLike, epsilon: ArrayLike,
-                         gradient: ArrayLike, *, use_locking: bool = False, use_nesterov: bool = False
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def adam_no_update_param(
+    m: ArrayLike,
+    v: ArrayLike,
+    beta1_power: ArrayLike,
+    beta2_power: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    gradient: ArrayLike,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Adam without the parameter write: ``AdamNoUpdateParam`` (CPU op behind ``Adam(use_offload=True)``).
 
     Update rule (element-wise, g = gradient)::
@@ -189,9 +221,19 @@ def adam_no_update_param(m: ArrayLike, v: ArrayLike, beta1_power: ArrayLike, bet
 
 
 @ieee
-def adam_weight_decay(var: ArrayLike, m: ArrayLike, v: ArrayLike, lr: ArrayLike, beta1: ArrayLike,
-                      beta2: ArrayLike, epsilon: ArrayLike, decay: ArrayLike, gradient: ArrayLike, *,
-                      use_locking: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def adam_weight_decay(
+    var: ArrayLike,
+    m: ArrayLike,
+    v: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    decay: ArrayLike,
+    gradient: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """AdamW step of ``mindspore.ops.AdamWeightDecay``: no bias correction, decoupled weight decay.
 
     Update rule (element-wise, g = gradient, var_old = the input var)::

@@ -1,4 +1,5 @@
 """AdaMax: ``mindspore.ops.ApplyAdaMax`` (KERNELS.md section 5)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,17 @@ __all__ = ["apply_ada_max"]
 
 
 @ieee
-def apply_ada_max(var: ArrayLike, m: ArrayLike, v: ArrayLike, beta1_power: ArrayLike, lr: ArrayLike,
-                  beta1: ArrayLike, beta2: ArrayLike, epsilon: ArrayLike, grad: ArrayLike
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def apply_ada_max(
+    var: ArrayLike,
+    m: ArrayLike,
+    v: ArrayLike,
+    beta1_power: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    grad: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """AdaMax step of ``mindspore.ops.ApplyAdaMax`` (infinity-norm Adam).
 
     Update rule (element-wise, g = grad)::

@@ -1,4 +1,5 @@
 """Float64 reference of ADOPT (MODERN §9.1: torch-adopt 0.1.0, the clipped algorithm)."""
+
 from __future__ import annotations
 
 import math
@@ -10,9 +11,21 @@ from ._common import as_array, as_scalar, check_same_shape, ieee
 
 
 @ieee
-def adopt(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, grad: ArrayLike, lr: ArrayLike,
-          beta1: ArrayLike, beta2: ArrayLike, epsilon: ArrayLike, weight_decay: ArrayLike, step: ArrayLike,
-          clip: ArrayLike = math.inf, *, decouple: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def adopt(
+    var: ArrayLike,
+    exp_avg: ArrayLike,
+    exp_avg_sq: ArrayLike,
+    grad: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    weight_decay: ArrayLike,
+    step: ArrayLike,
+    clip: ArrayLike = math.inf,
+    *,
+    decouple: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One ADOPT call; ``step`` = k counts the earlier calls::
 
         g = g + wd·p                           (coupled, unless decouple; wd = 0: skipped)
@@ -29,8 +42,12 @@ def adopt(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, grad: Array
     g = as_array(grad, "grad")
     check_same_shape("var", p, exp_avg=m, exp_avg_sq=v, grad=g)
     lr_, b1, b2 = as_scalar(lr, "lr"), as_scalar(beta1, "beta1"), as_scalar(beta2, "beta2")
-    eps, wd, c = as_scalar(epsilon, "epsilon"), as_scalar(weight_decay, "weight_decay"), as_scalar(clip, "clip")
-    if wd != 0 and not decouple:        # torch-adopt skips a zero decay (an inf p stays out of g)
+    eps, wd, c = (
+        as_scalar(epsilon, "epsilon"),
+        as_scalar(weight_decay, "weight_decay"),
+        as_scalar(clip, "clip"),
+    )
+    if wd != 0 and not decouple:  # torch-adopt skips a zero decay (an inf p stays out of g)
         g = g + wd * p
     if as_scalar(step, "step") == 0:
         return p, m, v + g * g

@@ -1,5 +1,6 @@
 """FTRL-Proximal: ``mindspore.ops.ApplyFtrl`` (KERNELS.md section 11) and TensorFlow's ``ApplyFtrlV2`` (L2
 shrinkage); row math shared with the sparse ops."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,9 +18,17 @@ def _ftrl_pow(x: np.ndarray, lr_power: np.float64) -> np.ndarray:
     return np.power(x, -lr_power)
 
 
-def _ftrl_math(var: np.ndarray, accum: np.ndarray, linear: np.ndarray, g: np.ndarray, lr: np.float64,
-               l1: np.float64, l2: np.float64, lr_power: np.float64, l2_shrinkage: np.float64 | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ftrl_math(
+    var: np.ndarray,
+    accum: np.ndarray,
+    linear: np.ndarray,
+    g: np.ndarray,
+    lr: np.float64,
+    l1: np.float64,
+    l2: np.float64,
+    lr_power: np.float64,
+    l2_shrinkage: np.float64 | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Element-wise FTRL on float64 arrays (shared with the sparse ops). Returns new arrays. With
     ``l2_shrinkage`` (FTRL-V2), linear takes the gradient ``g + 2·l2_shrinkage·var``, accum the plain g."""
     accum_new = accum + g * g
@@ -34,9 +43,18 @@ def _ftrl_math(var: np.ndarray, accum: np.ndarray, linear: np.ndarray, g: np.nda
 
 
 @ieee
-def apply_ftrl(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: ArrayLike, lr: ArrayLike,
-               l1: ArrayLike, l2: ArrayLike, lr_power: ArrayLike, *, use_locking: bool = False
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def apply_ftrl(
+    var: ArrayLike,
+    accum: ArrayLike,
+    linear: ArrayLike,
+    grad: ArrayLike,
+    lr: ArrayLike,
+    l1: ArrayLike,
+    l2: ArrayLike,
+    lr_power: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FTRL-Proximal step of ``mindspore.ops.ApplyFtrl`` (TF ``ApplyFtrl``).
 
     Update rule (element-wise, g = grad, p = -lr_power >= 0)::
@@ -75,14 +93,32 @@ def apply_ftrl(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: ArrayL
     linear_ = as_array(linear, "linear")
     g = as_array(grad, "grad")
     check_same_shape("var", var_, accum=accum_, linear=linear_, grad=g)
-    return _ftrl_math(var_, accum_, linear_, g, as_scalar(lr, "lr"), as_scalar(l1, "l1"), as_scalar(l2, "l2"),
-                      as_scalar(lr_power, "lr_power"))
+    return _ftrl_math(
+        var_,
+        accum_,
+        linear_,
+        g,
+        as_scalar(lr, "lr"),
+        as_scalar(l1, "l1"),
+        as_scalar(l2, "l2"),
+        as_scalar(lr_power, "lr_power"),
+    )
 
 
 @ieee
-def apply_ftrl_v2(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: ArrayLike, lr: ArrayLike,
-                  l1: ArrayLike, l2: ArrayLike, l2_shrinkage: ArrayLike, lr_power: ArrayLike, *,
-                  use_locking: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def apply_ftrl_v2(
+    var: ArrayLike,
+    accum: ArrayLike,
+    linear: ArrayLike,
+    grad: ArrayLike,
+    lr: ArrayLike,
+    l1: ArrayLike,
+    l2: ArrayLike,
+    l2_shrinkage: ArrayLike,
+    lr_power: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FTRL-Proximal with L2 shrinkage, TensorFlow ``ApplyFtrlV2`` (its input order).
 
     Update rule (element-wise, g = grad, p = -lr_power >= 0)::
@@ -118,5 +154,14 @@ def apply_ftrl_v2(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: Arr
     linear_ = as_array(linear, "linear")
     g = as_array(grad, "grad")
     check_same_shape("var", var_, accum=accum_, linear=linear_, grad=g)
-    return _ftrl_math(var_, accum_, linear_, g, as_scalar(lr, "lr"), as_scalar(l1, "l1"), as_scalar(l2, "l2"),
-                      as_scalar(lr_power, "lr_power"), as_scalar(l2_shrinkage, "l2_shrinkage"))
+    return _ftrl_math(
+        var_,
+        accum_,
+        linear_,
+        g,
+        as_scalar(lr, "lr"),
+        as_scalar(l1, "l1"),
+        as_scalar(l2, "l2"),
+        as_scalar(lr_power, "lr_power"),
+        as_scalar(l2_shrinkage, "l2_shrinkage"),
+    )

@@ -1,5 +1,6 @@
 """LAMB: the per-parameter math of ``nn.Lamb`` / the inner ``Lamb`` primitive, 2.0 behaviour
 (KERNELS.md section 16.1)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,18 @@ def _l2_norm(x: np.ndarray) -> np.float64:
 
 
 @ieee
-def lamb(var: ArrayLike, m: ArrayLike, v: ArrayLike, lr: ArrayLike, beta1: ArrayLike, beta2: ArrayLike,
-         epsilon: ArrayLike, decay: ArrayLike, global_step: ArrayLike, gradient: ArrayLike
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lamb(
+    var: ArrayLike,
+    m: ArrayLike,
+    v: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    decay: ArrayLike,
+    global_step: ArrayLike,
+    gradient: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """LAMB step (``Lamb`` primitive / ``nn.Lamb`` per parameter, MindSpore 2.0 behaviour).
 
     Update rule (g = gradient, w = var before the step, t = global_step, lambda = decay)::

@@ -1,4 +1,5 @@
 """LARS gradient scaling: ``mindspore.ops.LARSUpdate`` (Ascend ``LarsV2Update``; KERNELS.md section 15)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,18 @@ __all__ = ["lars_update"]
 
 
 @ieee
-def lars_update(weight: ArrayLike, gradient: ArrayLike, norm_weight: ArrayLike, norm_gradient: ArrayLike,
-                weight_decay: ArrayLike, learning_rate: ArrayLike, *, epsilon: float = 1e-5,
-                hyperpara: float = 0.001, use_clip: bool = False) -> tuple[np.ndarray]:
+def lars_update(
+    weight: ArrayLike,
+    gradient: ArrayLike,
+    norm_weight: ArrayLike,
+    norm_gradient: ArrayLike,
+    weight_decay: ArrayLike,
+    learning_rate: ArrayLike,
+    *,
+    epsilon: float = 1e-5,
+    hyperpara: float = 0.001,
+    use_clip: bool = False,
+) -> tuple[np.ndarray]:
     """Layer-wise adaptive rate scaling of the gradient, ``mindspore.ops.LARSUpdate``.
 
     Update rule (wd = weight_decay)::

@@ -1,4 +1,5 @@
 """Float64 reference of Lion (MODERN §8.1, google/automl's order of operations)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,15 @@ from ._common import as_array, as_scalar, check_same_shape, ieee
 
 
 @ieee
-def lion(var: ArrayLike, exp_avg: ArrayLike, grad: ArrayLike, lr: ArrayLike, beta1: ArrayLike,
-         beta2: ArrayLike, weight_decay: ArrayLike = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def lion(
+    var: ArrayLike,
+    exp_avg: ArrayLike,
+    grad: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    weight_decay: ArrayLike = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """One Lion step::
 
         p = p·(1 − lr·wd);  c = m·β1 + g·(1 − β1);  p = p − lr·sign(c);  m = m·β2 + g·(1 − β2)

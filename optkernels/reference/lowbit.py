@@ -10,6 +10,7 @@ bit for bit. It is written independently of the kernels: whole-array NumPy opera
 Row-wise Adagrad is float64, as the rest of the reference; so is ``AnyPrecisionAdamW``'s step (each
 operation rounded to its output's dtype). Functions are pure: they return new arrays.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,8 +20,15 @@ import numpy as np
 from ._common import as_array, ieee
 from .sparse import merge_duplicates
 
-__all__ = ["dynamic_map", "quantize_blockwise", "dequantize_blockwise", "optimizer_update_8bit_blockwise",
-           "optimizer_update_32bit", "rowwise_adagrad", "any_precision_adamw"]
+__all__ = [
+    "dynamic_map",
+    "quantize_blockwise",
+    "dequantize_blockwise",
+    "optimizer_update_8bit_blockwise",
+    "optimizer_update_32bit",
+    "rowwise_adagrad",
+    "any_precision_adamw",
+]
 
 f32 = np.float32
 _BLOCK = 256
@@ -29,15 +37,20 @@ _BLOCK = 256
 def dynamic_map(signed: bool = True) -> np.ndarray:
     """bitsandbytes' ``create_dynamic_map(signed, 7, 8)`` (LOWBIT.md §1.1): float32 ``linspace`` terms as
     one fused multiply-add each (exact in float64, rounded once), interval midpoints scaled per decade."""
+
     def linspace(n: int) -> list:
         start, end = f32(0.1), f32(1.0)
         step = f32(f32(end - start) / f32(n - 1))
-        return [f32(np.float64(start) + np.float64(step) * k) if k < n // 2
-                else f32(np.float64(end) - np.float64(step) * (n - 1 - k)) for k in range(n)]
+        return [
+            f32(np.float64(start) + np.float64(step) * k)
+            if k < n // 2
+            else f32(np.float64(end) - np.float64(step) * (n - 1 - k))
+            for k in range(n)
+        ]
 
     values = [f32(0.0), f32(1.0)]
     for i in range(7):
-        bounds = linspace(2 ** i + 1 if signed else 2 ** (i + 1) + 1)
+        bounds = linspace(2**i + 1 if signed else 2 ** (i + 1) + 1)
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             x = f32(f32(10.0 ** (i - 6)) * f32(f32(lo + hi) / f32(2)))
             values += [x, -x] if signed else [x]
@@ -47,7 +60,7 @@ def dynamic_map(signed: bool = True) -> np.ndarray:
 def _nearest(x: np.ndarray, code: np.ndarray) -> np.ndarray:
     """Nearest entry of the ascending table; exactly on a float32 midpoint → the even index; NaN → 0."""
     mids = (code[:-1] + code[1:]) * f32(0.5)
-    below = np.searchsorted(mids, x, side="left")            # midpoints strictly below x
+    below = np.searchsorted(mids, x, side="left")  # midpoints strictly below x
     tie = (below < 255) & (x == mids[np.minimum(below, 254)])
     idx = np.where(tie & (below % 2 == 1), below + 1, below)
     return np.where(np.isnan(x), 0, idx).astype(np.uint8)
@@ -73,8 +86,8 @@ def quantize_blockwise(A: Any, code: Any = None, blocksize: int = 4096) -> tuple
     n = a.size
     rows = _blocks(a, blocksize, f32(0))
     absmax = _absmax(rows)
-    if n % blocksize:                                         # the zero padding must not enter the maximum
-        last = a.reshape(-1)[(n // blocksize) * blocksize:]
+    if n % blocksize:  # the zero padding must not enter the maximum
+        last = a.reshape(-1)[(n // blocksize) * blocksize :]
         absmax[-1] = _absmax(last.reshape(1, -1))[0]
     x = rows * (f32(1) / absmax)[:, None]
     return _nearest(x, code).reshape(-1)[:n].reshape(a.shape), absmax
@@ -92,13 +105,32 @@ def _scalars(step: int, lr: float, b1: float, b2: float, eps: float, wd: float) 
     lr, b1, b2, eps, wd = f32(lr), f32(b1), f32(b2), f32(eps), f32(wd)
     corr1 = f32(1) - f32(np.float64(b1) ** step)
     corr2 = f32(np.sqrt(np.float64(f32(1) - f32(np.float64(b2) ** step))))
-    return dict(corr1=corr1, corr2=corr2, step_size=f32(f32(-lr * corr2) / corr1), eps_corr2=f32(corr2 * eps),
-                decay=f32(1) - f32(lr * wd))
+    return dict(
+        corr1=corr1,
+        corr2=corr2,
+        step_size=f32(f32(-lr * corr2) / corr1),
+        eps_corr2=f32(corr2 * eps),
+        decay=f32(1) - f32(lr * wd),
+    )
 
 
-def _rule(name: str, p: np.ndarray, g: np.ndarray, m1: np.ndarray, m2: np.ndarray, v: np.ndarray, step: int,
-          lr: float, b1: float, b2: float, b3: float, alpha: float, eps: float, wd: float,
-          fold_all: bool) -> tuple:
+def _rule(
+    name: str,
+    p: np.ndarray,
+    g: np.ndarray,
+    m1: np.ndarray,
+    m2: np.ndarray,
+    v: np.ndarray,
+    step: int,
+    lr: float,
+    b1: float,
+    b2: float,
+    b3: float,
+    alpha: float,
+    eps: float,
+    wd: float,
+    fold_all: bool,
+) -> tuple:
     """Whole-array float32 update of LOWBIT.md §3.1-3.3; returns (p', m1', m2', v')."""
     lr, b1, b2, b3, alpha, eps, wd = (f32(x) for x in (lr, b1, b2, b3, alpha, eps, wd))
     s = _scalars(step, lr, b1, b2, eps, wd)
@@ -116,8 +148,12 @@ def _rule(name: str, p: np.ndarray, g: np.ndarray, m1: np.ndarray, m2: np.ndarra
         if wd > 0:
             q = q * s["decay"]
         zero = f32(0)
-        return (np.where(finite, q, p), np.where(finite, m1, zero), np.where(finite, m2, zero),
-                np.where(finite, v, zero))
+        return (
+            np.where(finite, q, p),
+            np.where(finite, m1, zero),
+            np.where(finite, m2, zero),
+            np.where(finite, v, zero),
+        )
     gs = g + p * wd if wd > 0 and (fold_all or name != "lion") else g
     if name == "lion" and wd > 0 and not fold_all:
         p = p * s["decay"]
@@ -141,10 +177,25 @@ def _signed_codes(s: np.ndarray, top: np.ndarray, code: np.ndarray) -> np.ndarra
 
 
 @ieee
-def optimizer_update_8bit_blockwise(name: str, g: Any, p: Any, state1: Any, state2: Any, beta1: float,
-                                    beta2: float, beta3: float, alpha: float, eps: float, step: int, lr: float,
-                                    qmap1: Any, qmap2: Any, absmax1: Any, absmax2: Any,
-                                    weight_decay: float = 0.0) -> tuple:
+def optimizer_update_8bit_blockwise(
+    name: str,
+    g: Any,
+    p: Any,
+    state1: Any,
+    state2: Any,
+    beta1: float,
+    beta2: float,
+    beta3: float,
+    alpha: float,
+    eps: float,
+    step: int,
+    lr: float,
+    qmap1: Any,
+    qmap2: Any,
+    absmax1: Any,
+    absmax2: Any,
+    weight_decay: float = 0.0,
+) -> tuple:
     """bitsandbytes' CUDA 8-bit blockwise step (LOWBIT.md §3) on copies; returns ``(p, state1, state2,
     absmax1, absmax2)`` (state2/absmax2 None for 1-state rules), float32 and uint8 arrays.
 
@@ -160,13 +211,18 @@ def optimizer_update_8bit_blockwise(name: str, g: Any, p: Any, state1: Any, stat
     a1 = np.asarray(absmax1, f32).reshape(s1.shape[0], -1)
     P, G = _blocks(p0, _BLOCK, f32(0)), _blocks(np.asarray(g, f32), _BLOCK, f32(0))
     m1 = q1[_blocks(s1[0], _BLOCK, np.uint8(128))] * a1[0][:, None]
-    m2 = (q1[_blocks(s1[1], _BLOCK, np.uint8(128))] * a1[1][:, None] if name == "ademamix"
-          else np.zeros_like(m1))
+    m2 = (
+        q1[_blocks(s1[1], _BLOCK, np.uint8(128))] * a1[1][:, None]
+        if name == "ademamix"
+        else np.zeros_like(m1)
+    )
     if q2 is not None:
         v = q2[_blocks(np.asarray(state2), _BLOCK, np.uint8(0))] * np.asarray(absmax2, f32)[:, None]
     else:
         v = np.zeros_like(m1)
-    P, m1, m2, v = _rule(name, P, G, m1, m2, v, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, False)
+    P, m1, m2, v = _rule(
+        name, P, G, m1, m2, v, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, False
+    )
     top1, top2, top3 = _absmax(m1), _absmax(v), _absmax(m2)
     c1 = _signed_codes(m1, top1, q1).reshape(-1)[:n]
     new_p = P.reshape(-1)[:n].reshape(shape)
@@ -182,24 +238,47 @@ def optimizer_update_8bit_blockwise(name: str, g: Any, p: Any, state1: Any, stat
 
 
 @ieee
-def optimizer_update_32bit(name: str, g: Any, p: Any, state1: Any, beta1: float, eps: float, step: int,
-                           lr: float, state2: Any = None, beta2: float = 0.0, beta3: float = 0.0,
-                           alpha: float = 0.0, weight_decay: float = 0.0) -> tuple:
+def optimizer_update_32bit(
+    name: str,
+    g: Any,
+    p: Any,
+    state1: Any,
+    beta1: float,
+    eps: float,
+    step: int,
+    lr: float,
+    state2: Any = None,
+    beta2: float = 0.0,
+    beta3: float = 0.0,
+    alpha: float = 0.0,
+    weight_decay: float = 0.0,
+) -> tuple:
     """bitsandbytes' 32-bit step (float32 states; weight decay folded into every 1-state gradient);
     returns ``(p, state1, state2)`` copies (state2 None for 1-state rules)."""
     p0, g0 = np.asarray(p, f32), np.asarray(g, f32)
     s1 = np.asarray(state1, f32)
     m1, m2 = (s1[0], s1[1]) if name == "ademamix" else (s1, np.zeros_like(p0))
     v = np.asarray(state2, f32) if state2 is not None else np.zeros_like(p0)
-    q, m1, m2, v = _rule(name, p0, g0, m1, m2, v, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, True)
+    q, m1, m2, v = _rule(
+        name, p0, g0, m1, m2, v, step, lr, beta1, beta2, beta3, alpha, eps, weight_decay, True
+    )
     s1_new = np.stack([m1, m2]) if name == "ademamix" else m1
     return q, s1_new, (v if name in ("adam", "ademamix") else None)
 
 
 @ieee
-def rowwise_adagrad(var: Any, momentum: Any, grad: Any, indices: Any = None, *, lr: float = 0.01,
-                    eps: float = 1e-8, weight_decay: float = 0.0, weight_decay_mode: str = "none",
-                    max_norm: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def rowwise_adagrad(
+    var: Any,
+    momentum: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float = 0.01,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_decay_mode: str = "none",
+    max_norm: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """FBGEMM's exact row-wise Adagrad (LOWBIT.md §8.2) in float64: ``(var, momentum)`` new arrays. Dense
     gradient (``indices`` None): every row; row-sparse: duplicates summed (:func:`merge_duplicates`,
     out-of-range indices dropped), one update per distinct row. Squares summed left to right over a row."""
@@ -236,9 +315,20 @@ def _rounded(x: np.ndarray, dtype: Any) -> np.ndarray:
     return np.asarray(x, np.float64).astype(f32).astype(dtype).astype(np.float64)
 
 
-def any_precision_adamw(p: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, step: int, compensation: Any = None, *,
-                        lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-                        weight_decay: float = 0.0) -> tuple:
+def any_precision_adamw(
+    p: Any,
+    exp_avg: Any,
+    exp_avg_sq: Any,
+    grad: Any,
+    step: int,
+    compensation: Any = None,
+    *,
+    lr: float = 1e-3,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+) -> tuple:
     r"""One ``AnyPrecisionAdamW`` step (torchdistx; LOWBIT.md §9.3), each operation in float64 from its
     float32 operands, rounded to float32 and then to its output array's dtype; ``compensation`` given:
     Kahan-compensated update of ``p``. Scalars: ``1−β``, ``lr·wd``, ``step_size = lr/(1−β1^t)`` and
@@ -257,8 +347,10 @@ def any_precision_adamw(p: Any, exp_avg: Any, exp_avg_sq: Any, grad: Any, step: 
     dt = [np.asarray(a).dtype for a in (p, exp_avg, exp_avg_sq)]
     x, m, v = (np.asarray(a).astype(np.float64) for a in (p, exp_avg, exp_avg_sq))
     g = np.asarray(grad).astype(f32).astype(np.float64)
-    s = {k: float(f32(val)) for k, val in (("lr", lr), ("b1", beta1), ("b2", beta2), ("eps", eps),
-                                           ("wd", weight_decay))}
+    s = {
+        k: float(f32(val))
+        for k, val in (("lr", lr), ("b1", beta1), ("b2", beta2), ("eps", eps), ("wd", weight_decay))
+    }
     one = np.float64(1.0)
     omb1, omb2 = float(f32(one - s["b1"])), float(f32(one - s["b2"]))
     if s["wd"]:

@@ -1,4 +1,5 @@
 """Momentum family: ``mindspore.ops.ApplyMomentum`` and ``mindspore.ops.SGD`` (KERNELS.md sections 7, 8)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,17 @@ __all__ = ["apply_momentum", "sgd"]
 
 
 @ieee
-def apply_momentum(variable: ArrayLike, accumulation: ArrayLike, learning_rate: ArrayLike,
-                   gradient: ArrayLike, momentum: ArrayLike, *, use_locking: bool = False,
-                   use_nesterov: bool = False, gradient_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def apply_momentum(
+    variable: ArrayLike,
+    accumulation: ArrayLike,
+    learning_rate: ArrayLike,
+    gradient: ArrayLike,
+    momentum: ArrayLike,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+    gradient_scale: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """Heavy-ball momentum step of ``mindspore.ops.ApplyMomentum``.
 
     Update rule (element-wise)::
@@ -63,9 +72,18 @@ def apply_momentum(variable: ArrayLike, accumulation: ArrayLike, learning_rate: 
 
 
 @ieee
-def sgd(parameters: ArrayLike, gradient: ArrayLike, learning_rate: ArrayLike, accum: ArrayLike,
-        momentum: ArrayLike, stat: ArrayLike, *, dampening: float = 0.0, weight_decay: float = 0.0,
-        nesterov: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sgd(
+    parameters: ArrayLike,
+    gradient: ArrayLike,
+    learning_rate: ArrayLike,
+    accum: ArrayLike,
+    momentum: ArrayLike,
+    stat: ArrayLike,
+    *,
+    dampening: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """SGD with momentum, dampening, L2 weight decay and Nesterov: ``mindspore.ops.SGD`` (CPU == GPU).
 
     Update rule (element-wise, p = parameters, g = gradient)::

@@ -1,5 +1,6 @@
 """Proximal Adagrad: ``mindspore.ops.ApplyProximalAdagrad`` (KERNELS.md section 13); row math shared with
 the sparse ops."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,9 @@ from ._common import as_array, as_scalar, check_same_shape, ieee
 __all__ = ["apply_proximal_adagrad"]
 
 
-def _proximal_adagrad_math(var: np.ndarray, accum: np.ndarray, lr: np.float64, l1: np.float64, l2: np.float64,
-                           g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _proximal_adagrad_math(
+    var: np.ndarray, accum: np.ndarray, lr: np.float64, l1: np.float64, l2: np.float64, g: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Element-wise proximal Adagrad on float64 arrays (shared with the sparse ops). Returns new arrays."""
     accum_new = accum + g * g
     alpha = lr / np.sqrt(accum_new)
@@ -24,8 +26,16 @@ def _proximal_adagrad_math(var: np.ndarray, accum: np.ndarray, lr: np.float64, l
 
 
 @ieee
-def apply_proximal_adagrad(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, l1: ArrayLike, l2: ArrayLike,
-                           grad: ArrayLike, *, use_locking: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def apply_proximal_adagrad(
+    var: ArrayLike,
+    accum: ArrayLike,
+    lr: ArrayLike,
+    l1: ArrayLike,
+    l2: ArrayLike,
+    grad: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Proximal Adagrad step of ``mindspore.ops.ApplyProximalAdagrad`` (TF ``ApplyProximalAdagrad``).
 
     Update rule (element-wise, g = grad)::
@@ -58,5 +68,6 @@ def apply_proximal_adagrad(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, l1: 
     accum_ = as_array(accum, "accum")
     g = as_array(grad, "grad")
     check_same_shape("var", var_, accum=accum_, grad=g)
-    return _proximal_adagrad_math(var_, accum_, as_scalar(lr, "lr"), as_scalar(l1, "l1"),
-                                  as_scalar(l2, "l2"), g)
+    return _proximal_adagrad_math(
+        var_, accum_, as_scalar(lr, "lr"), as_scalar(l1, "l1"), as_scalar(l2, "l2"), g
+    )

@@ -1,4 +1,5 @@
 """RMSProp: ``mindspore.ops.ApplyRMSProp`` and ``ApplyCenteredRMSProp`` (KERNELS.md sections 9, 10)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,18 @@ __all__ = ["apply_rms_prop", "apply_centered_rms_prop"]
 
 
 @ieee
-def apply_rms_prop(var: ArrayLike, mean_square: ArrayLike, moment: ArrayLike, learning_rate: ArrayLike,
-                   grad: ArrayLike, decay: ArrayLike, momentum: ArrayLike, epsilon: ArrayLike, *,
-                   use_locking: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def apply_rms_prop(
+    var: ArrayLike,
+    mean_square: ArrayLike,
+    moment: ArrayLike,
+    learning_rate: ArrayLike,
+    grad: ArrayLike,
+    decay: ArrayLike,
+    momentum: ArrayLike,
+    epsilon: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """RMSProp step of ``mindspore.ops.ApplyRMSProp`` (note: ``learning_rate`` comes before ``grad``).
 
     Update rule (element-wise, g = grad, rho = decay)::
@@ -56,11 +66,19 @@ def apply_rms_prop(var: ArrayLike, mean_square: ArrayLike, moment: ArrayLike, le
 
 
 @ieee
-def apply_centered_rms_prop(var: ArrayLike, mean_gradient: ArrayLike, mean_square: ArrayLike,
-                            moment: ArrayLike, grad: ArrayLike, learning_rate: ArrayLike,
-                            decay: ArrayLike, momentum: ArrayLike, epsilon: ArrayLike, *,
-                            use_locking: bool = False
-                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def apply_centered_rms_prop(
+    var: ArrayLike,
+    mean_gradient: ArrayLike,
+    mean_square: ArrayLike,
+    moment: ArrayLike,
+    grad: ArrayLike,
+    learning_rate: ArrayLike,
+    decay: ArrayLike,
+    momentum: ArrayLike,
+    epsilon: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Centered RMSProp step of ``mindspore.ops.ApplyCenteredRMSProp`` (``grad`` before ``learning_rate``).
 
     Update rule (element-wise, g = grad, rho = decay)::

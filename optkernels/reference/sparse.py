@@ -11,10 +11,10 @@ spec recommends, which also reproduces the published SparseApplyFtrl example (an
 changes nothing). The gradient rows are summed in float64 in order of appearance (the CPU kernels sum in
 float32).
 """
+
 from __future__ import annotations
 
 import operator
-from typing import Optional
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-def _merge(idx: np.ndarray, vals: np.ndarray, num_rows: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+def _merge(idx: np.ndarray, vals: np.ndarray, num_rows: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Merge on already converted inputs (int64 1-D indices, float64 values)."""
     if num_rows is not None:
         keep = (idx >= 0) & (idx < num_rows)
@@ -51,8 +51,9 @@ def _merge(idx: np.ndarray, vals: np.ndarray, num_rows: Optional[int]) -> tuple[
     return uniq.astype(np.int64), summed
 
 
-def merge_duplicates(indices: ArrayLike, values: ArrayLike, num_rows: Optional[int] = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def merge_duplicates(
+    indices: ArrayLike, values: ArrayLike, num_rows: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Unique + segment-sum of a row-sparse gradient (the bucket reduce of MindSpore's ``Fused*`` ops).
 
     Rule::
@@ -80,8 +81,9 @@ def merge_duplicates(indices: ArrayLike, values: ArrayLike, num_rows: Optional[i
     return _merge(idx, vals, n)
 
 
-def _sparse_inputs(var: ArrayLike, slots: dict[str, ArrayLike], grad: ArrayLike, indices: ArrayLike
-                   ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+def _sparse_inputs(
+    var: ArrayLike, slots: dict[str, ArrayLike], grad: ArrayLike, indices: ArrayLike
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
     """Convert and validate ``var``, its slots and the sparse gradient; merge the gradient."""
     var_ = as_array(var, "var")
     slot_arrays = {name: as_array(a, name) for name, a in slots.items()}
@@ -97,11 +99,22 @@ def _sparse_inputs(var: ArrayLike, slots: dict[str, ArrayLike], grad: ArrayLike,
 
 
 @ieee
-def fused_sparse_adam(var: ArrayLike, m: ArrayLike, v: ArrayLike, beta1_power: ArrayLike,
-                      beta2_power: ArrayLike, lr: ArrayLike, beta1: ArrayLike, beta2: ArrayLike,
-                      epsilon: ArrayLike, grad: ArrayLike, indices: ArrayLike, *,
-                      use_locking: bool = False, use_nesterov: bool = False
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fused_sparse_adam(
+    var: ArrayLike,
+    m: ArrayLike,
+    v: ArrayLike,
+    beta1_power: ArrayLike,
+    beta2_power: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Non-lazy sparse Adam, ``mindspore.ops.FusedSparseAdam``: every row of m, v and var changes.
 
     Update rule (after the merge: distinct rows r with summed gradient g_r)::
@@ -164,11 +177,22 @@ def fused_sparse_adam(var: ArrayLike, m: ArrayLike, v: ArrayLike, beta1_power: A
 
 
 @ieee
-def fused_sparse_lazy_adam(var: ArrayLike, m: ArrayLike, v: ArrayLike, beta1_power: ArrayLike,
-                           beta2_power: ArrayLike, lr: ArrayLike, beta1: ArrayLike, beta2: ArrayLike,
-                           epsilon: ArrayLike, grad: ArrayLike, indices: ArrayLike, *,
-                           use_locking: bool = False, use_nesterov: bool = False
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fused_sparse_lazy_adam(
+    var: ArrayLike,
+    m: ArrayLike,
+    v: ArrayLike,
+    beta1_power: ArrayLike,
+    beta2_power: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lazy sparse Adam, ``mindspore.ops.FusedSparseLazyAdam``: only rows in ``indices`` change.
 
     Update rule (after the merge: distinct rows r with summed gradient g_r)::
@@ -221,14 +245,31 @@ def fused_sparse_lazy_adam(var: ArrayLike, m: ArrayLike, v: ArrayLike, beta1_pow
 # --------------------------------------------------------------------------------------------------- FTRL
 
 
-def _sparse_ftrl(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: ArrayLike, indices: ArrayLike,
-                 lr: ArrayLike, l1: ArrayLike, l2: ArrayLike, lr_power: ArrayLike,
-                 l2_shrinkage: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sparse_ftrl(
+    var: ArrayLike,
+    accum: ArrayLike,
+    linear: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    lr: ArrayLike,
+    l1: ArrayLike,
+    l2: ArrayLike,
+    lr_power: ArrayLike,
+    l2_shrinkage: ArrayLike | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     var_, (accum_, linear_), rows, gs = _sparse_inputs(var, {"accum": accum, "linear": linear}, grad, indices)
     shrink = None if l2_shrinkage is None else as_scalar(l2_shrinkage, "l2_shrinkage")
-    v_r, a_r, l_r = _ftrl_math(var_[rows], accum_[rows], linear_[rows], gs, as_scalar(lr, "lr"),
-                               as_scalar(l1, "l1"), as_scalar(l2, "l2"), as_scalar(lr_power, "lr_power"),
-                               shrink)
+    v_r, a_r, l_r = _ftrl_math(
+        var_[rows],
+        accum_[rows],
+        linear_[rows],
+        gs,
+        as_scalar(lr, "lr"),
+        as_scalar(l1, "l1"),
+        as_scalar(l2, "l2"),
+        as_scalar(lr_power, "lr_power"),
+        shrink,
+    )
     var_[rows] = v_r
     accum_[rows] = a_r
     linear_[rows] = l_r
@@ -272,40 +313,70 @@ _FTRL_DOC = """{title}
 
 
 @ieee
-def fused_sparse_ftrl(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: ArrayLike,
-                      indices: ArrayLike, *, lr: float, l1: float, l2: float, lr_power: float,
-                      use_locking: bool = False
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fused_sparse_ftrl(
+    var: ArrayLike,
+    accum: ArrayLike,
+    linear: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    lr: float,
+    l1: float,
+    l2: float,
+    lr_power: float,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _sparse_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power)
 
 
 fused_sparse_ftrl.__doc__ = _FTRL_DOC.format(
     title="Sparse FTRL-Proximal, ``mindspore.ops.FusedSparseFtrl`` (merged duplicates, lazy).",
-    extra="MindSpore returns shape-(1,) dummies and updates in place; this reference returns the new arrays.")
+    extra="MindSpore returns shape-(1,) dummies and updates in place; this reference returns the new arrays.",
+)
 
 
 @ieee
-def sparse_apply_ftrl(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: ArrayLike,
-                      indices: ArrayLike, *, lr: float, l1: float, l2: float, lr_power: float,
-                      use_locking: bool = False
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sparse_apply_ftrl(
+    var: ArrayLike,
+    accum: ArrayLike,
+    linear: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    lr: float,
+    l1: float,
+    l2: float,
+    lr_power: float,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _sparse_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power)
 
 
 sparse_apply_ftrl.__doc__ = _FTRL_DOC.format(
     title="Sparse FTRL-Proximal, ``mindspore.ops.SparseApplyFtrl`` (same math as FusedSparseFtrl).",
     extra="Deliberate difference from MindSpore's CPU kernel, which applies one step per occurrence\n"
-          "    of an index (racy above 16 indices) and writes out of bounds for an out-of-range index:\n"
-          "    duplicates are summed and out-of-range indices dropped, as the spec recommends (the docs\n"
-          "    call duplicates undefined and the published example shows an out-of-range index changing\n"
-          "    nothing).")
+    "    of an index (racy above 16 indices) and writes out of bounds for an out-of-range index:\n"
+    "    duplicates are summed and out-of-range indices dropped, as the spec recommends (the docs\n"
+    "    call duplicates undefined and the published example shows an out-of-range index changing\n"
+    "    nothing).",
+)
 
 
 @ieee
-def sparse_apply_ftrl_v2(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, grad: ArrayLike,
-                         indices: ArrayLike, *, lr: float, l1: float, l2: float, l2_shrinkage: float,
-                         lr_power: float, use_locking: bool = False
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sparse_apply_ftrl_v2(
+    var: ArrayLike,
+    accum: ArrayLike,
+    linear: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    lr: float,
+    l1: float,
+    l2: float,
+    l2_shrinkage: float,
+    lr_power: float,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sparse FTRL-Proximal with L2 shrinkage, ``mindspore.ops.SparseApplyFtrlV2`` (TF SparseApplyFtrlV2).
 
     Update rule (after the merge of duplicates, as in :func:`sparse_apply_ftrl`; for each distinct row r
@@ -344,11 +415,19 @@ def sparse_apply_ftrl_v2(var: ArrayLike, accum: ArrayLike, linear: ArrayLike, gr
 # ------------------------------------------------------------------------------------ proximal Adagrad
 
 
-def _sparse_proximal_adagrad(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, l1: ArrayLike, l2: ArrayLike,
-                             grad: ArrayLike, indices: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def _sparse_proximal_adagrad(
+    var: ArrayLike,
+    accum: ArrayLike,
+    lr: ArrayLike,
+    l1: ArrayLike,
+    l2: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:
     var_, (accum_,), rows, gs = _sparse_inputs(var, {"accum": accum}, grad, indices)
-    v_r, a_r = _proximal_adagrad_math(var_[rows], accum_[rows], as_scalar(lr, "lr"), as_scalar(l1, "l1"),
-                                      as_scalar(l2, "l2"), gs)
+    v_r, a_r = _proximal_adagrad_math(
+        var_[rows], accum_[rows], as_scalar(lr, "lr"), as_scalar(l1, "l1"), as_scalar(l2, "l2"), gs
+    )
     var_[rows] = v_r
     accum_[rows] = a_r
     return var_, accum_
@@ -385,40 +464,63 @@ _PROX_DOC = """{title}
 
 
 @ieee
-def fused_sparse_proximal_adagrad(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, l1: ArrayLike,
-                                  l2: ArrayLike, grad: ArrayLike, indices: ArrayLike, *,
-                                  use_locking: bool = False
-                                  ) -> tuple[np.ndarray, np.ndarray]:
+def fused_sparse_proximal_adagrad(
+    var: ArrayLike,
+    accum: ArrayLike,
+    lr: ArrayLike,
+    l1: ArrayLike,
+    l2: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     return _sparse_proximal_adagrad(var, accum, lr, l1, l2, grad, indices)
 
 
 fused_sparse_proximal_adagrad.__doc__ = _PROX_DOC.format(
     title="Sparse proximal Adagrad, ``mindspore.ops.FusedSparseProximalAdagrad`` (merged duplicates, lazy).",
-    extra="MindSpore returns shape-(1,) dummies and updates in place; this reference returns the new arrays.")
+    extra="MindSpore returns shape-(1,) dummies and updates in place; this reference returns the new arrays.",
+)
 
 
 @ieee
-def sparse_apply_proximal_adagrad(var: ArrayLike, accum: ArrayLike, lr: ArrayLike, l1: ArrayLike,
-                                  l2: ArrayLike, grad: ArrayLike, indices: ArrayLike, *,
-                                  use_locking: bool = False
-                                  ) -> tuple[np.ndarray, np.ndarray]:
+def sparse_apply_proximal_adagrad(
+    var: ArrayLike,
+    accum: ArrayLike,
+    lr: ArrayLike,
+    l1: ArrayLike,
+    l2: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     return _sparse_proximal_adagrad(var, accum, lr, l1, l2, grad, indices)
 
 
 sparse_apply_proximal_adagrad.__doc__ = _PROX_DOC.format(
     title="Sparse proximal Adagrad, ``mindspore.ops.SparseApplyProximalAdagrad``.",
     extra="Deliberate choice: the docs call duplicated indices undefined; this reference sums them and\n"
-          "    drops out-of-range indices, exactly like FusedSparseProximalAdagrad (the spec's\n"
-          "    recommendation).")
+    "    drops out-of-range indices, exactly like FusedSparseProximalAdagrad (the spec's\n"
+    "    recommendation).",
+)
 
 
 # --------------------------------------------------------------------------------------------- Adagrad
 
 
 @ieee
-def sparse_apply_adagrad(var: ArrayLike, accum: ArrayLike, grad: ArrayLike, indices: ArrayLike, *, lr: float,
-                         update_slots: bool = True, use_locking: bool = False
-                         ) -> tuple[np.ndarray, np.ndarray]:
+def sparse_apply_adagrad(
+    var: ArrayLike,
+    accum: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    lr: float,
+    update_slots: bool = True,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sparse Adagrad, ``mindspore.ops.SparseApplyAdagrad`` (TF ``SparseApplyAdagrad``).
 
     Update rule (after the merge; for each distinct row r with summed gradient g, element-wise)::
@@ -450,9 +552,17 @@ def sparse_apply_adagrad(var: ArrayLike, accum: ArrayLike, grad: ArrayLike, indi
 
 
 @ieee
-def sparse_apply_adagrad_v2(var: ArrayLike, accum: ArrayLike, grad: ArrayLike, indices: ArrayLike, *,
-                            lr: float, epsilon: float, update_slots: bool = True, use_locking: bool = False
-                            ) -> tuple[np.ndarray, np.ndarray]:
+def sparse_apply_adagrad_v2(
+    var: ArrayLike,
+    accum: ArrayLike,
+    grad: ArrayLike,
+    indices: ArrayLike,
+    *,
+    lr: float,
+    epsilon: float,
+    update_slots: bool = True,
+    use_locking: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sparse Adagrad with epsilon, ``mindspore.ops.SparseApplyAdagradV2``.
 
     Update rule (after the merge; for each distinct row r with summed gradient g, element-wise)::
@@ -480,8 +590,9 @@ def sparse_apply_adagrad_v2(var: ArrayLike, accum: ArrayLike, grad: ArrayLike, i
         ``(var, accum)``: new float64 arrays of ``var``'s shape.
     """
     var_, (accum_,), rows, gs = _sparse_inputs(var, {"accum": accum}, grad, indices)
-    v_r, a_r = _adagrad_v2_math(var_[rows], accum_[rows], as_scalar(lr, "lr"), gs,
-                                as_scalar(epsilon, "epsilon"), bool(update_slots))
+    v_r, a_r = _adagrad_v2_math(
+        var_[rows], accum_[rows], as_scalar(lr, "lr"), gs, as_scalar(epsilon, "epsilon"), bool(update_slots)
+    )
     var_[rows] = v_r
     accum_[rows] = a_r
     return var_, accum_

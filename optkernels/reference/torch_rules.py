@@ -2,9 +2,8 @@
 (:mod:`optkernels.kernels.torch_rules`): Adam/AdamW, Adamax, Adagrad, RMSprop, SGD and SparseAdam, one
 step of torch's single-tensor algorithm on one tensor, in plain float64 arithmetic (the kernels reproduce
 torch's own rounding; this reference states the math they round)."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -15,10 +14,18 @@ __all__ = ["torch_adagrad", "torch_adam", "torch_adamax", "torch_rms_prop", "tor
 
 
 @ieee
-def torch_rms_prop(var: ArrayLike, square_avg: ArrayLike, grad: ArrayLike, lr: ArrayLike, alpha: ArrayLike,
-                   epsilon: ArrayLike, *, momentum: ArrayLike = 0.0,
-                   momentum_buffer: Optional[ArrayLike] = None, grad_avg: Optional[ArrayLike] = None
-                   ) -> tuple[np.ndarray, ...]:
+def torch_rms_prop(
+    var: ArrayLike,
+    square_avg: ArrayLike,
+    grad: ArrayLike,
+    lr: ArrayLike,
+    alpha: ArrayLike,
+    epsilon: ArrayLike,
+    *,
+    momentum: ArrayLike = 0.0,
+    momentum_buffer: ArrayLike | None = None,
+    grad_avg: ArrayLike | None = None,
+) -> tuple[np.ndarray, ...]:
     """torch.optim.RMSprop on one tensor::
 
         square_avg = alpha*square_avg + (1 - alpha)*g*g
@@ -54,9 +61,17 @@ def torch_rms_prop(var: ArrayLike, square_avg: ArrayLike, grad: ArrayLike, lr: A
 
 
 @ieee
-def torch_adamax(var: ArrayLike, exp_avg: ArrayLike, exp_inf: ArrayLike, grad: ArrayLike, lr: ArrayLike,
-                 beta1: ArrayLike, beta2: ArrayLike, epsilon: ArrayLike, step: int
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def torch_adamax(
+    var: ArrayLike,
+    exp_avg: ArrayLike,
+    exp_inf: ArrayLike,
+    grad: ArrayLike,
+    lr: ArrayLike,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    epsilon: ArrayLike,
+    step: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """torch.optim.Adamax on one tensor::
 
         exp_avg = beta1*exp_avg + (1 - beta1)*g
@@ -65,14 +80,15 @@ def torch_adamax(var: ArrayLike, exp_avg: ArrayLike, exp_inf: ArrayLike, grad: A
 
     Returns ``(var, exp_avg, exp_inf)``, new float64 arrays.
     """
-    w, m, u, g = (as_array(x, n) for x, n in ((var, "var"), (exp_avg, "exp_avg"), (exp_inf, "exp_inf"),
-                                              (grad, "grad")))
+    w, m, u, g = (
+        as_array(x, n) for x, n in ((var, "var"), (exp_avg, "exp_avg"), (exp_inf, "exp_inf"), (grad, "grad"))
+    )
     check_same_shape("var", w, exp_avg=m, exp_inf=u, grad=g)
     lr_, b1, b2 = as_scalar(lr, "lr"), as_scalar(beta1, "beta1"), as_scalar(beta2, "beta2")
     eps = as_scalar(epsilon, "epsilon")
     m = b1 * m + (1.0 - b1) * g
     u = np.maximum(b2 * u, np.abs(g) + eps)
-    return w - lr_ / (1.0 - b1 ** step) * (m / u), m, u
+    return w - lr_ / (1.0 - b1**step) * (m / u), m, u
 
 
 def _pre_step(w: np.ndarray, g: np.ndarray, weight_decay: float, maximize: bool) -> np.ndarray:
@@ -82,10 +98,22 @@ def _pre_step(w: np.ndarray, g: np.ndarray, weight_decay: float, maximize: bool)
 
 
 @ieee
-def torch_adam(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, grad: ArrayLike, lr: float,
-               beta1: float, beta2: float, eps: float, step: int, *, weight_decay: float = 0.0,
-               decoupled_weight_decay: bool = False, maximize: bool = False,
-               max_exp_avg_sq: Optional[ArrayLike] = None) -> tuple[np.ndarray, ...]:
+def torch_adam(
+    var: ArrayLike,
+    exp_avg: ArrayLike,
+    exp_avg_sq: ArrayLike,
+    grad: ArrayLike,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    step: int,
+    *,
+    weight_decay: float = 0.0,
+    decoupled_weight_decay: bool = False,
+    maximize: bool = False,
+    max_exp_avg_sq: ArrayLike | None = None,
+) -> tuple[np.ndarray, ...]:
     """torch.optim.Adam (AdamW: ``decoupled_weight_decay=True``) on one tensor, step number ``step``::
 
         var     = var*(1 - lr*wd)                        (decoupled)   or   g = g + wd*var (coupled)
@@ -96,8 +124,10 @@ def torch_adam(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, grad: 
 
     Returns new float64 arrays: var, exp_avg, exp_avg_sq[, max_exp_avg_sq].
     """
-    w, m, v, g = (as_array(x, n) for x, n in ((var, "var"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq"),
-                                              (grad, "grad")))
+    w, m, v, g = (
+        as_array(x, n)
+        for x, n in ((var, "var"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq"), (grad, "grad"))
+    )
     check_same_shape("var", w, exp_avg=m, exp_avg_sq=v, grad=g)
     if decoupled_weight_decay:
         w = w * (1.0 - lr * weight_decay)
@@ -112,15 +142,24 @@ def torch_adam(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, grad: 
         vmax = np.maximum(as_array(max_exp_avg_sq, "max_exp_avg_sq"), v)
         out.append(vmax)
         denominator_v = vmax
-    denominator = np.sqrt(denominator_v) / np.sqrt(1.0 - beta2 ** step) + eps
-    out[0] = w - lr / (1.0 - beta1 ** step) * m / denominator
+    denominator = np.sqrt(denominator_v) / np.sqrt(1.0 - beta2**step) + eps
+    out[0] = w - lr / (1.0 - beta1**step) * m / denominator
     return tuple(out)
 
 
 @ieee
-def torch_adagrad(var: ArrayLike, state_sum: ArrayLike, grad: ArrayLike, lr: float, eps: float, step: int, *,
-                  lr_decay: float = 0.0, weight_decay: float = 0.0, maximize: bool = False
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def torch_adagrad(
+    var: ArrayLike,
+    state_sum: ArrayLike,
+    grad: ArrayLike,
+    lr: float,
+    eps: float,
+    step: int,
+    *,
+    lr_decay: float = 0.0,
+    weight_decay: float = 0.0,
+    maximize: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """torch.optim.Adagrad (dense gradient) on one tensor, step number ``step``::
 
         clr = lr/(1 + (step - 1)*lr_decay)
@@ -136,9 +175,18 @@ def torch_adagrad(var: ArrayLike, state_sum: ArrayLike, grad: ArrayLike, lr: flo
 
 
 @ieee
-def torch_sgd(var: ArrayLike, grad: ArrayLike, lr: float, *, momentum: float = 0.0,
-              momentum_buffer: Optional[ArrayLike] = None, dampening: float = 0.0, nesterov: bool = False,
-              weight_decay: float = 0.0, maximize: bool = False) -> tuple[np.ndarray, ...]:
+def torch_sgd(
+    var: ArrayLike,
+    grad: ArrayLike,
+    lr: float,
+    *,
+    momentum: float = 0.0,
+    momentum_buffer: ArrayLike | None = None,
+    dampening: float = 0.0,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    maximize: bool = False,
+) -> tuple[np.ndarray, ...]:
     """torch.optim.SGD on one tensor::
 
         buf = g  (momentum_buffer None: the first step)   or   buf = momentum*buf + (1 - dampening)*g
@@ -163,9 +211,18 @@ def torch_sgd(var: ArrayLike, grad: ArrayLike, lr: float, *, momentum: float = 0
 
 
 @ieee
-def torch_sparse_adam(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike, rows: ArrayLike,
-                      values: ArrayLike, lr: float, beta1: float, beta2: float, eps: float, step: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def torch_sparse_adam(
+    var: ArrayLike,
+    exp_avg: ArrayLike,
+    exp_avg_sq: ArrayLike,
+    rows: ArrayLike,
+    values: ArrayLike,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    step: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """torch.optim.SparseAdam on one 2-D tensor: the gradient ``values[k]`` of row ``rows[k]`` (duplicates
     summed first, torch's ``coalesce``); only those rows change::
 
@@ -183,6 +240,6 @@ def torch_sparse_adam(var: ArrayLike, exp_avg: ArrayLike, exp_avg_sq: ArrayLike,
     np.add.at(g, inverse, x)
     m[unique] = m[unique] + (1.0 - beta1) * (g - m[unique])
     v[unique] = v[unique] + (1.0 - beta2) * (g * g - v[unique])
-    step_size = lr * np.sqrt(1.0 - beta2 ** step) / (1.0 - beta1 ** step)
+    step_size = lr * np.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
     w[unique] = w[unique] - step_size * m[unique] / (np.sqrt(v[unique]) + eps)
     return w, m, v

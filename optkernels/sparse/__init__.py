@@ -20,6 +20,7 @@ loops) and CUDA arrays on the GPU. Where the per-element math is the same as a d
 compiled function is used (FTRL, proximal Adagrad, Adagrad); sparse Adam's differs and lives in
 :mod:`optkernels.sparse.adam`. ``optkernels.reference`` holds the float64 reference of every op here.
 """
+
 from .adagrad import sparse_apply_adagrad, sparse_apply_adagrad_v2
 from .adam import fused_sparse_adam, fused_sparse_lazy_adam
 from .ftrl import fused_sparse_ftrl, sparse_apply_ftrl, sparse_apply_ftrl_v2

@@ -4,6 +4,7 @@ anything is written (:func:`check_sparse_call` returns a :class:`SparseCall`).
 On the CPU, the row loops check the indices' range and build the merge plan inside their own parallel
 region (:mod:`._rows`), before writing anything; other users of :attr:`SparseCall.plan` get it (and the
 IndexError) on first access. On CUDA the plan is built during the check."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,14 @@ import numpy as np
 
 from ..kernels import _cuda
 from ..kernels._checks import FLOAT_DTYPES, check_arrays, to_scalar
-from ._indices import (INDEX_DTYPES, array_shape_dtype, check_indices, drop_out_of_range, host_indices,
-                       out_of_range_error)
+from ._indices import (
+    INDEX_DTYPES,
+    array_shape_dtype,
+    check_indices,
+    drop_out_of_range,
+    host_indices,
+    out_of_range_error,
+)
 from ._plan import MergePlan, plan_in_range, plan_merge
 from .row_sparse import RowSparse
 
@@ -35,8 +42,9 @@ class SparseCall:
         drop: whether out-of-range indices are skipped (``out_of_range="drop"``) rather than an error.
     """
 
-    def __init__(self, device: str, dtype: np.dtype, shape: tuple, arrays: list, indices: np.ndarray,
-                 drop: bool):
+    def __init__(
+        self, device: str, dtype: np.dtype, shape: tuple, arrays: list, indices: np.ndarray, drop: bool
+    ):
         self.device = device
         self.dtype = dtype
         self.shape = shape
@@ -62,7 +70,7 @@ class SparseCall:
                 bad, plan = plan_in_range(self.indices, self.num_rows)
                 if bad >= 0:
                     raise self.out_of_range_error(bad)
-                assert plan is not None   # in range: plan_in_range built it
+                assert plan is not None  # in range: plan_in_range built it
                 self._plan = plan
         return self._plan
 
@@ -105,8 +113,9 @@ def unpack_grad(grad: Any, indices: Any, var_shape: tuple | None) -> tuple[Any, 
         if indices is not None:
             raise TypeError("indices must be None when grad is a RowSparse (it carries its own indices)")
         if var_shape is not None and grad.dense_shape != tuple(var_shape):
-            raise ValueError(f"grad is a RowSparse of dense_shape {grad.dense_shape} but var has shape "
-                             f"{tuple(var_shape)}")
+            raise ValueError(
+                f"grad is a RowSparse of dense_shape {grad.dense_shape} but var has shape {tuple(var_shape)}"
+            )
         return grad.values, grad.indices
     if indices is None:
         raise TypeError("indices must be an int32 or int64 array (or grad a RowSparse with indices=None)")
@@ -148,13 +157,16 @@ def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_ran
         raise ValueError(f"{var_name} must be at least 1-D for a row-sparse update, got a 0-d array")
     index_device, n_indices = check_indices("indices", indices)
     if index_device != batch.device:
-        raise TypeError(f"arrays on different devices: {var_name} is a {_WHERE[batch.device]} array but "
-                        f"indices is a {_WHERE[index_device]} array")
+        raise TypeError(
+            f"arrays on different devices: {var_name} is a {_WHERE[batch.device]} array but "
+            f"indices is a {_WHERE[index_device]} array"
+        )
     grad_shape = array_shape_dtype(grad)[0]
     expected = (n_indices,) + tuple(shape[1:])
     if grad_shape != expected:
-        raise ValueError(f"grad must have shape (len(indices),) + {var_name}.shape[1:] = {expected}, "
-                         f"got {grad_shape}")
+        raise ValueError(
+            f"grad must have shape (len(indices),) + {var_name}.shape[1:] = {expected}, got {grad_shape}"
+        )
     call = SparseCall(batch.device, batch.dtype, shape, batch.flat, host_indices(indices), drop)
     if call.device != "cpu":
         call.plan  # noqa: B018 -- builds the plan now: an out-of-range index raises before any launch
@@ -172,9 +184,15 @@ def _plain_numpy_call(state: dict[str, Any], grad: Any, indices: Any, drop: bool
     if type(first) is not np.ndarray or type(grad) is not np.ndarray or type(indices) is not np.ndarray:
         return None
     dtype, shape = first.dtype, first.shape
-    if (dtype not in FLOAT_DTYPES or not shape or indices.dtype not in INDEX_DTYPES or indices.ndim != 1
-            or not indices.flags.c_contiguous or grad.shape != (indices.shape[0],) + shape[1:]
-            or len({id(a) for a in arrays}) != len(arrays)):
+    if (
+        dtype not in FLOAT_DTYPES
+        or not shape
+        or indices.dtype not in INDEX_DTYPES
+        or indices.ndim != 1
+        or not indices.flags.c_contiguous
+        or grad.shape != (indices.shape[0],) + shape[1:]
+        or len({id(a) for a in arrays}) != len(arrays)
+    ):
         return None
     for a in arrays:
         if type(a) is not np.ndarray or a.dtype != dtype or a.base is not None or not a.flags.c_contiguous:

@@ -29,12 +29,14 @@ wrong shapes, dtypes or layouts, arrays sharing memory, ``out_of_range="raise"``
 other half array arguments, and stochastic rounding (its random bits hash each element's index in the
 rounded array, which the compact table would change).
 """
+
 from __future__ import annotations
 
 import functools
 import inspect
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -91,8 +93,9 @@ def _round_rows_into(a: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
     """``a[rows] = src`` rounded once to nearest even (the conversion of the full copy's write-back)."""
     if src.size:
         with parallel_launch():
-            for_this_process(_scatter_rounded)(src.reshape(rows.shape[0], -1), rows, _bits_2d(a),
-                                               a.dtype == BFLOAT16)
+            for_this_process(_scatter_rounded)(
+                src.reshape(rows.shape[0], -1), rows, _bits_2d(a), a.dtype == BFLOAT16
+            )
 
 
 def _compact_indices(indices: np.ndarray, num_rows: int, drop: bool) -> tuple | None:
@@ -117,8 +120,10 @@ def _usable(states: list, grad: Any, indices: Any, others: list) -> bool:
     if not all(type(a) is np.ndarray for a in (*states, grad, indices)):
         return False
     shape = states[0].shape
-    if not shape or any(a.shape != shape or a.dtype not in HALF_DTYPES or not a.flags.c_contiguous
-                        or not a.flags.writeable for a in states):
+    if not shape or any(
+        a.shape != shape or a.dtype not in HALF_DTYPES or not a.flags.c_contiguous or not a.flags.writeable
+        for a in states
+    ):
         return False
     if indices.dtype not in INDEX_DTYPES or indices.ndim != 1 or any(_is_half(a) for a in others):
         return False
@@ -127,13 +132,14 @@ def _usable(states: list, grad: Any, indices: Any, others: list) -> bool:
     if grad.shape != (indices.shape[0],) + shape[1:]:
         return False
     arrays = (*states, grad, indices)
-    return not any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:])
+    return not any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1 :])
 
 
 def half_rows(*states: str) -> Callable:
     """Decorator of a lazy sparse kernel whose arrays updated in place are the arguments ``states`` (then
     ``grad``, ``indices``, ``out_of_range``): float16/bfloat16 calls run the float32 kernel on the indexed
     rows only (see the module docstring); everything else goes to ``via_float32()(kernel)``."""
+
     def decorate(kernel: Callable) -> Callable:
         full = via_float32()(kernel)
         signature = inspect.signature(kernel)
@@ -150,13 +156,19 @@ def half_rows(*states: str) -> Callable:
             given = bound.arguments
             halves = [given[s] for s in states]
             grad, indices = given["grad"], given["indices"]
-            if (isinstance(grad, RowSparse) and indices is None
-                    and tuple(grad.dense_shape) == getattr(halves[0], "shape", None)):
+            if (
+                isinstance(grad, RowSparse)
+                and indices is None
+                and tuple(grad.dense_shape) == getattr(halves[0], "shape", None)
+            ):
                 grad, indices = grad.values, grad.indices
             others = [v for k, v in given.items() if k not in (*states, "grad", "indices")]
             mode = given["out_of_range"]
-            if (not isinstance(mode, str) or mode not in OUT_OF_RANGE_MODES
-                    or not _usable(halves, grad, indices, others)):
+            if (
+                not isinstance(mode, str)
+                or mode not in OUT_OF_RANGE_MODES
+                or not _usable(halves, grad, indices, others)
+            ):
                 return full(*args, **kwargs)
             plan = _compact_indices(indices, halves[0].shape[0], mode == "drop")
             if plan is None:
@@ -183,4 +195,5 @@ def half_rows(*states: str) -> Callable:
 
         wrapper.__wrapped__ = kernel
         return wrapper
+
     return decorate

@@ -1,4 +1,5 @@
 """Validation of row indices and of the ``out_of_range`` mode: all of it runs before any array is written."""
+
 from __future__ import annotations
 
 import math
@@ -67,11 +68,14 @@ def host_indices(indices: Any) -> np.ndarray:
 DROP_ADVICE = "Pass out_of_range='drop' to skip out-of-range indices as MindSpore's fused ops do"
 
 
-def out_of_range_error(name: str, indices: np.ndarray, position: int, num_rows: int | None,
-                       advice: str = DROP_ADVICE) -> IndexError:
+def out_of_range_error(
+    name: str, indices: np.ndarray, position: int, num_rows: int | None, advice: str = DROP_ADVICE
+) -> IndexError:
     """The IndexError for the first out-of-range index (its value and its position), with ``advice``: what
     the caller can do instead (only name arguments that the call raising it accepts)."""
     value = int(indices[position])
     valid = "0 <= index" if num_rows is None else f"0 <= index < {num_rows}"
-    return IndexError(f"{name}[{position}] = {value} is out of range ({valid}); negative indices do not wrap "
-                      f"around. {advice}")
+    return IndexError(
+        f"{name}[{position}] = {value} is out of range ({valid}); negative indices do not wrap "
+        f"around. {advice}"
+    )

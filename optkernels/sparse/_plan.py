@@ -7,6 +7,7 @@ LSD radix sort groups the positions of each distinct row in order of appearance.
 row's gradient in that order, so results never depend on the thread count or on the target (the CUDA path
 computes the same plan on the host from a copy of the index array).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -77,7 +78,7 @@ def plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, start
     n_passes = (bits + RADIX_BITS - 1) // RADIX_BITS
     digit_bits = (bits + n_passes - 1) // n_passes
     mask = (1 << digit_bits) - 1
-    counts[:n_passes, :mask + 2] = 0
+    counts[:n_passes, : mask + 2] = 0
     for k in range(n):
         x = np.int64(indices[k])
         if x >= 0 and (limit < 0 or x < limit):
@@ -122,9 +123,13 @@ def plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, start
 def plan_buffers(n, positions_like):
     """New buffers ``(order, order_tmp, counts, rows, starts)`` for :func:`plan_into` over ``n`` indices,
     the positions of ``positions_like``'s integer type."""
-    return (np.empty(n, positions_like.dtype), np.empty(n, positions_like.dtype),
-            np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64), np.empty(n, np.int64),
-            np.empty(n + 1, np.int64))
+    return (
+        np.empty(n, positions_like.dtype),
+        np.empty(n, positions_like.dtype),
+        np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
+        np.empty(n, np.int64),
+        np.empty(n + 1, np.int64),
+    )
 
 
 @numba.njit(**_JIT)
@@ -132,7 +137,7 @@ def _plan(indices, limit, stop_at_bad, positions_like):
     """``(bad, rows, starts, order)``: :func:`plan_into` on new buffers, the plan cut to its length."""
     order, order_tmp, counts, rows, starts = plan_buffers(indices.shape[0], positions_like)
     bad, kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
-    return bad, rows[:n_rows], starts[:n_rows + 1], order[:kept]
+    return bad, rows[:n_rows], starts[: n_rows + 1], order[:kept]
 
 
 def first_out_of_range(indices: np.ndarray, num_rows: int | None) -> int:

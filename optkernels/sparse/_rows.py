@@ -23,20 +23,20 @@ GPU). The drivers' code is attributed to the file that defines ``f`` (as the den
 on-disk cache is refreshed when the math changes; their names carry a digest of the template (see
 :func:`generate`), so it is refreshed when the driver changes too.
 """
+
 from __future__ import annotations
 
 import functools
 import inspect
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
 
-from ..kernels import _cuda
-from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK
-from ..kernels import _intrinsics
-from ..kernels._elementwise import _digest
+from ..kernels import _cuda, _intrinsics
+from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
 from ..kernels._threading import for_this_process, parallel_launch
 from ._plan import plan_buffers, plan_into, position_example
@@ -164,7 +164,7 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
 def balanced_tasks(starts, n_tasks, row_cost):
     """The boundaries of :func:`fill_balanced_tasks` over all of ``starts``' rows, as a new array."""
     bounds = np.empty(max(1, n_tasks) + 1, np.int64)
-    return bounds[:fill_balanced_tasks(starts, starts.shape[0] - 1, bounds, row_cost) + 1]
+    return bounds[: fill_balanced_tasks(starts, starts.shape[0] - 1, bounds, row_cost) + 1]
 
 
 _CUDA_ROWS = """
@@ -192,7 +192,7 @@ def generate(template: str, name: str, py_func: Callable, namespace: dict, **fie
     name = f"{name}_{_digest(template.format(name=name, **fields), _driver_sources())}"
     source = template.format(name=name, **fields)
     code = compile(source, inspect.getfile(py_func), "exec")
-    exec(code, namespace)  # noqa: S102 -- a fixed template, filled with parameter names
+    exec(code, namespace)
     driver = namespace[name]
     driver.__module__ = py_func.__module__
     driver.__qualname__ = name
@@ -233,12 +233,11 @@ class RowUpdate:
         py_func = math_fn.py_func
         params = list(inspect.signature(py_func).parameters)
         split = params.index("g")
-        self.states, self.scalars = params[:split], params[split + 1:]
+        self.states, self.scalars = params[:split], params[split + 1 :]
         self.__name__ = py_func.__name__
 
     def _fields(self) -> dict:
-        return dict(params=", ".join(self.states + self.scalars),
-                    scalars=", ".join(self.scalars))
+        return dict(params=", ".join(self.states + self.scalars), scalars=", ".join(self.scalars))
 
     @functools.cached_property
     def cpu(self) -> Callable:
@@ -249,19 +248,35 @@ class RowUpdate:
         least Numba's thread count (:func:`worker_count`); each joins the work until no task is left, so
         iterations beyond the threads' first return at once. Returns the position of the first out-of-range
         index (then nothing was written) or -1."""
-        namespace = {"prange": numba.prange, "np": np, "update": self.math, "plan_into": plan_into,
-                     "plan_buffers": plan_buffers,
-                     "fill_balanced_tasks": fill_balanced_tasks, "fetch_add": fetch_add,
-                     "prefetch_read": prefetch_read,
-                     "prefetch_write": prefetch_write, "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
-                     "TASKS_PER_THREAD": TASKS_PER_THREAD, "STATE_ROW_COST": STATE_ROW_COST,
-                     "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS, "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
-                     "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS}
+        namespace = {
+            "prange": numba.prange,
+            "np": np,
+            "update": self.math,
+            "plan_into": plan_into,
+            "plan_buffers": plan_buffers,
+            "fill_balanced_tasks": fill_balanced_tasks,
+            "fetch_add": fetch_add,
+            "prefetch_read": prefetch_read,
+            "prefetch_write": prefetch_write,
+            "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
+            "TASKS_PER_THREAD": TASKS_PER_THREAD,
+            "STATE_ROW_COST": STATE_ROW_COST,
+            "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
+            "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
+            "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
+        }
         targets = ", ".join(f"{s}[r, c]" for s in self.states)
         prefetch_states = "; ".join(f"prefetch_write({s}, r, c)" for s in self.states)
-        driver = generate(_CPU_ROWS, f"_cpu_rows_{self.__name__}", self.math.py_func, namespace,
-                          targets=targets, prefetch_states=prefetch_states, n_states=len(self.states),
-                          **self._fields())
+        driver = generate(
+            _CPU_ROWS,
+            f"_cpu_rows_{self.__name__}",
+            self.math.py_func,
+            namespace,
+            targets=targets,
+            prefetch_states=prefetch_states,
+            n_states=len(self.states),
+            **self._fields(),
+        )
         return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
 
     @functools.cached_property
@@ -270,8 +285,16 @@ class RowUpdate:
         *scalars)`` with ``n = len(rows) * row_len`` (1-D arrays)."""
         cuda = _cuda.module()
         namespace = {"cuda": cuda, "update": self.math}
-        return cuda.jit(generate(_CUDA_ROWS, f"_cuda_rows_{self.__name__}", self.math.py_func, namespace,
-                                 targets=", ".join(f"{s}[i]" for s in self.states), **self._fields()))
+        return cuda.jit(
+            generate(
+                _CUDA_ROWS,
+                f"_cuda_rows_{self.__name__}",
+                self.math.py_func,
+                namespace,
+                targets=", ".join(f"{s}[i]" for s in self.states),
+                **self._fields(),
+            )
+        )
 
     def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
@@ -285,8 +308,15 @@ class RowUpdate:
         if call.device == "cpu" and call.row_len:
             indices = call.indices
             with parallel_launch():
-                bad = for_this_process(self.cpu)(worker_count(), indices, call.num_rows, not call.drop,
-                               position_example(indices.shape[0]), *call.rows_2d(), *scalars)
+                bad = for_this_process(self.cpu)(
+                    worker_count(),
+                    indices,
+                    call.num_rows,
+                    not call.drop,
+                    position_example(indices.shape[0]),
+                    *call.rows_2d(),
+                    *scalars,
+                )
             if bad >= 0:
                 raise call.out_of_range_error(bad)
             return
@@ -296,5 +326,4 @@ class RowUpdate:
         rows, starts, order = call.device_plan()
         n = n_rows * call.row_len
         blocks, threads = launch_config(n)
-        self.cuda[blocks, threads](n, rows, starts, order, call.grad, call.row_len, *call.states,
-                                   *scalars)
+        self.cuda[blocks, threads](n, rows, starts, order, call.grad, call.row_len, *call.states, *scalars)

@@ -4,6 +4,7 @@
 The per-element math is :func:`optkernels.kernels.adagrad.adagrad_math`, shared with the dense
 ``apply_adagrad`` (``epsilon = 0``) and ``apply_adagrad_v2``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -57,16 +58,33 @@ def _sparse_adagrad(var, accum, grad, indices, lr, epsilon, update_slots, use_lo
 
 
 @half_rows("var", "accum")
-def sparse_apply_adagrad(var: Any, accum: Any, grad: Any, indices: Any = None, *, lr: float,
-                         update_slots: bool = True, use_locking: bool = False,
-                         out_of_range: str = "raise") -> tuple[Any, Any]:
+def sparse_apply_adagrad(
+    var: Any,
+    accum: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float,
+    update_slots: bool = True,
+    use_locking: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any]:
     return _sparse_adagrad(var, accum, grad, indices, lr, 0.0, update_slots, use_locking, out_of_range)
 
 
 @half_rows("var", "accum")
-def sparse_apply_adagrad_v2(var: Any, accum: Any, grad: Any, indices: Any = None, *, lr: float,
-                            epsilon: float, update_slots: bool = True, use_locking: bool = False,
-                            out_of_range: str = "raise") -> tuple[Any, Any]:
+def sparse_apply_adagrad_v2(
+    var: Any,
+    accum: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float,
+    epsilon: float,
+    update_slots: bool = True,
+    use_locking: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any]:
     eps = attr_float("epsilon", epsilon)
     check_range("epsilon", eps, 0.0)
     return _sparse_adagrad(var, accum, grad, indices, lr, eps, update_slots, use_locking, out_of_range)
@@ -102,5 +120,6 @@ sparse_apply_adagrad_v2.__doc__ = f"""Sparse Adagrad with epsilon in place (Mind
 
     ``update_slots`` defaults to True, as MindSpore's ``SparseApplyAdagradV2(lr, epsilon, update_slots=True,
     use_locking=False)`` (documented so from 1.8 to 2.5) and TensorFlow.
-""" + _ARGS.format(epsilon="\n        epsilon: float attribute (required), >= 0, added outside the square "
-                           "root.")
+""" + _ARGS.format(
+    epsilon="\n        epsilon: float attribute (required), >= 0, added outside the square root."
+)

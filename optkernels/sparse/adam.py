@@ -12,6 +12,7 @@ order of operations:
 Both then take ``var -= lr_t*M / (sqrt(v) + epsilon)``, with ``(1 - beta2)*g*g`` evaluated left to right
 and ``lr_t*M`` before the division, as the C++ kernels do.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,11 +26,11 @@ from ..kernels import _cuda
 from ..kernels._checks import attr_bool
 from ..kernels._elementwise import scalar_math
 from ..kernels._threading import for_this_process, parallel_launch
+from ..kernels._upcast import via_float32
 from ..kernels.adam import Scalar, _betas_epsilon, _bias_corrected_lr
 from ._call import SparseCall, check_sparse_call
 from ._half_rows import half_rows
 from ._rows import JIT_OPTIONS, RowUpdate, generate, launch_config
-from ..kernels._upcast import via_float32
 
 FLT_EPSILON = float(np.finfo(np.float32).eps)
 
@@ -47,8 +48,9 @@ def lazy_adam_math(w, m, v, g, lr_t, beta1, one_minus_beta1, beta2, one_minus_be
 
 
 @scalar_math
-def fused_adam_indexed_math(w, m, v, g, lr_t, beta1, one_minus_beta1, beta2, one_minus_beta2, epsilon,
-                            use_nesterov):
+def fused_adam_indexed_math(
+    w, m, v, g, lr_t, beta1, one_minus_beta1, beta2, one_minus_beta2, epsilon, use_nesterov
+):
     """FusedSparseAdam on one element of an indexed row: decay, then add the gradient term (two roundings,
     as MindSpore's CPU kernel); returns ``(w, m, v)`` new."""
     m_new = beta1 * m
@@ -73,8 +75,23 @@ _lazy_adam = RowUpdate(lazy_adam_math)
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def _fused_adam_cpu(rows_per_task, rows, starts, order, grad, var, m, v, lr_t, beta1, one_minus_beta1, beta2,
-                    one_minus_beta2, epsilon, use_nesterov):
+def _fused_adam_cpu(
+    rows_per_task,
+    rows,
+    starts,
+    order,
+    grad,
+    var,
+    m,
+    v,
+    lr_t,
+    beta1,
+    one_minus_beta1,
+    beta2,
+    one_minus_beta2,
+    epsilon,
+    use_nesterov,
+):
     """Every row of the table (2-D ``(rows, row_len)`` views): the indexed rows (sorted ``rows``) get their
     summed gradient; the runs of rows in between only decay. Each task walks its own block of rows."""
     n_table, row_len = var.shape
@@ -97,8 +114,18 @@ def _fused_adam_cpu(rows_per_task, rows, starts, order, grad, var, m, v, lr_t, b
                         g[c] += grad[src, c]
                 for c in range(row_len):
                     var[r, c], m[r, c], v[r, c] = fused_adam_indexed_math(
-                        var[r, c], m[r, c], v[r, c], g[c], lr_t, beta1, one_minus_beta1, beta2,
-                        one_minus_beta2, epsilon, use_nesterov)
+                        var[r, c],
+                        m[r, c],
+                        v[r, c],
+                        g[c],
+                        lr_t,
+                        beta1,
+                        one_minus_beta1,
+                        beta2,
+                        one_minus_beta2,
+                        epsilon,
+                        use_nesterov,
+                    )
                 j += 1
                 r += 1
             else:
@@ -108,7 +135,8 @@ def _fused_adam_cpu(rows_per_task, rows, starts, order, grad, var, m, v, lr_t, b
                 run_v = v[r:stop].ravel()
                 for i in range(run_var.shape[0]):
                     run_var[i], run_m[i], run_v[i] = fused_adam_decay_math(
-                        run_var[i], run_m[i], run_v[i], lr_t, beta1, beta2, epsilon, use_nesterov)
+                        run_var[i], run_m[i], run_v[i], lr_t, beta1, beta2, epsilon, use_nesterov
+                    )
                 r = stop
 
 
@@ -147,17 +175,26 @@ def _fused_adam_cuda() -> Any:
     among the sorted distinct rows by binary search."""
     cuda = _cuda.module()
     namespace = {"cuda": cuda, "indexed": fused_adam_indexed_math, "decay": fused_adam_decay_math}
-    return cuda.jit(generate(_CUDA_FUSED_ADAM, "_cuda_fused_sparse_adam", fused_adam_indexed_math.py_func,
-                             namespace))
+    return cuda.jit(
+        generate(_CUDA_FUSED_ADAM, "_cuda_fused_sparse_adam", fused_adam_indexed_math.py_func, namespace)
+    )
 
 
-def _adam_scalars(call: SparseCall, beta1_power: Scalar, beta2_power: Scalar, lr: Scalar, beta1: Scalar,
-                  beta2: Scalar, epsilon: Scalar) -> tuple:
+def _adam_scalars(
+    call: SparseCall,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+) -> tuple:
     """(lr_t, beta1, 1 - beta1, beta2, 1 - beta2, epsilon) in the arrays' dtype, after range checks."""
     b1p = call.scalar("beta1_power", beta1_power)
     if abs(float(b1p) - 1.0) <= FLT_EPSILON:
-        raise ValueError(f"beta1_power must not be 1 (|beta1_power - 1| <= FLT_EPSILON, as MindSpore "
-                         f"checks), got {b1p}")
+        raise ValueError(
+            f"beta1_power must not be 1 (|beta1_power - 1| <= FLT_EPSILON, as MindSpore checks), got {b1p}"
+        )
     lr_t = _bias_corrected_lr(call, beta1_power, beta2_power, lr)
     b1, b2, eps = _betas_epsilon(call, beta1, beta2, epsilon)
     one = call.dtype.type(1)
@@ -196,10 +233,23 @@ _ADAM_ARGS = """
 
 
 @via_float32()
-def fused_sparse_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_power: Scalar, lr: Scalar,
-                      beta1: Scalar, beta2: Scalar, epsilon: Scalar, grad: Any, indices: Any = None, *,
-                      use_locking: bool = False, use_nesterov: bool = False,
-                      out_of_range: str = "raise") -> tuple[Any, Any, Any]:
+def fused_sparse_adam(
+    var: Any,
+    m: Any,
+    v: Any,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    grad: Any,
+    indices: Any = None,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any, Any]:
     attr_bool("use_locking", use_locking)
     nesterov = attr_bool("use_nesterov", use_nesterov)
     call = check_sparse_call({"var": var, "m": m, "v": v}, grad, indices, out_of_range)
@@ -214,12 +264,14 @@ def fused_sparse_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_power
             for_this_process(_fused_adam_cpu)(rows_per_task, *plan, *call.rows_2d(), *scalars)
     else:
         blocks, threads = launch_config(total)
-        _fused_adam_cuda()[blocks, threads](total, *call.device_plan(), call.grad, call.row_len, *call.states,
-                                            *scalars)
+        _fused_adam_cuda()[blocks, threads](
+            total, *call.device_plan(), call.grad, call.row_len, *call.states, *scalars
+        )
     return var, m, v
 
 
-fused_sparse_adam.__doc__ = r"""Non-lazy sparse Adam in place (MindSpore ``ops.FusedSparseAdam``): every row
+fused_sparse_adam.__doc__ = (
+    r"""Non-lazy sparse Adam in place (MindSpore ``ops.FusedSparseAdam``): every row
     of m, v and var changes.
 
     Duplicate indices are merged first: their gradient rows are summed (in order of appearance, in the
@@ -247,14 +299,29 @@ fused_sparse_adam.__doc__ = r"""Non-lazy sparse Adam in place (MindSpore ``ops.F
     CPU: one parallel pass over the table (each task walks a block of rows, updating indexed rows with their
     summed gradient and the runs between them with the decay). CUDA: one thread per element, which finds its
     row among the sorted distinct rows by binary search; the index array is grouped on the host.
-""" + _ADAM_ARGS
+"""
+    + _ADAM_ARGS
+)
 
 
 @half_rows("var", "m", "v")
-def fused_sparse_lazy_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_power: Scalar, lr: Scalar,
-                           beta1: Scalar, beta2: Scalar, epsilon: Scalar, grad: Any, indices: Any = None, *,
-                           use_locking: bool = False, use_nesterov: bool = False,
-                           out_of_range: str = "raise") -> tuple[Any, Any, Any]:
+def fused_sparse_lazy_adam(
+    var: Any,
+    m: Any,
+    v: Any,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    grad: Any,
+    indices: Any = None,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any, Any]:
     attr_bool("use_locking", use_locking)
     nesterov = attr_bool("use_nesterov", use_nesterov)
     call = check_sparse_call({"var": var, "m": m, "v": v}, grad, indices, out_of_range)
@@ -263,7 +330,8 @@ def fused_sparse_lazy_adam(var: Any, m: Any, v: Any, beta1_power: Scalar, beta2_
     return var, m, v
 
 
-fused_sparse_lazy_adam.__doc__ = r"""Lazy sparse Adam in place (MindSpore ``ops.FusedSparseLazyAdam``): only
+fused_sparse_lazy_adam.__doc__ = (
+    r"""Lazy sparse Adam in place (MindSpore ``ops.FusedSparseLazyAdam``): only
     the rows in ``indices`` change.
 
     Duplicate indices are merged first: their gradient rows are summed (in order of appearance, in the
@@ -280,4 +348,6 @@ fused_sparse_lazy_adam.__doc__ = r"""Lazy sparse Adam in place (MindSpore ``ops.
 
     Reproduces MindSpore's published example bit for bit (float32). CPU: a parallel loop over the distinct
     rows; CUDA: one thread per element of the distinct rows (the index array is grouped on the host).
-""" + _ADAM_ARGS
+"""
+    + _ADAM_ARGS
+)

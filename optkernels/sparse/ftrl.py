@@ -6,13 +6,22 @@ shared with the dense ``apply_ftrl``:
 MindSpore's sparse CPU kernel computes the same expression in the same order
 (``linear += g - (y_new - y_old)/lr * var``).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from ..kernels._checks import attr_bool, attr_float
-from ..kernels.ftrl import (ftrl_hyper, ftrl_math, ftrl_sqrt_math, ftrl_v2_hyper, ftrl_v2_math,
-                            ftrl_v2_sqrt_math, ftrl_v2_variant, ftrl_variant)
+from ..kernels.ftrl import (
+    ftrl_hyper,
+    ftrl_math,
+    ftrl_sqrt_math,
+    ftrl_v2_hyper,
+    ftrl_v2_math,
+    ftrl_v2_sqrt_math,
+    ftrl_v2_variant,
+    ftrl_variant,
+)
 from ._call import check_sparse_call
 from ._half_rows import half_rows
 from ._rows import RowUpdate
@@ -68,8 +77,10 @@ _FTRL_DOC = r"""{title}
 
 def _sparse_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power, use_locking, out_of_range):
     attr_bool("use_locking", use_locking)
-    attrs = [attr_float(name, value)
-             for name, value in (("lr", lr), ("l1", l1), ("l2", l2), ("lr_power", lr_power))]
+    attrs = [
+        attr_float(name, value)
+        for name, value in (("lr", lr), ("l1", l1), ("l2", l2), ("lr_power", lr_power))
+    ]
     call = check_sparse_call({"var": var, "accum": accum, "linear": linear}, grad, indices, out_of_range)
     rows, scalars = ftrl_variant(ftrl_hyper(call, *attrs), _ftrl_sqrt_rows, _ftrl_rows)
     rows.launch(call, *scalars)
@@ -77,35 +88,71 @@ def _sparse_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power, use_lo
 
 
 @half_rows("var", "accum", "linear")
-def fused_sparse_ftrl(var: Any, accum: Any, linear: Any, grad: Any, indices: Any = None, *, lr: float,
-                      l1: float, l2: float, lr_power: float, use_locking: bool = False,
-                      out_of_range: str = "raise") -> tuple[Any, Any, Any]:
+def fused_sparse_ftrl(
+    var: Any,
+    accum: Any,
+    linear: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float,
+    l1: float,
+    l2: float,
+    lr_power: float,
+    use_locking: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any, Any]:
     return _sparse_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power, use_locking, out_of_range)
 
 
 @half_rows("var", "accum", "linear")
-def sparse_apply_ftrl(var: Any, accum: Any, linear: Any, grad: Any, indices: Any = None, *, lr: float,
-                      l1: float, l2: float, lr_power: float, use_locking: bool = False,
-                      out_of_range: str = "raise") -> tuple[Any, Any, Any]:
+def sparse_apply_ftrl(
+    var: Any,
+    accum: Any,
+    linear: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float,
+    l1: float,
+    l2: float,
+    lr_power: float,
+    use_locking: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any, Any]:
     return _sparse_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power, use_locking, out_of_range)
 
 
 fused_sparse_ftrl.__doc__ = _FTRL_DOC.format(
     title="Sparse FTRL-proximal in place (MindSpore ``ops.FusedSparseFtrl``; lazy, duplicates merged).",
     extra="\n    MindSpore returns shape-(1,) dummies; here the updated arrays are returned. Out-of-range\n"
-          "    indices raise unless ``out_of_range=\"drop\"`` (MindSpore drops them).")
+    '    indices raise unless ``out_of_range="drop"`` (MindSpore drops them).',
+)
 sparse_apply_ftrl.__doc__ = _FTRL_DOC.format(
     title="Sparse FTRL-proximal in place (MindSpore ``ops.SparseApplyFtrl``): the math of FusedSparseFtrl.",
     extra="\n    MindSpore's docs call duplicated indices undefined (its CPU kernel applies one step per\n"
-          "    occurrence and does not check bounds; TensorFlow applies repeats one after another): here\n"
-          "    they are summed, as the fused op does. MindSpore's published example passes an out-of-range\n"
-          "    index and shows no change: that needs ``out_of_range=\"drop\"``.")
+    "    occurrence and does not check bounds; TensorFlow applies repeats one after another): here\n"
+    "    they are summed, as the fused op does. MindSpore's published example passes an out-of-range\n"
+    '    index and shows no change: that needs ``out_of_range="drop"``.',
+)
 
 
 @half_rows("var", "accum", "linear")
-def sparse_apply_ftrl_v2(var: Any, accum: Any, linear: Any, grad: Any, indices: Any = None, *, lr: float,
-                         l1: float, l2: float, l2_shrinkage: float, lr_power: float,
-                         use_locking: bool = False, out_of_range: str = "raise") -> tuple[Any, Any, Any]:
+def sparse_apply_ftrl_v2(
+    var: Any,
+    accum: Any,
+    linear: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float,
+    l1: float,
+    l2: float,
+    l2_shrinkage: float,
+    lr_power: float,
+    use_locking: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any, Any]:
     r"""Sparse FTRL-proximal with L2 shrinkage in place (MindSpore ``ops.SparseApplyFtrlV2``).
 
     Duplicate indices are merged first (their gradient rows summed in order of appearance, in the arrays'
@@ -150,8 +197,16 @@ def sparse_apply_ftrl_v2(var: Any, accum: Any, linear: Any, grad: Any, indices: 
         IndexError: an out-of-range index with ``out_of_range="raise"``.
     """
     attr_bool("use_locking", use_locking)
-    attrs = [attr_float(name, value) for name, value in
-             (("lr", lr), ("l1", l1), ("l2", l2), ("l2_shrinkage", l2_shrinkage), ("lr_power", lr_power))]
+    attrs = [
+        attr_float(name, value)
+        for name, value in (
+            ("lr", lr),
+            ("l1", l1),
+            ("l2", l2),
+            ("l2_shrinkage", l2_shrinkage),
+            ("lr_power", lr_power),
+        )
+    ]
     call = check_sparse_call({"var": var, "accum": accum, "linear": linear}, grad, indices, out_of_range)
     rows, scalars = ftrl_v2_variant(ftrl_v2_hyper(call, *attrs), _ftrl_v2_sqrt_rows, _ftrl_v2_rows)
     rows.launch(call, *scalars)

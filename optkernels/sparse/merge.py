@@ -1,10 +1,11 @@
 """Deterministic merge of duplicate row indices: :func:`merge_duplicates`."""
+
 from __future__ import annotations
 
 import functools
 import math
 import operator
-from typing import Any, Optional
+from typing import Any
 
 import numba
 import numpy as np
@@ -12,11 +13,17 @@ import numpy as np
 from ..kernels import _cuda
 from ..kernels._checks import FLOAT_DTYPES
 from ..kernels._threading import for_this_process, parallel_launch
-from ._indices import (array_device, array_shape_dtype, check_indices, drop_out_of_range, host_indices,
-                       out_of_range_error)
+from ..kernels._upcast import via_float32
+from ._indices import (
+    array_device,
+    array_shape_dtype,
+    check_indices,
+    drop_out_of_range,
+    host_indices,
+    out_of_range_error,
+)
 from ._plan import plan_in_range, plan_merge
 from ._rows import JIT_OPTIONS, TASKS_PER_THREAD, balanced_tasks, generate, launch_config, worker_count
-from ..kernels._upcast import via_float32
 
 _CUDA_SUMS = """
 def {name}(n, starts, order, values, row_len, out):
@@ -33,7 +40,7 @@ def {name}(n, starts, order, values, row_len, out):
 """
 
 
-_MAX_ROWS = 2 ** 63 - 1  # row numbers are int64 in the merge
+_MAX_ROWS = 2**63 - 1  # row numbers are int64 in the merge
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
@@ -62,8 +69,9 @@ def _segment_sums_cuda() -> Any:
 
 
 @via_float32()
-def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, *,
-                     out_of_range: str = "raise") -> tuple[Any, Any]:
+def merge_duplicates(
+    indices: Any, values: Any, num_rows: int | None = None, *, out_of_range: str = "raise"
+) -> tuple[Any, Any]:
     r"""Unique + segment-sum of a row-sparse gradient (MindSpore's bucket reduce, deterministic).
 
     Rule::
@@ -110,8 +118,9 @@ def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, 
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"values must have dtype float32 or float64, got {dtype}")
     if value_device != index_device:
-        raise TypeError(f"arrays on different devices: indices is on the {index_device} but values on the "
-                        f"{value_device}")
+        raise TypeError(
+            f"arrays on different devices: indices is on the {index_device} but values on the {value_device}"
+        )
     if len(shape) < 1 or shape[0] != n:
         raise ValueError(f"values must have len(indices) = {n} rows, got shape {shape}")
     if value_device == "cuda" and not _contiguous(values):
@@ -142,8 +151,9 @@ def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, 
         if n_rows and row_len:
             rows_2d = np.ascontiguousarray(values).reshape(n, row_len)
             with parallel_launch():
-                for_this_process(_segment_sums_cpu)(worker_count(), plan.starts, plan.order, rows_2d,
-                                  out.reshape(n_rows, row_len))
+                for_this_process(_segment_sums_cpu)(
+                    worker_count(), plan.starts, plan.order, rows_2d, out.reshape(n_rows, row_len)
+                )
         return unique, out
     cuda = _cuda.module()
     out = cuda.device_array(out_shape, dtype)
@@ -151,8 +161,9 @@ def merge_duplicates(indices: Any, values: Any, num_rows: Optional[int] = None, 
         flat = _cuda.as_device_array(values).reshape(math.prod(shape))
         count = n_rows * row_len
         blocks, threads = launch_config(count)
-        _segment_sums_cuda()[blocks, threads](count, cuda.to_device(plan.starts), cuda.to_device(plan.order),
-                                              flat, row_len, out.reshape(count))
+        _segment_sums_cuda()[blocks, threads](
+            count, cuda.to_device(plan.starts), cuda.to_device(plan.order), flat, row_len, out.reshape(count)
+        )
     return cuda.to_device(unique), out
 
 

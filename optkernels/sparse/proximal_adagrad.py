@@ -5,6 +5,7 @@ The per-element math is :func:`optkernels.kernels.proximal_adagrad.proximal_adag
 dense ``apply_proximal_adagrad`` (``alpha = lr / sqrt(accum)``; MindSpore's sparse CPU kernel writes
 ``lr * (1 / sqrt(accum))``, which can differ from it in the last bit).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -68,26 +69,46 @@ def _sparse_proximal(var, accum, lr, l1, l2, grad, indices, use_locking, out_of_
 
 
 @half_rows("var", "accum")
-def fused_sparse_proximal_adagrad(var: Any, accum: Any, lr: Scalar, l1: Scalar, l2: Scalar, grad: Any,
-                                  indices: Any = None, *, use_locking: bool = False,
-                                  out_of_range: str = "raise") -> tuple[Any, Any]:
+def fused_sparse_proximal_adagrad(
+    var: Any,
+    accum: Any,
+    lr: Scalar,
+    l1: Scalar,
+    l2: Scalar,
+    grad: Any,
+    indices: Any = None,
+    *,
+    use_locking: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any]:
     return _sparse_proximal(var, accum, lr, l1, l2, grad, indices, use_locking, out_of_range)
 
 
 @half_rows("var", "accum")
-def sparse_apply_proximal_adagrad(var: Any, accum: Any, lr: Scalar, l1: Scalar, l2: Scalar, grad: Any,
-                                  indices: Any = None, *, use_locking: bool = False,
-                                  out_of_range: str = "raise") -> tuple[Any, Any]:
+def sparse_apply_proximal_adagrad(
+    var: Any,
+    accum: Any,
+    lr: Scalar,
+    l1: Scalar,
+    l2: Scalar,
+    grad: Any,
+    indices: Any = None,
+    *,
+    use_locking: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any]:
     return _sparse_proximal(var, accum, lr, l1, l2, grad, indices, use_locking, out_of_range)
 
 
 fused_sparse_proximal_adagrad.__doc__ = _PROX_DOC.format(
     title="Sparse proximal Adagrad in place (MindSpore ``ops.FusedSparseProximalAdagrad``; lazy, duplicates "
-          "merged).",
+    "merged).",
     extra="\n    MindSpore returns shape-(1,) dummies; here the updated arrays are returned. Out-of-range\n"
-          "    indices raise unless ``out_of_range=\"drop\"`` (MindSpore drops them).")
+    '    indices raise unless ``out_of_range="drop"`` (MindSpore drops them).',
+)
 sparse_apply_proximal_adagrad.__doc__ = _PROX_DOC.format(
     title="Sparse proximal Adagrad in place (MindSpore ``ops.SparseApplyProximalAdagrad``): the math of the "
-          "fused op.",
+    "fused op.",
     extra="\n    MindSpore's docs call duplicated indices undefined; here they are summed, as the fused op\n"
-          "    does.")
+    "    does.",
+)

@@ -1,9 +1,11 @@
 """A row-sparse gradient: :class:`RowSparse` (MindSpore's RowTensor, TensorFlow's IndexedSlices)."""
+
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,9 +18,11 @@ from .merge import merge_duplicates
 _SCIPY_FORMATS = ("csr", "coo")
 
 
-_KEEP_IN_RANGE = ("A RowSparse holds only rows of its dense shape: keep the others out, for example with "
-                  "keep = (indices >= 0) & (indices < dense_shape[0]); RowSparse(indices[keep], values[keep], "
-                  "dense_shape)")
+_KEEP_IN_RANGE = (
+    "A RowSparse holds only rows of its dense shape: keep the others out, for example with "
+    "keep = (indices >= 0) & (indices < dense_shape[0]); RowSparse(indices[keep], values[keep], "
+    "dense_shape)"
+)
 
 
 class RowSparse:
@@ -58,12 +62,15 @@ class RowSparse:
         if dtype not in FLOAT_DTYPES:
             raise TypeError(f"values must have dtype float32 or float64, got {dtype}")
         if value_device != index_device:
-            raise TypeError(f"arrays on different devices: indices is on the {index_device} but values on "
-                            f"the {value_device}")
+            raise TypeError(
+                f"arrays on different devices: indices is on the {index_device} but values on "
+                f"the {value_device}"
+            )
         expected = (n,) + dense_shape[1:]
         if tuple(shape) != expected:
-            raise ValueError(f"values must have shape (len(indices),) + dense_shape[1:] = {expected}, "
-                             f"got {tuple(shape)}")
+            raise ValueError(
+                f"values must have shape (len(indices),) + dense_shape[1:] = {expected}, got {tuple(shape)}"
+            )
         host = host_indices(indices)
         bad = first_out_of_range(host, dense_shape[0])
         if bad >= 0:
@@ -84,11 +91,13 @@ class RowSparse:
 
     def __repr__(self) -> str:
         n = array_shape_dtype(self.indices)[0][0]
-        return (f"RowSparse(dense_shape={self.dense_shape}, {n} indices, dtype={self.dtype}, "
-                f"device={self.device!r})")
+        return (
+            f"RowSparse(dense_shape={self.dense_shape}, {n} indices, dtype={self.dtype}, "
+            f"device={self.device!r})"
+        )
 
     @classmethod
-    def from_scipy(cls, matrix: Any) -> "RowSparse":
+    def from_scipy(cls, matrix: Any) -> RowSparse:
         """The rows of a 2-D ``scipy.sparse`` matrix or array (any format) that hold a stored entry.
 
         Every row with at least one stored entry (an explicitly stored zero counts) becomes one row of
@@ -113,8 +122,9 @@ class RowSparse:
             raise ValueError(f"matrix must be 2-D, got {matrix.ndim}-D")
         dtype = np.dtype(matrix.dtype)
         if dtype not in FLOAT_DTYPES:
-            raise TypeError(f"matrix must have dtype float32 or float64, got {dtype} (convert it with "
-                            f".astype)")
+            raise TypeError(
+                f"matrix must have dtype float32 or float64, got {dtype} (convert it with .astype)"
+            )
         coo = scipy.sparse.coo_array(matrix)
         row = np.asarray(coo.row, dtype=np.int64)
         col = np.asarray(coo.col, dtype=np.int64)
@@ -158,7 +168,7 @@ class RowSparse:
         dense[rows] = summed
         return dense
 
-    def merged(self) -> "RowSparse":
+    def merged(self) -> RowSparse:
         """An equivalent RowSparse with unique, ascending indices and each row's values summed, on the same
         device (see :func:`~optkernels.sparse.merge_duplicates` for the order of summation)."""
         rows, summed = merge_duplicates(self.indices, self.values, self.dense_shape[0])

@@ -6,6 +6,7 @@ dtype: the result does not depend on the thread count. Duplicate indices are mer
 (:func:`~optkernels.sparse.merge_duplicates`), so each distinct row is updated once with its summed gradient
 (FBGEMM's "exact" variant).
 """
+
 from __future__ import annotations
 
 import math
@@ -70,9 +71,19 @@ def _check_momentum(momentum: Any, device: str, dtype: np.dtype, rows: int) -> A
 
 
 @via_float32()
-def rowwise_adagrad(var: Any, momentum: Any, grad: Any, indices: Any = None, *, lr: float = 0.01,
-                    eps: float = 1e-8, weight_decay: float = 0.0, weight_decay_mode: str = "none",
-                    max_norm: float = 0.0, out_of_range: str = "raise") -> tuple[Any, Any]:
+def rowwise_adagrad(
+    var: Any,
+    momentum: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float = 0.01,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_decay_mode: str = "none",
+    max_norm: float = 0.0,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any]:
     r"""FBGEMM's exact row-wise Adagrad in place (``EXACT_ROWWISE_ADAGRAD``, LOWBIT.md §8.2).
 
     For each updated row :math:`i` with gradient row :math:`g` of length :math:`D`:
@@ -141,8 +152,10 @@ def rowwise_adagrad(var: Any, momentum: Any, grad: Any, indices: Any = None, *, 
     rows = batch.shape[0]
     row_len = math.prod(batch.shape[1:])
     if not dense and tuple(getattr(values, "shape", ())[1:]) != tuple(batch.shape[1:]):
-        raise ValueError(f"grad rows must have shape var.shape[1:] = {tuple(batch.shape[1:])}, got "
-                         f"{tuple(values.shape[1:])}")
+        raise ValueError(
+            f"grad rows must have shape var.shape[1:] = {tuple(batch.shape[1:])}, got "
+            f"{tuple(values.shape[1:])}"
+        )
     flat_momentum = _check_momentum(momentum, batch.device, batch.storage, rows)
     scalars = {}
     for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay), ("max_norm", max_norm)):
@@ -162,6 +175,22 @@ def rowwise_adagrad(var: Any, momentum: Any, grad: Any, indices: Any = None, *, 
         n = unique.shape[0]
         flat_grad = _flatten(merged, batch.device)
     if n and row_len:
-        _row.launch(batch.device, n, flat_var, flat_momentum, flat_grad, unique, dense, row_len, t(row_len), lr_,
-                    scalars["eps"], wd, l2, decay, scalars["max_norm"], t(1))
+        _row.launch(
+            batch.device,
+            n,
+            flat_var,
+            flat_momentum,
+            flat_grad,
+            unique,
+            dense,
+            row_len,
+            t(row_len),
+            lr_,
+            scalars["eps"],
+            wd,
+            l2,
+            decay,
+            scalars["max_norm"],
+            t(1),
+        )
     return var, momentum

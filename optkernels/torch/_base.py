@@ -24,16 +24,17 @@ the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-ste
 
 Nothing is allocated per step in proportion to the model.
 """
+
 from __future__ import annotations
 
 import operator
 import warnings
+from collections.abc import Callable
 from itertools import chain
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
 import torch
-
 from torch.optim.optimizer import _global_optimizer_post_hooks as _global_post_hooks
 from torch.optim.optimizer import _global_optimizer_pre_hooks as _global_pre_hooks
 
@@ -101,15 +102,15 @@ class _Plan:
         # the common case, checked with fewer and cheaper maps: all contiguous, all on the CPU
         self.contiguous = all(map(_IS_CONTIGUOUS, params))
         self.on_cpu = all(map(_IS_CPU, params))
-        self.whole = False        # the group's parameters with gradients, none copied, none elsewhere
-        self.steps: Optional[torch.Tensor] = None      # float32 [T]; state['step'] are its 0-d views
-        self.steps_np: Optional[np.ndarray] = None
-        self.step_now: Optional[int] = None            # the steps' common value, where they are equal
-        self.cpu: list = []        # (dtype, positions array, TensorList, parameters)
-        self.single: list = []     # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
-        self.kept: list = []       # the state tensors whose addresses the tables hold (kept alive)
-        self.private_steps: Any = None   # int64 step numbers of a state without 'step' (SGD)
-        self.copies: list = []     # (parameter, contiguous working copy) of parameters not dense in memory
+        self.whole = False  # the group's parameters with gradients, none copied, none elsewhere
+        self.steps: torch.Tensor | None = None  # float32 [T]; state['step'] are its 0-d views
+        self.steps_np: np.ndarray | None = None
+        self.step_now: int | None = None  # the steps' common value, where they are equal
+        self.cpu: list = []  # (dtype, positions array, TensorList, parameters)
+        self.single: list = []  # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
+        self.kept: list = []  # the state tensors whose addresses the tables hold (kept alive)
+        self.private_steps: Any = None  # int64 step numbers of a state without 'step' (SGD)
+        self.copies: list = []  # (parameter, contiguous working copy) of parameters not dense in memory
 
     def same_memory(self, params: list) -> bool:
         """The parameters still have the memory, sizes, strides and dtypes the tables hold (a device cannot
@@ -139,12 +140,12 @@ class _Work:
 
     def __init__(self, index: int, group: dict):
         self.index, self.group = index, group
-        self.dense: list = []          # parameters the kernels update from a dense gradient
-        self.grads: list = []          # their gradients (as found: laid out at run time)
-        self.ptrs: Optional[list] = None   # the gradients' addresses (fast path: laid out already)
-        self.sparse: list = []         # parameters the kernels update from a sparse gradient
-        self.by_torch: list = []       # parameters torch's own step updates
-        self.plan: Optional[_Plan] = None
+        self.dense: list = []  # parameters the kernels update from a dense gradient
+        self.grads: list = []  # their gradients (as found: laid out at run time)
+        self.ptrs: list | None = None  # the gradients' addresses (fast path: laid out already)
+        self.sparse: list = []  # parameters the kernels update from a sparse gradient
+        self.by_torch: list = []  # parameters torch's own step updates
+        self.plan: _Plan | None = None
 
 
 class KernelOptimizer(torch.optim.Optimizer):
@@ -161,16 +162,16 @@ class KernelOptimizer(torch.optim.Optimizer):
     """
 
     sparse_grads = "no"
-    counts_steps = True         # the state has torch's 'step' counter
-    sparse_by_torch = False     # torch's class takes sparse gradients the kernels do not (SGD)
+    counts_steps = True  # the state has torch's 'step' counter
+    sparse_by_torch = False  # torch's class takes sparse gradients the kernels do not (SGD)
     optional_state: tuple = ()  # state names torch creates when missing (SGD's momentum_buffer)
-    tensor_steps = True         # torch keeps 'step' as a tensor (SparseAdam: a Python int)
+    tensor_steps = True  # torch keeps 'step' as a tensor (SparseAdam: a Python int)
 
     def __init__(self, params: Any, defaults: dict):
         self._plans: dict[int, _Plan] = {}
         self._pre_buffers: dict[int, torch.Tensor] = {}
         self._said: set = set()
-        self._runner: Optional[_delegate.TorchRunner] = None
+        self._runner: _delegate.TorchRunner | None = None
         params = _delegate.materialize(params)
         torch_cls = _delegate.torch_class(type(self))
         if torch_cls is not None:
@@ -200,7 +201,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         """The kernel's scalars for a step numbered ``step`` (from 1), converted to ``dtype``."""
         raise NotImplementedError
 
-    def _prestep(self, group: dict) -> Optional[tuple[float, float]]:
+    def _prestep(self, group: dict) -> tuple[float, float] | None:
         """``(α, β)`` of the gradient pre-step ``g' = (α·w + g)·β``, or None for none (torch: ``maximize``
         negates g, then ``weight_decay`` adds ``wd·w``: α = ±wd, β = ±1)."""
         wd = float(group.get("weight_decay", 0.0))
@@ -235,7 +236,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         super().__setstate__(state)
         self._plans, self._pre_buffers, self._said, self._runner = {}, {}, set(), None
         if self.counts_steps and self.tensor_steps:
-            for s in self.state.values():       # an older state's number: a float32 tensor, as torch makes it
+            for s in self.state.values():  # an older state's number: a float32 tensor, as torch makes it
                 step = s.get("step")
                 if step is not None and not isinstance(step, torch.Tensor):
                     s["step"] = torch.tensor(float(step), dtype=torch.float32)
@@ -261,16 +262,22 @@ class KernelOptimizer(torch.optim.Optimizer):
             if listed > 1 or self._torch_reason(group, param) is not None:
                 return "torch"
             g = param.grad
-            if g is not None and g.layout is not _STRIDED and self.sparse_grads == "no" and self.sparse_by_torch:
+            if (
+                g is not None
+                and g.layout is not _STRIDED
+                and self.sparse_grads == "no"
+                and self.sparse_by_torch
+            ):
                 return "torch"
             if g is not None and g.layout is not _STRIDED and not param.is_contiguous():
                 return "torch"
-            fits = self._state_fits(param, group) and (g is None or g.layout is not _STRIDED
-                                                         or self._grad_fits(param, g))
+            fits = self._state_fits(param, group) and (
+                g is None or g.layout is not _STRIDED or self._grad_fits(param, g)
+            )
             return "optkernels" if fits else "torch"
         raise ValueError("backend_for: the tensor is not a parameter of this optimizer")
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()``'s loss (or None).
 
         Every check runs before any tensor is written: a failed step leaves parameters and state as they
@@ -287,7 +294,7 @@ class KernelOptimizer(torch.optim.Optimizer):
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim.Optimizer.__init__ then leaves it unwrapped
 
-    def _hooked_step(self, closure: Optional[Callable[[], Any]]) -> Any:
+    def _hooked_step(self, closure: Callable[[], Any] | None) -> Any:
         args: tuple = (self, closure)
         kwargs: dict[str, Any] = {}
         if _global_pre_hooks or self._optimizer_step_pre_hooks:
@@ -295,9 +302,11 @@ class KernelOptimizer(torch.optim.Optimizer):
                 result = pre_hook(self, args, kwargs)
                 if result is not None:
                     if not (isinstance(result, tuple) and len(result) == 2):
-                        raise RuntimeError(f"{self.step} must return None or a tuple of (new_args, "
-                                           f"new_kwargs), "
-                                           f"but got {result}.")
+                        raise RuntimeError(
+                            f"{self.step} must return None or a tuple of (new_args, "
+                            f"new_kwargs), "
+                            f"but got {result}."
+                        )
                     args, kwargs = result
         out = self._step(*args[1:], **kwargs)
         if _global_post_hooks or self._optimizer_step_post_hooks:
@@ -305,7 +314,7 @@ class KernelOptimizer(torch.optim.Optimizer):
                 post_hook(self, args, kwargs)
         return out
 
-    def _step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -315,7 +324,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             self._check_hyper(group)
             works.append(self._sort(index, group))
         by_torch = [(w.group, w.by_torch) for w in works if w.by_torch]
-        runner = self._torch() if by_torch else None    # raises for a class without a torch.optim twin
+        runner = self._torch() if by_torch else None  # raises for a class without a torch.optim twin
         # nothing is written above this line
         if not self._unscale(works):
             return loss
@@ -363,13 +372,17 @@ class KernelOptimizer(torch.optim.Optimizer):
         work = _Work(index, group)
         params = group["params"]
         plan = self._plans.get(index)
-        if (plan is not None and plan.whole and plan.key[1] == self._kernel(group)
-                and not (group.get("differentiable") or group.get("capturable"))):
+        if (
+            plan is not None
+            and plan.whole
+            and plan.key[1] == self._kernel(group)
+            and not (group.get("differentiable") or group.get("capturable"))
+        ):
             members, grads = params, list(map(_GRAD, params))
             try:
                 # raises for a missing gradient (TypeError) and for one without strided storage (sparse)
                 ptrs = list(map(_DATA_PTR, grads))
-            except TypeError:                   # parameters without gradients (frozen) are left out
+            except TypeError:  # parameters without gradients (frozen) are left out
                 members = [p for p, g in zip(params, grads) if g is not None]
                 grads = [g for g in grads if g is not None]
                 try:
@@ -378,8 +391,12 @@ class KernelOptimizer(torch.optim.Optimizer):
                     ptrs = None
             except RuntimeError:
                 ptrs = None
-            if (ptrs is not None and plan.key[0] == tuple(map(id, members)) and plan.same_memory(members)
-                    and plan.fits_grads(grads)):
+            if (
+                ptrs is not None
+                and plan.key[0] == tuple(map(id, members))
+                and plan.same_memory(members)
+                and plan.fits_grads(grads)
+            ):
                 work.dense, work.grads, work.ptrs, work.plan = members, grads, ptrs, plan
                 return work
         ids = list(map(id, params))
@@ -388,8 +405,11 @@ class KernelOptimizer(torch.optim.Optimizer):
             g = p.grad
             if g is None:
                 continue
-            reason = ("a parameter listed more than once in its group" if id(p) in twice
-                      else self._torch_reason(group, p))
+            reason = (
+                "a parameter listed more than once in its group"
+                if id(p) in twice
+                else self._torch_reason(group, p)
+            )
             if reason is None and g.layout is not _STRIDED:
                 if self.sparse_grads == "no" and self.sparse_by_torch:
                     reason = "sparse gradients"
@@ -404,8 +424,10 @@ class KernelOptimizer(torch.optim.Optimizer):
                         reason = self._rehearse(group, p)
             elif reason is None:
                 if self.sparse_grads == "only":
-                    raise RuntimeError(f"{type(self).__name__} does not support dense gradients, please "
-                                       "consider Adam instead")
+                    raise RuntimeError(
+                        f"{type(self).__name__} does not support dense gradients, please "
+                        "consider Adam instead"
+                    )
                 if self._grad_fits(p, g) and self._state_fits(p, group):
                     work.dense.append(p)
                     work.grads.append(g)
@@ -419,7 +441,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             work.plan.whole = not (work.plan.copies or work.by_torch or work.sparse)
         return work
 
-    def _torch_reason(self, group: dict, p: torch.Tensor) -> Optional[str]:
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
         """Why torch's own step updates ``p`` (a configuration the kernels do not serve), or None."""
         if group.get("differentiable"):
             return "differentiable=True"
@@ -447,15 +469,20 @@ class KernelOptimizer(torch.optim.Optimizer):
         if reason not in self._said:
             self._said.add(reason)
             name = type(self).__name__
-            warnings.warn(f"{name}: {reason}: those parameters are updated by torch.optim.{name}'s own "
-                          "implementation (optimizer.backend_for(p) tells which)", stacklevel=5)
+            warnings.warn(
+                f"{name}: {reason}: those parameters are updated by torch.optim.{name}'s own "
+                "implementation (optimizer.backend_for(p) tells which)",
+                stacklevel=5,
+            )
 
     def _torch(self) -> _delegate.TorchRunner:
         if self._runner is None:
             torch_cls = _delegate.torch_class(type(self))
             if torch_cls is None:
-                raise TypeError(f"{type(self).__name__}: a configuration optkernels' kernels do not serve, "
-                                "and no torch.optim class of that name to run it")
+                raise TypeError(
+                    f"{type(self).__name__}: a configuration optkernels' kernels do not serve, "
+                    "and no torch.optim class of that name to run it"
+                )
             self._runner = _delegate.TorchRunner(torch_cls, None, self.defaults)
         return self._runner
 
@@ -494,15 +521,20 @@ class KernelOptimizer(torch.optim.Optimizer):
     def _check_sparse(self, p: torch.Tensor, g: torch.Tensor) -> None:
         """torch's errors for a sparse gradient this optimizer does not take."""
         if not g.is_sparse:
-            raise ValueError(f"{type(self).__name__}: gradients must be dense (strided) or sparse COO "
-                             f"tensors, got layout {g.layout}")
+            raise ValueError(
+                f"{type(self).__name__}: gradients must be dense (strided) or sparse COO "
+                f"tensors, got layout {g.layout}"
+            )
         if self.sparse_grads == "no":
-            raise RuntimeError(f"{type(self).__name__} does not support sparse gradients"
-                               + (", please consider SparseAdam instead"
-                                  if type(self).__name__ in ("Adam", "AdamW") else ""))
+            raise RuntimeError(
+                f"{type(self).__name__} does not support sparse gradients"
+                + (", please consider SparseAdam instead" if type(self).__name__ in ("Adam", "AdamW") else "")
+            )
         if g.dtype != p.dtype or g.shape != p.shape or g.device != p.device:
-            raise ValueError(f"{type(self).__name__}: a sparse gradient ({g.dtype}, {tuple(g.shape)}, "
-                             f"{g.device}) does not match its parameter")
+            raise ValueError(
+                f"{type(self).__name__}: a sparse gradient ({g.dtype}, {tuple(g.shape)}, "
+                f"{g.device}) does not match its parameter"
+            )
 
     # ------------------------------------------------------------------ state
 
@@ -535,23 +567,27 @@ class KernelOptimizer(torch.optim.Optimizer):
         """The group's plan for ``params`` (all checked), rebuilt when they or their memory changed."""
         key = (tuple(map(id, params)), self._kernel(group))
         plan = self._plans.get(index)
-        if (plan is None or plan.key != key or not plan.same_memory(params)
-                or list(map(_SHAPE, params)) != plan.shapes):
+        if (
+            plan is None
+            or plan.key != key
+            or not plan.same_memory(params)
+            or list(map(_SHAPE, params)) != plan.shapes
+        ):
             plan = self._plans[index] = self._build(group, params, key)
         return plan
 
     def _dense_step(self, work: _Work) -> None:
         """One step of a group's parameters with dense gradients."""
         group, plan, params, grads, ptrs = work.group, work.plan, work.dense, work.grads, work.ptrs
-        assert plan is not None                  # set for every group with dense work when it was sorted
+        assert plan is not None  # set for every group with dense work when it was sorted
         if ptrs is None:
             grads = [_laid_out(p, g) for p, g in zip(params, grads)]
         for p, copy in plan.copies:
             copy.copy_(p.detach())
         if plan.steps_np is not None:
-            plan.steps_np += 1              # the state's 'step' tensors are views of it
+            plan.steps_np += 1  # the state's 'step' tensors are views of it
             steps = plan.steps_np
-            if plan.step_now is not None:   # a plan's parameters step together: equal steps stay equal
+            if plan.step_now is not None:  # a plan's parameters step together: equal steps stay equal
                 plan.step_now += 1
                 first, uniform = plan.step_now, True
             else:
@@ -563,7 +599,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         self._before_update(group, plan, first)
         prestep = self._prestep(group)
         kernel = plan.key[1][0]
-        whole = len(plan.cpu) == 1 and not plan.single     # one launch table covering params in order
+        whole = len(plan.cpu) == 1 and not plan.single  # one launch table covering params in order
         for dtype, positions, tensors, _members in plan.cpu:
             if whole and ptrs is not None:
                 tensors.addresses[-1, :] = ptrs
@@ -572,22 +608,38 @@ class KernelOptimizer(torch.optim.Optimizer):
                 tensors.addresses[-1, :] = list(map(_DATA_PTR, local_grads))
             pre = {}
             if prestep is not None:
-                pre = dict(prologue=_axpy_scal,
-                           prologue_scalars=(dtype.type(prestep[0]), dtype.type(prestep[1]), True, True))
+                pre = dict(
+                    prologue=_axpy_scal,
+                    prologue_scalars=(dtype.type(prestep[0]), dtype.type(prestep[1]), True, True),
+                )
             if uniform:
                 kernel.launch_many("cpu", tensors, *self._scalars(group, first, dtype), **pre)
                 continue
             local = steps[positions]
             for value in np.unique(local).tolist():
                 others = tuple(np.flatnonzero(local != value).tolist())
-                kernel.launch_many("cpu", tensors, *self._scalars(group, int(value), dtype),
-                                   chunks=tensors.chunks_without(others), **pre)
+                kernel.launch_many(
+                    "cpu",
+                    tensors,
+                    *self._scalars(group, int(value), dtype),
+                    chunks=tensors.chunks_without(others),
+                    **pre,
+                )
         for k, kind, arrays, n, buffer in plan.single:
             dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
             grad = _views.view(_flat(grads[k]), kind, flat=True)
             if prestep is not None:
-                _axpy_scal.launch(kind, n, buffer, arrays[0], grad, dtype.type(prestep[0]),
-                                  dtype.type(prestep[1]), True, True)
+                _axpy_scal.launch(
+                    kind,
+                    n,
+                    buffer,
+                    arrays[0],
+                    grad,
+                    dtype.type(prestep[0]),
+                    dtype.type(prestep[1]),
+                    True,
+                    True,
+                )
                 grad = buffer
             kernel.launch(kind, n, *arrays, grad, *self._scalars(group, int(steps[k]), dtype))
         for p, copy in plan.copies:
@@ -603,7 +655,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         if names or self.counts_steps:
             states = [self._state_of(p, group) for p in params]
         else:
-            states = [{} for _ in params]        # torch keeps no state for these (SGD without momentum)
+            states = [{} for _ in params]  # torch keeps no state for these (SGD without momentum)
         plan.kept = [s[n] for s in states for n in names]
         if self.counts_steps:
             plan.steps = torch.tensor([float(s["step"]) for s in states], dtype=torch.float32)
@@ -625,10 +677,15 @@ class KernelOptimizer(torch.optim.Optimizer):
         for k, p in enumerate(params):
             kind = _views.device_kind(p)
             if kind == "cuda" or p.dtype in _views.HALF_DTYPES:
-                arrays = [_views.view(_flat(t), kind, flat=True)
-                          for t in [memory[k]] + [states[k][n] for n in names]]
-                buffer = (_views.view(self._pre_buffer(p), kind, flat=True)
-                          if self._prestep(group) is not None else None)
+                arrays = [
+                    _views.view(_flat(t), kind, flat=True)
+                    for t in [memory[k]] + [states[k][n] for n in names]
+                ]
+                buffer = (
+                    _views.view(self._pre_buffer(p), kind, flat=True)
+                    if self._prestep(group) is not None
+                    else None
+                )
                 plan.single.append((k, kind, arrays, p.numel(), buffer))
             else:
                 by_dtype.setdefault(p.dtype, []).append(k)

@@ -6,27 +6,32 @@ implementation of its step for the parameters the kernels do not serve (run over
 the optimizer's own ``state``, with the group's own switches), and the judge of tensors torch may take or refuse
 (a rehearsal of torch's step on copies tells what torch raises without touching the originals).
 """
+
 from __future__ import annotations
 
 import collections
 import collections.abc
 import inspect
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 __all__ = ["TorchRunner", "materialize", "torch_class"]
 
 
-def torch_class(cls: type) -> Optional[type]:
+def torch_class(cls: type) -> type | None:
     """The ``torch.optim`` class an optkernels.torch class stands for: the first class in its MRO whose name
     ``torch.optim`` also defines (a user's subclass of ``optkernels.torch.Adam`` still finds
     ``torch.optim.Adam``), or None (``torch.optim.Optimizer`` itself, every class's base, stands for none)."""
     for klass in cls.__mro__:
         found = getattr(torch.optim, klass.__name__, None)
-        if (isinstance(found, type) and issubclass(found, torch.optim.Optimizer)
-                and found is not torch.optim.Optimizer and found.__module__.startswith("torch.")):
+        if (
+            isinstance(found, type)
+            and issubclass(found, torch.optim.Optimizer)
+            and found is not torch.optim.Optimizer
+            and found.__module__.startswith("torch.")
+        ):
             return found
     return None
 
@@ -53,7 +58,7 @@ def _copies(params: Any) -> Any:
 
 
 def _torch_kwargs(cls: type, defaults: dict) -> dict:
-    accepted = inspect.signature(cls).parameters        # the constructor's, without self
+    accepted = inspect.signature(cls).parameters  # the constructor's, without self
     return {name: value for name, value in defaults.items() if name in accepted}
 
 
@@ -79,11 +84,11 @@ class TorchRunner:
     def __init__(self, cls: type, params: Any, defaults: dict):
         self.cls = cls
         if params is None:
-            params = [torch.zeros(1, 1, requires_grad=True)]     # a matrix: torch.optim.Muon takes no other
-        with warnings.catch_warnings():     # the owner's own construction gives torch's warnings once
+            params = [torch.zeros(1, 1, requires_grad=True)]  # a matrix: torch.optim.Muon takes no other
+        with warnings.catch_warnings():  # the owner's own construction gives torch's warnings once
             warnings.simplefilter("ignore")
             self.twin = cls(_copies(params), **_torch_kwargs(cls, defaults))
-        self.initial_state = dict(self.twin.state)      # Adagrad builds its state in its constructor
+        self.initial_state = dict(self.twin.state)  # Adagrad builds its state in its constructor
         self.twin.param_groups, self.twin.state = [], collections.defaultdict(dict)
         self._step = _unhooked_step(cls)
 
@@ -115,15 +120,14 @@ class TorchRunner:
         """Run torch's step of ``p`` (its gradient and its ``state``) on copies: raises what torch raises
         for it, changes nothing."""
         q = p.detach().clone()
-        assert p.grad is not None                 # only parameters with a gradient are rehearsed
+        assert p.grad is not None  # only parameters with a gradient are rehearsed
         grad = p.grad.detach().clone()
         try:
             q.grad = grad
-        except RuntimeError:                # another shape or dtype: as ``p.grad.data = ...`` made it
+        except RuntimeError:  # another shape or dtype: as ``p.grad.data = ...`` made it
             q.grad = torch.zeros_like(q)
             q.grad.data = grad
         copies: collections.defaultdict = collections.defaultdict(dict)
         if state:
             copies[q] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
         self.step([(group, [q])], copies, defaults)
-

@@ -7,6 +7,7 @@ gradient with ``sparse_dim`` k > 1 (``grad.to_sparse()`` of a matrix) is the sam
 parameter seen as ``prod(shape[:k])`` rows of ``shape[k:]``: its k indices are combined into one
 (row-major), the only copy made.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,7 +26,7 @@ def _row_indices(grad: torch.Tensor) -> torch.Tensor:
     indices = grad._indices()
     if indices.shape[0] == 1:
         return indices[0]
-    sizes = grad.shape[:indices.shape[0]]
+    sizes = grad.shape[: indices.shape[0]]
     strides = [1] * len(sizes)
     for d in range(len(sizes) - 2, -1, -1):
         strides[d] = strides[d + 1] * sizes[d + 1]

@@ -4,6 +4,7 @@ is one of the two MKL kernels that :func:`optkernels.kernels.torch_rules.torch_s
 AVX-path kernel MKL runs on AMD processors among others, the AVX-512 one it runs on Intel processors):
 torch's bits, at the cost of a scalar loop (docs/guide/torch_bits.rst). Which kernel torch runs is found
 once, on first use, by running ``torch.sqrt`` on probe inputs. float64 always gets IEEE ``sqrt``."""
+
 from __future__ import annotations
 
 import functools
@@ -20,7 +21,7 @@ __all__ = ["float32_sqrt", "mkl_float32_sqrt"]
 ENVIRONMENT = "OPTKERNELS_TORCH_SQRT"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mkl_float32_sqrt() -> int:
     """The ``mkl`` kernel of :func:`~optkernels.kernels.torch_rules.torch_sqrt` that equals torch's float32
     CPU ``sqrt`` here on every probe input (a slice of the binades [1, 2) and [2, 4), and values from 1e-40

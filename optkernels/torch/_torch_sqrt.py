@@ -8,6 +8,7 @@ group's multi-tensor table with ``torch.sqrt_`` over the scratch in between, so 
 any CPU torch runs on. Single-tensor launches (CUDA, float16/bfloat16 CPU tensors) take the one-pass
 function with IEEE roots.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -34,7 +35,7 @@ class TorchSqrtKernel:
     def __init__(self, fused: Elementwise, moments: Elementwise, apply: Elementwise, n_roots: int):
         self.fused, self.moments, self.apply, self.n_roots = fused, moments, apply, n_roots
         self.__name__ = fused.__name__
-        self._tables: "weakref.WeakKeyDictionary[TensorList, tuple]" = weakref.WeakKeyDictionary()
+        self._tables: weakref.WeakKeyDictionary[TensorList, tuple] = weakref.WeakKeyDictionary()
 
     def launch(self, device: str, n: int, *args: Any) -> None:
         """One tensor (CUDA, or float16/bfloat16 on the CPU): the one-pass function."""
@@ -48,8 +49,9 @@ class TorchSqrtKernel:
             sizes = np.asarray(tensors.sizes, np.int64)
             total = int(sizes.sum())
             scratch = torch.empty(self.n_roots * total, dtype=torch.from_numpy(tensors.like).dtype)
-            ext = TensorList(tensors.sizes, tensors.dtype, tensors.addresses.shape[0] + self.n_roots,
-                             tensors.chunk)
+            ext = TensorList(
+                tensors.sizes, tensors.dtype, tensors.addresses.shape[0] + self.n_roots, tensors.chunk
+            )
             offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
             base, item = scratch.data_ptr(), tensors.dtype.itemsize
             for r in range(self.n_roots):
@@ -57,8 +59,15 @@ class TorchSqrtKernel:
             cached = self._tables[tensors] = (ext, scratch)
         return cached
 
-    def launch_many(self, device: str, tensors: TensorList, *scalars: Any, chunks: Any = None,
-                    prologue: Any = None, prologue_scalars: tuple = ()) -> None:
+    def launch_many(
+        self,
+        device: str,
+        tensors: TensorList,
+        *scalars: Any,
+        chunks: Any = None,
+        prologue: Any = None,
+        prologue_scalars: tuple = (),
+    ) -> None:
         """Every tensor of the table (``chunks``: a subset), roots by torch; ``prologue`` is not supported
         (the element functions do torch's gradient pre-step themselves)."""
         if prologue is not None:

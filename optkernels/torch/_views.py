@@ -8,10 +8,12 @@ simulator's device arrays), so the adapter's CUDA path (per-tensor launches of t
 buffers) runs in tests. What the simulator cannot exercise: real device memory, streams and torch's own CUDA
 caching allocator.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -24,7 +26,10 @@ __all__ = ["device_kind", "device_view", "host_view", "simulate_cuda"]
 _SIMULATED = [False]
 
 #: dtypes of the multi-tensor CPU loop (and of CUDA tensors)
-FLOAT_DTYPES: dict[torch.dtype, np.dtype] = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+FLOAT_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+}
 #: half dtypes (CPU tensors only: float32 math, each updated tensor rounded once, per-tensor launches)
 HALF_DTYPES = {torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
 #: every parameter dtype optkernels.torch updates
@@ -80,8 +85,10 @@ def device_view(t: torch.Tensor, flat: bool = True) -> Any:
         TypeError: a float16/bfloat16 tensor (optkernels.torch updates those on the CPU only).
     """
     if t.dtype in HALF_DTYPES:
-        raise TypeError(f"optkernels.torch updates {t.dtype} tensors on the CPU only; on CUDA, keep float32 "
-                        "parameters (or float32 master weights) for the optimizer")
+        raise TypeError(
+            f"optkernels.torch updates {t.dtype} tensors on the CPU only; on CUDA, keep float32 "
+            "parameters (or float32 master weights) for the optimizer"
+        )
     view = t.detach().reshape(-1) if flat else t.detach()
     if view.device.type == "cpu":
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray

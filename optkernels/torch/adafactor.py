@@ -6,14 +6,20 @@ squares, the mean of its row moments): they are taken by torch, exactly as torch
 them, so the results are torch's bits; the element-wise work (the moments' update, the update ``U`` and the
 parameter's step) runs in the kernels. One launch per parameter (the norms are per parameter).
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
-from ..kernels.torch_adafactor import (_adafactor_factored, _adafactor_vector, adafactor_denominator,
-                                       adafactor_host)
+from ..kernels.torch_adafactor import (
+    _adafactor_factored,
+    _adafactor_vector,
+    adafactor_denominator,
+    adafactor_host,
+)
 from ..kernels.torch_family import _decayed_step, launch_small, lerp_scalars
 from . import _views
 from ._base import KernelOptimizer, _Work
@@ -55,10 +61,27 @@ class Adafactor(KernelOptimizer):
     ``col_var`` (``(…, 1, m)``). A ``grad_scale``/``found_inf`` attribute raises torch's AssertionError.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1e-2, beta2_decay: float = -0.8, eps: tuple = (None, 1e-3),
-                 d: float = 1.0, weight_decay: float = 0.0, *, foreach: Any = None, maximize: bool = False):
-        defaults = dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay,
-                        foreach=foreach, maximize=maximize)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-2,
+        beta2_decay: float = -0.8,
+        eps: tuple = (None, 1e-3),
+        d: float = 1.0,
+        weight_decay: float = 0.0,
+        *,
+        foreach: Any = None,
+        maximize: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            beta2_decay=beta2_decay,
+            eps=eps,
+            d=d,
+            weight_decay=weight_decay,
+            foreach=foreach,
+            maximize=maximize,
+        )
         self._check_hyper(defaults)
         super().__init__(params, defaults)
 
@@ -88,8 +111,13 @@ class Adafactor(KernelOptimizer):
             raise AssertionError("Grad scaling should occur outside of optimizer.step()")
         eps1, eps2 = group["eps"]
         lr = float(group["lr"])
-        tau, d, wd, maximize = group["beta2_decay"], group["d"], group["weight_decay"], bool(group["maximize"])
-        for p, _grad in zip(params, grads):          # every state checked before anything is written
+        tau, d, wd, maximize = (
+            group["beta2_decay"],
+            group["d"],
+            group["weight_decay"],
+            bool(group["maximize"]),
+        )
+        for p, _grad in zip(params, grads):  # every state checked before anything is written
             self._check_state(p)
         for p, grad in zip(params, grads):
             grad = grad if grad.is_contiguous() else grad.contiguous()
@@ -108,15 +136,42 @@ class Adafactor(KernelOptimizer):
                 rows.lerp_(torch.norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1)), w_t)
                 cols.lerp_(torch.norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2)), w_t)
                 means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
-                launch_small(_adafactor_factored, kind, p.numel(), flat[1], flat[2],
-                                             *(_views.view(t, kind, flat=True) for t in (rows, cols, means)),
-                                             grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
+                launch_small(
+                    _adafactor_factored,
+                    kind,
+                    p.numel(),
+                    flat[1],
+                    flat[2],
+                    *(_views.view(t, kind, flat=True) for t in (rows, cols, means)),
+                    grad.size(-2),
+                    grad.size(-1),
+                    maximize,
+                    eps1_sq,
+                    one,
+                )
             else:
-                launch_small(_adafactor_vector, kind, p.numel(), _views.view(state["variance"], kind, flat=True),
-                                           flat[1], flat[2], maximize, *lerp_scalars(w_t, dtype), eps1_sq, one)
+                launch_small(
+                    _adafactor_vector,
+                    kind,
+                    p.numel(),
+                    _views.view(state["variance"], kind, flat=True),
+                    flat[1],
+                    flat[2],
+                    maximize,
+                    *lerp_scalars(w_t, dtype),
+                    eps1_sq,
+                    one,
+                )
             den = adafactor_denominator(update.norm(2).item(), update.numel(), d)
-            launch_small(_decayed_step, kind, p.numel(), flat[0], flat[1], dtype.type(1 - lr * wd if wd != 0 else 1),
-                                      dtype.type(-alpha / den))
+            launch_small(
+                _decayed_step,
+                kind,
+                p.numel(),
+                flat[0],
+                flat[1],
+                dtype.type(1 - lr * wd if wd != 0 else 1),
+                dtype.type(-alpha / den),
+            )
 
     def _check_state(self, p: torch.Tensor) -> None:
         """A loaded or edited state must fit its parameter (the kernels index it by the parameter's shape)."""
@@ -130,9 +185,11 @@ class Adafactor(KernelOptimizer):
         for name, shape in expected.items():
             t = state.get(name)
             if t is None or tuple(t.shape) != tuple(shape) or t.dtype != p.dtype or not t.is_contiguous():
-                raise ValueError(f"Adafactor: state '{name}' of a parameter of shape {tuple(p.shape)} must be a "
-                                 f"contiguous {p.dtype} tensor of shape {tuple(shape)}, got "
-                                 f"{None if t is None else (t.dtype, tuple(t.shape))}")
+                raise ValueError(
+                    f"Adafactor: state '{name}' of a parameter of shape {tuple(p.shape)} must be a "
+                    f"contiguous {p.dtype} tensor of shape {tuple(shape)}, got "
+                    f"{None if t is None else (t.dtype, tuple(t.shape))}"
+                )
         if "step" not in state:
             raise ValueError("Adafactor: a parameter's state has no 'step'")
 

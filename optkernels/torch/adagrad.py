@@ -6,20 +6,27 @@
 * ``RMSprop``: torch's rule (epsilon outside the root, lr after the momentum buffer, torch's rounding) is
   :mod:`optkernels.kernels.torch_rules`' kernel: MindSpore's ``apply_rms_prop`` computes another formula.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..kernels.torch_rules import (_torch_adagrad, _torch_sparse_adagrad, adagrad_scalars, rms_prop_kernel,
-                                   rms_prop_scalars)
+from ..kernels.torch_rules import (
+    _torch_adagrad,
+    _torch_sparse_adagrad,
+    adagrad_scalars,
+    rms_prop_kernel,
+    rms_prop_scalars,
+)
 from . import _views
 from ._base import KernelOptimizer
+from ._sparse import coalesced_rows, launch_rows
 from ._sqrt import float32_sqrt
 from .adam import host_lr
-from ._sparse import coalesced_rows, launch_rows
 
 __all__ = ["Adagrad", "RMSprop"]
 
@@ -47,12 +54,31 @@ class Adagrad(KernelOptimizer):
 
     sparse_grads = "yes"
 
-    def __init__(self, params: Iterable, lr: Any = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
-                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, foreach: Any = None, *,
-                 maximize: bool = False, differentiable: bool = False, fused: Any = None):
-        defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
-                        initial_accumulator_value=initial_accumulator_value, foreach=foreach,
-                        maximize=maximize, differentiable=differentiable, fused=fused)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        foreach: Any = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: Any = None,
+    ):
+        defaults = dict(
+            lr=lr,
+            lr_decay=lr_decay,
+            eps=eps,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            foreach=foreach,
+            maximize=maximize,
+            differentiable=differentiable,
+            fused=fused,
+        )
         self._check_hyper(defaults)
         super().__init__(params, defaults)
 
@@ -81,11 +107,19 @@ class Adagrad(KernelOptimizer):
         return _torch_adagrad, ("sum",)
 
     def _prestep(self, group: dict) -> Any:
-        return None        # maximize and weight decay are in the element function (torch's rounding)
+        return None  # maximize and weight decay are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return adagrad_scalars(dtype, step, host_lr(group["lr"]), group["lr_decay"], group["eps"],
-                               group["weight_decay"], group["maximize"], float32_sqrt())
+        return adagrad_scalars(
+            dtype,
+            step,
+            host_lr(group["lr"]),
+            group["lr_decay"],
+            group["eps"],
+            group["weight_decay"],
+            group["maximize"],
+            float32_sqrt(),
+        )
 
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
         state["step"] += 1
@@ -94,8 +128,16 @@ class Adagrad(KernelOptimizer):
         if rows is None:
             return
         dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-        scalars = adagrad_scalars(dtype, int(state["step"]), host_lr(group["lr"]), group["lr_decay"], group["eps"],
-                                  0.0, False, float32_sqrt())[-3:]
+        scalars = adagrad_scalars(
+            dtype,
+            int(state["step"]),
+            host_lr(group["lr"]),
+            group["lr_decay"],
+            group["eps"],
+            0.0,
+            False,
+            float32_sqrt(),
+        )[-3:]
         launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
 
 
@@ -112,20 +154,43 @@ class RMSprop(KernelOptimizer):
     ``grad_avg`` (centered).
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
-                 capturable: bool = False, foreach: Any = None, maximize: bool = False,
-                 differentiable: bool = False):
-        defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
-                        weight_decay=weight_decay, capturable=capturable, foreach=foreach, maximize=maximize,
-                        differentiable=differentiable)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: Any = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            alpha=alpha,
+            eps=eps,
+            centered=centered,
+            weight_decay=weight_decay,
+            capturable=capturable,
+            foreach=foreach,
+            maximize=maximize,
+            differentiable=differentiable,
+        )
         self._check_hyper(defaults)
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
         _check_lr(group["lr"])
-        for name, label in (("eps", "epsilon"), ("momentum", "momentum"), ("weight_decay", "weight_decay"),
-                            ("alpha", "alpha")):
+        for name, label in (
+            ("eps", "epsilon"),
+            ("momentum", "momentum"),
+            ("weight_decay", "weight_decay"),
+            ("alpha", "alpha"),
+        ):
             if not 0.0 <= group[name]:
                 raise ValueError(f"Invalid {label} value: {group[name]}")
 
@@ -138,7 +203,7 @@ class RMSprop(KernelOptimizer):
         return rms_prop_kernel(bool(group["centered"]), group["momentum"] > 0), names
 
     def _prestep(self, group: dict) -> Any:
-        return None        # maximize and weight decay are in the element function (torch's rounding)
+        return None  # maximize and weight decay are in the element function (torch's rounding)
 
     def _state_names(self, group: dict) -> tuple:
         names: tuple[str, ...] = ("square_avg",)
@@ -149,5 +214,13 @@ class RMSprop(KernelOptimizer):
         return names
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return rms_prop_scalars(dtype, host_lr(group["lr"]), group["alpha"], group["eps"], group["weight_decay"],
-                                group["momentum"], group["maximize"], float32_sqrt())
+        return rms_prop_scalars(
+            dtype,
+            host_lr(group["lr"]),
+            group["alpha"],
+            group["eps"],
+            group["weight_decay"],
+            group["momentum"],
+            group["maximize"],
+            float32_sqrt(),
+        )

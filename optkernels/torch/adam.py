@@ -2,14 +2,22 @@
 torch's single-tensor steps (``foreach=False``) with torch's CPU rounding: ``maximize``, the coupled
 ``weight_decay`` and AdamW's decoupled decay ``w ← w·(1 − lr·wd)`` are part of the one pass over each
 tensor, the host scalars (bias corrections, step size) are computed as torch computes them."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..kernels.torch_rules import _torch_adam, _torch_adam_amsgrad, _torch_adamax, adam_scalars, adamax_scalars
+from ..kernels.torch_rules import (
+    _torch_adam,
+    _torch_adam_amsgrad,
+    _torch_adamax,
+    adam_scalars,
+    adamax_scalars,
+)
 from ._base import KernelOptimizer
 from ._sqrt import float32_sqrt
 
@@ -43,8 +51,10 @@ def host_lr(lr: Any) -> Any:
 def _unsupported(**flags: Any) -> None:
     for name, value in flags.items():
         if value:
-            raise ValueError(f"optkernels.torch does not implement torch's {name}=True (its kernels run "
-                             "on the CPU and CUDA as they are); leave it at its default")
+            raise ValueError(
+                f"optkernels.torch does not implement torch's {name}=True (its kernels run "
+                "on the CPU and CUDA as they are); leave it at its default"
+            )
 
 
 class Adam(KernelOptimizer):
@@ -76,15 +86,36 @@ class Adam(KernelOptimizer):
         RuntimeError (at ``step``): a sparse gradient ("Adam does not support sparse gradients").
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, amsgrad: bool = False, *, foreach: Any = None,
-                 maximize: bool = False, capturable: bool = False, differentiable: bool = False,
-                 fused: Any = None, decoupled_weight_decay: bool = False):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        foreach: Any = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: Any = None,
+        decoupled_weight_decay: bool = False,
+    ):
         _check_adam_hyper(lr, eps, betas, weight_decay)
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                        maximize=maximize, foreach=foreach, capturable=capturable,
-                        differentiable=differentiable, fused=fused,
-                        decoupled_weight_decay=decoupled_weight_decay)
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+            decoupled_weight_decay=decoupled_weight_decay,
+        )
         super().__init__(params, defaults)
 
     def __setstate__(self, state: dict) -> None:
@@ -103,26 +134,57 @@ class Adam(KernelOptimizer):
         return _torch_adam, ("exp_avg", "exp_avg_sq")
 
     def _prestep(self, group: dict) -> Any:
-        return None        # maximize and both decays are in the element function (torch's rounding)
+        return None  # maximize and both decays are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        return adam_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
-                            group["weight_decay"], bool(group.get("decoupled_weight_decay")),
-                            group["maximize"], float32_sqrt())
+        return adam_scalars(
+            dtype,
+            step,
+            host_lr(group["lr"]),
+            float(beta1),
+            float(beta2),
+            group["eps"],
+            group["weight_decay"],
+            bool(group.get("decoupled_weight_decay")),
+            group["maximize"],
+            float32_sqrt(),
+        )
 
 
 class AdamW(Adam):
     r"""torch.optim.AdamW: ``w ← w·(1 − lr·wd)``, then Adam without L2 (defaults as torch: weight_decay
     1e-2). Arguments as :class:`Adam`."""
 
-    def __init__(self, params: Iterable, lr: Any = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 foreach: Any = None, capturable: bool = False, differentiable: bool = False,
-                 fused: Any = None):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
-                         capturable=capturable, differentiable=differentiable, fused=fused,
-                         decoupled_weight_decay=True)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: Any = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: Any = None,
+    ):
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            foreach=foreach,
+            maximize=maximize,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+            decoupled_weight_decay=True,
+        )
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -141,12 +203,30 @@ class Adamax(KernelOptimizer):
     differentiable, capturable). State: ``step``, ``exp_avg``, ``exp_inf``.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 2e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, foreach: Any = None, *, maximize: bool = False,
-                 differentiable: bool = False, capturable: bool = False):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 2e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        foreach: Any = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        capturable: bool = False,
+    ):
         _check_adam_hyper(lr, eps, betas, weight_decay)
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach,
-                        maximize=maximize, differentiable=differentiable, capturable=capturable)
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            foreach=foreach,
+            maximize=maximize,
+            differentiable=differentiable,
+            capturable=capturable,
+        )
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -156,9 +236,17 @@ class Adamax(KernelOptimizer):
         return _torch_adamax, ("exp_avg", "exp_inf")
 
     def _prestep(self, group: dict) -> Any:
-        return None        # maximize and weight decay are in the element function (torch's rounding)
+        return None  # maximize and weight decay are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        return adamax_scalars(dtype, step, host_lr(group["lr"]), float(beta1), float(beta2), group["eps"],
-                              group["weight_decay"], group["maximize"])
+        return adamax_scalars(
+            dtype,
+            step,
+            host_lr(group["lr"]),
+            float(beta1),
+            float(beta2),
+            group["eps"],
+            group["weight_decay"],
+            group["maximize"],
+        )

@@ -1,8 +1,10 @@
 """``AdEMAMix``: bitsandbytes' ``AdEMAMix`` (same arguments and defaults; 32-bit state) over optkernels'
 AdEMAMix kernel (MODERN §10)."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,15 +60,35 @@ class AdEMAMix(KernelOptimizer):
         ValueError: bitsandbytes' messages for out-of-range hyper-parameters; ``optim_bits != 32``.
     """
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple = (0.9, 0.999, 0.9999),
-                 alpha: float = 5.0, t_alpha: Optional[int] = None, t_beta3: Optional[int] = None,
-                 eps: float = 1e-8, weight_decay: float = 1e-2, optim_bits: int = 32, min_8bit_size: int = 4096,
-                 is_paged: bool = False, *, decay_after_update: bool = False):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999, 0.9999),
+        alpha: float = 5.0,
+        t_alpha: int | None = None,
+        t_beta3: int | None = None,
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        optim_bits: int = 32,
+        min_8bit_size: int = 4096,
+        is_paged: bool = False,
+        *,
+        decay_after_update: bool = False,
+    ):
         _check(lr, betas, eps, weight_decay)
         if optim_bits != 32:
             raise ValueError(f"optkernels' AdEMAMix keeps 32-bit state only, got optim_bits={optim_bits}")
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, alpha=alpha, t_alpha=t_alpha,
-                        t_beta3=t_beta3, decay_after_update=decay_after_update)
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            alpha=alpha,
+            t_alpha=t_alpha,
+            t_beta3=t_beta3,
+            decay_after_update=decay_after_update,
+        )
         super().__init__(params, defaults)
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -74,14 +96,14 @@ class AdEMAMix(KernelOptimizer):
         ``state2`` = nu, an int ``step``) is converted to this class's names and the parameters' dtype."""
         super().load_state_dict(state_dict)
         for p, state in self.state.items():
-            state.update(state.pop(_BNB_WRAPPED, {}))      # bitsandbytes nests its tensors in a dict
+            state.update(state.pop(_BNB_WRAPPED, {}))  # bitsandbytes nests its tensors in a dict
             if "state1" in state:
                 m1_m2, nu = state.pop("state1"), state.pop("state2")
                 state["m1"], state["m2"] = (m.to(p.dtype, copy=True).contiguous() for m in m1_m2)
                 state["nu"] = nu.to(p.dtype, copy=True).contiguous()
                 state["step"] = torch.tensor(float(state.get("step", 0)), dtype=torch.float32)
                 for key in [k for k in state if k not in ("m1", "m2", "nu", "step")]:
-                    del state[key]          # bitsandbytes' 8-bit maps and norms have no counterpart here
+                    del state[key]  # bitsandbytes' 8-bit maps and norms have no counterpart here
 
     def _check_hyper(self, group: dict) -> None:
         _check(group["lr"], group["betas"], group["eps"], group["weight_decay"])
@@ -94,6 +116,18 @@ class AdEMAMix(KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2, beta3 = group["betas"]
-        alpha, beta3 = ademamix_schedule(step, group["alpha"], beta1, beta3, group["t_alpha"], group["t_beta3"])
-        return ademamix_scalars(dtype, float(group["lr"]), beta1, beta2, beta3, alpha, group["eps"],
-                                group["weight_decay"], step, group.get("decay_after_update", False))
+        alpha, beta3 = ademamix_schedule(
+            step, group["alpha"], beta1, beta3, group["t_alpha"], group["t_beta3"]
+        )
+        return ademamix_scalars(
+            dtype,
+            float(group["lr"]),
+            beta1,
+            beta2,
+            beta3,
+            alpha,
+            group["eps"],
+            group["weight_decay"],
+            step,
+            group.get("decay_after_update", False),
+        )

@@ -1,9 +1,11 @@
 """``ADOPT``: ``adopt.ADOPT`` (torch-adopt 0.1.0; same arguments, defaults, checks and state) over
 optkernels' ADOPT kernel (MODERN §9)."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,19 +46,39 @@ class ADOPT(KernelOptimizer):
         RuntimeError: ``fused=True`` (torch-adopt: "`fused` is not currently supported").
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1e-3, betas: tuple = (0.9, 0.9999), eps: float = 1e-6,
-                 clip_lambda: Optional[Callable[[float], float]] = lambda step: step ** 0.25,
-                 weight_decay: float = 0.0, decouple: bool = False, *, foreach: Optional[bool] = None,
-                 maximize: bool = False, capturable: bool = False, differentiable: bool = False,
-                 fused: Optional[bool] = None):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-3,
+        betas: tuple = (0.9, 0.9999),
+        eps: float = 1e-6,
+        clip_lambda: Callable[[float], float] | None = lambda step: step**0.25,
+        weight_decay: float = 0.0,
+        decouple: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ):
         if isinstance(lr, torch.Tensor) and foreach and not capturable:
             raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
         _check_adam_hyper(lr, eps, betas, weight_decay)
         _unsupported(capturable=capturable, differentiable=differentiable)
         self.clip_lambda = clip_lambda
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, decouple=decouple,
-                        maximize=maximize, foreach=foreach, capturable=capturable,
-                        differentiable=differentiable, fused=fused)
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            decouple=decouple,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+        )
         super().__init__(params, defaults)
         if fused:
             raise RuntimeError("`fused` is not currently supported")
@@ -76,5 +98,15 @@ class ADOPT(KernelOptimizer):
         k = step - 1
         clip = math.inf if self.clip_lambda is None or k == 0 else float(self.clip_lambda(float(k)))
         beta1, beta2 = group["betas"]
-        return adopt_scalars(dtype, float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], k,
-                             clip, group["decouple"], coupled=False)
+        return adopt_scalars(
+            dtype,
+            float(group["lr"]),
+            beta1,
+            beta2,
+            group["eps"],
+            group["weight_decay"],
+            k,
+            clip,
+            group["decouple"],
+            coupled=False,
+        )

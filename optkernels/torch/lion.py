@@ -1,8 +1,10 @@
 """``Lion``: lucidrains' ``lion_pytorch.Lion`` (same arguments, defaults and state) over optkernels' Lion
 kernel (MODERN §8)."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +40,15 @@ class Lion(KernelOptimizer):
 
     counts_steps = False
 
-    def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple = (0.9, 0.99), weight_decay: float = 0.0,
-                 use_triton: bool = False, decoupled_weight_decay: bool = False):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-4,
+        betas: tuple = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        use_triton: bool = False,
+        decoupled_weight_decay: bool = False,
+    ):
         assert lr > 0.0
         assert all(0.0 <= beta <= 1.0 for beta in betas)
         self._init_lr = lr
@@ -53,7 +62,7 @@ class Lion(KernelOptimizer):
         return None
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
-        if plan.private_steps is None:     # no step counter: every parameter launches at step 1
+        if plan.private_steps is None:  # no step counter: every parameter launches at step 1
             plan.private_steps = np.ones(len(plan.params), np.int64)
         return plan.private_steps
 

@@ -6,19 +6,21 @@
 CUDA semantics, on CPU and CUDA tensors (the tensors' own memory, no copy); float16/bfloat16 CPU parameters
 are computed in float32 and rounded once.
 """
+
 from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from itertools import chain
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..optimizers import lowbit as _lowbit
 from . import _views
-from ._base import KernelOptimizer, _Work, _contiguous
+from ._base import KernelOptimizer, _contiguous, _Work
 
 __all__ = ["Adam8bit", "AdamW8bit", "Lion8bit", "AdEMAMix8bit", "SGD8bit", "RMSprop8bit", "Adagrad8bit"]
 
@@ -60,13 +62,21 @@ class Optimizer8bit(KernelOptimizer):
         for p, g in zip(params, grads):
             state = self.state[p]
             if "state1" not in state:
-                state.update(_lowbit.new_state(
-                    self.algo, tuple(p.shape), p.numel() >= self.min_8bit_size,
-                    _zeros_on(p.device), functools.partial(self._table, device=p.device)))
+                state.update(
+                    _lowbit.new_state(
+                        self.algo,
+                        tuple(p.shape),
+                        p.numel() >= self.min_8bit_size,
+                        _zeros_on(p.device),
+                        functools.partial(self._table, device=p.device),
+                    )
+                )
             kind = _views.device_kind(p)
             views = {k: _views.view(v, kind) for k, v in state.items() if isinstance(v, torch.Tensor)}
             views["step"] = int(state["step"])
-            _lowbit.blockwise_step(self.algo, views, _views.view(p, kind), _views.view(_contiguous(g), kind), group)
+            _lowbit.blockwise_step(
+                self.algo, views, _views.view(p, kind), _views.view(_contiguous(g), kind), group
+            )
             state["step"] = views["step"]
 
     def state_dict(self) -> dict:

@@ -11,10 +11,12 @@ duplicates themselves); a parameter without a gradient gets a zero gradient, as 
 give it. The learning rate is MindSpore's ``learning_rate`` (a number, a list per step, or an optkernels
 schedule such as :class:`~optkernels.optimizers.WarmUpLR`), not torch's ``group['lr']``.
 """
+
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -37,13 +39,16 @@ def _named(params: Any) -> tuple[list, Any]:
         for k, entry in enumerate(entries, start):
             name, t = entry if isinstance(entry, tuple) else (f"param{k}", entry)
             if not isinstance(t, torch.Tensor):
-                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is "
-                                f"{torch.typename(t)}")
+                raise TypeError(
+                    f"optimizer can only optimize Tensors, but one of the params is {torch.typename(t)}"
+                )
             if not t.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
             if t.dtype not in _views.STORAGE_DTYPES:
-                raise TypeError(f"parameter {name!r} has dtype {t.dtype}; optkernels updates float32, "
-                                "float64, float16 and bfloat16 tensors")
+                raise TypeError(
+                    f"parameter {name!r} has dtype {t.dtype}; optkernels updates float32, "
+                    "float64, float16 and bfloat16 tensors"
+                )
             tensors.append(t)
             out.append(_numpy.Parameter(_views.view(t, _views.device_kind(t)), name))
         return out
@@ -84,8 +89,9 @@ class _MindSporeOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict) -> None:
         """Only at construction: MindSpore's optimizers take their parameters once."""
         if getattr(self, "_complete", False):
-            raise NotImplementedError(f"{type(self).__name__} takes its parameters (and MindSpore groups) at "
-                                      "construction")
+            raise NotImplementedError(
+                f"{type(self).__name__} takes its parameters (and MindSpore groups) at construction"
+            )
         super().add_param_group(param_group)
 
     def _gradient(self, p: torch.Tensor, k: int) -> Any:
@@ -102,12 +108,14 @@ class _MindSporeOptimizer(torch.optim.Optimizer):
             indices, values = row_sparse(g, kind)
             return RowSparse(indices, values, tuple(p.shape))
         if g.dtype != p.dtype or g.shape != p.shape or g.device != p.device or not g.is_contiguous():
-            raise ValueError(f"{type(self).__name__}: a gradient ({g.dtype}, {tuple(g.shape)}, {g.device}) "
-                             f"does not match its parameter ({p.dtype}, {tuple(p.shape)}, {p.device})")
+            raise ValueError(
+                f"{type(self).__name__}: a gradient ({g.dtype}, {tuple(g.shape)}, {g.device}) "
+                f"does not match its parameter ({p.dtype}, {tuple(p.shape)}, {p.device})"
+            )
         return _views.view(g, kind)
 
     @torch.no_grad()
-    def step(self, closure: Optional[Any] = None) -> Any:
+    def step(self, closure: Any | None = None) -> Any:
         """One MindSpore step of every parameter (a zero gradient for those without one); returns the
         closure's loss. Every check runs before any tensor is written."""
         loss = None
@@ -128,12 +136,17 @@ class _MindSporeOptimizer(torch.optim.Optimizer):
 
 
 def _adapter(numpy_class: Any) -> type:
-    doc = (f"MindSpore's ``{numpy_class.__name__}`` over torch parameters: "
-           f":class:`optkernels.optimizers.{numpy_class.__name__}`'s arguments after ``params`` (tensors, "
-           "``named_parameters()`` pairs or MindSpore group dicts), the same bits.\n\n"
-           + inspect.cleandoc(numpy_class.__doc__ or ""))
-    return type(numpy_class.__name__, (_MindSporeOptimizer,), {"_numpy_class": numpy_class, "__doc__": doc,
-                                                                "__module__": __name__})
+    doc = (
+        f"MindSpore's ``{numpy_class.__name__}`` over torch parameters: "
+        f":class:`optkernels.optimizers.{numpy_class.__name__}`'s arguments after ``params`` (tensors, "
+        "``named_parameters()`` pairs or MindSpore group dicts), the same bits.\n\n"
+        + inspect.cleandoc(numpy_class.__doc__ or "")
+    )
+    return type(
+        numpy_class.__name__,
+        (_MindSporeOptimizer,),
+        {"_numpy_class": numpy_class, "__doc__": doc, "__module__": __name__},
+    )
 
 
 LazyAdam = _adapter(_numpy.LazyAdam)
@@ -152,8 +165,10 @@ class LARS(_MindSporeOptimizer):
 
     def __init__(self, optimizer: _MindSporeOptimizer, *args: Any, **kwargs: Any):
         if not isinstance(optimizer, _MindSporeOptimizer):
-            raise TypeError(f"For 'LARS', 'optimizer' must be one of optkernels.torch's MindSpore-named "
-                            f"optimizers, got {type(optimizer).__name__}")
+            raise TypeError(
+                f"For 'LARS', 'optimizer' must be one of optkernels.torch's MindSpore-named "
+                f"optimizers, got {type(optimizer).__name__}"
+            )
         self._inner = _numpy.LARS(optimizer.inner, *args, **kwargs)
         self._zeros = {}
         self._wrapped = optimizer

@@ -4,10 +4,12 @@ Muon's element-wise parts (the momentum EMA and Nesterov blend; the decoupled de
 :mod:`optkernels.kernels.torch_family`; Newton–Schulz runs as torch runs it, the same bfloat16 matmul calls in
 the same order (:func:`newton_schulz`), so the results are torch's bits.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -21,8 +23,12 @@ from .torch_family import check_lr
 __all__ = ["Muon", "MuonWithAdamW", "default_muon_split", "newton_schulz"]
 
 
-def newton_schulz(update: torch.Tensor, ns_coefficients: tuple = (3.4445, -4.7750, 2.0315), ns_steps: int = 5,
-                  eps: float = 1e-7) -> torch.Tensor:
+def newton_schulz(
+    update: torch.Tensor,
+    ns_coefficients: tuple = (3.4445, -4.7750, 2.0315),
+    ns_steps: int = 5,
+    eps: float = 1e-7,
+) -> torch.Tensor:
     r"""torch Muon's Newton–Schulz orthogonalisation in bfloat16 (MODERN.md §1.2), torch's calls in torch's
     order::
 
@@ -68,7 +74,7 @@ def newton_schulz(update: torch.Tensor, ns_coefficients: tuple = (3.4445, -4.775
     return x.T if tall else x
 
 
-def adjusted_lr(lr: float, adjust_lr_fn: Optional[str], shape: tuple) -> float:
+def adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: tuple) -> float:
     """Muon's learning rate for a (rows, cols) matrix: ``lr·√max(1, rows/cols)`` (None, "original") or
     ``lr·0.2·√max(rows, cols)`` ("match_rms_adamw")."""
     rows, cols = shape[:2]
@@ -110,20 +116,38 @@ class Muon(KernelOptimizer):
     State: ``momentum_buffer``. Errors as torch's (a parameter that is not 2-D: ValueError at construction).
     """
 
-    counts_steps = False        # torch's Muon keeps no 'step'
+    counts_steps = False  # torch's Muon keeps no 'step'
 
-    def __init__(self, params: Iterable, lr: Any = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
-                 nesterov: bool = True, ns_coefficients: tuple = (3.4445, -4.7750, 2.0315), eps: float = 1e-7,
-                 ns_steps: int = 5, adjust_lr_fn: Optional[str] = None):
-        defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
-                        ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-3,
+        weight_decay: float = 0.1,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_coefficients: tuple = (3.4445, -4.7750, 2.0315),
+        eps: float = 1e-7,
+        ns_steps: int = 5,
+        adjust_lr_fn: str | None = None,
+    ):
+        defaults = dict(
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_coefficients=ns_coefficients,
+            eps=eps,
+            ns_steps=ns_steps,
+            adjust_lr_fn=adjust_lr_fn,
+        )
         self._check_hyper(defaults)
         super().__init__(params, defaults)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.ndim != 2:
-                    raise ValueError("Muon only supports 2D parameters whereas we found a parameter with size: "
-                                     f"{p.size()}")
+                    raise ValueError(
+                        f"Muon only supports 2D parameters whereas we found a parameter with size: {p.size()}"
+                    )
 
     def _check_hyper(self, group: dict) -> None:
         check_lr(group["lr"], "Learning rate should be >= 0 but is: {}")
@@ -146,8 +170,10 @@ class Muon(KernelOptimizer):
         anything is written (torch's Muon would fail mid-step: no fallback to it)."""
         buf = self.state.get(p, {}).get("momentum_buffer")
         if buf is not None and (buf.shape != p.shape or buf.dtype != p.dtype or not buf.is_contiguous()):
-            raise ValueError(f"Muon: state 'momentum_buffer' must be a contiguous {p.dtype} tensor of shape "
-                             f"{tuple(p.shape)}, got {buf.dtype} {tuple(buf.shape)}")
+            raise ValueError(
+                f"Muon: state 'momentum_buffer' must be a contiguous {p.dtype} tensor of shape "
+                f"{tuple(p.shape)}, got {buf.dtype} {tuple(buf.shape)}"
+            )
         return True
 
     def _dense_step(self, work: _Work) -> None:
@@ -165,16 +191,30 @@ class Muon(KernelOptimizer):
             dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
             update = self._pre_buffer(p)
             buf, u, g = (_views.view(t, kind, flat=True) for t in (state["momentum_buffer"], update, grad))
-            K.launch_small(K._muon_momentum, kind, p.numel(), buf, u, g,
-                                    *K.muon_momentum_scalars(dtype, momentum, group["nesterov"]))
+            K.launch_small(
+                K._muon_momentum,
+                kind,
+                p.numel(),
+                buf,
+                u,
+                g,
+                *K.muon_momentum_scalars(dtype, momentum, group["nesterov"]),
+            )
             ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
-            update.copy_(ortho)                   # bfloat16 -> the parameter's dtype: exact
+            update.copy_(ortho)  # bfloat16 -> the parameter's dtype: exact
             step = -adjusted_lr(lr, group["adjust_lr_fn"], p.shape)
-            K.launch_small(K._decayed_step, kind, p.numel(), _views.view(p, kind, flat=True), u, dtype.type(decay),
-                                   dtype.type(step))
+            K.launch_small(
+                K._decayed_step,
+                kind,
+                p.numel(),
+                _views.view(p, kind, flat=True),
+                u,
+                dtype.type(decay),
+                dtype.type(step),
+            )
 
 
-def default_muon_split(name: str, p: torch.Tensor, module: Optional[torch.nn.Module] = None) -> bool:
+def default_muon_split(name: str, p: torch.Tensor, module: torch.nn.Module | None = None) -> bool:
     """The usual split (Keller Jordan's Muon README, torch's Muon docstring): Muon for the 2-D hidden
     matrices; AdamW for everything else — parameters that are not 2-D (biases, norms' gains, 4-D
     convolutions), embeddings (a parameter of an ``nn.Embedding``/``nn.EmbeddingBag``, or named like one)
@@ -227,20 +267,38 @@ class MuonWithAdamW(torch.optim.Optimizer):
         messages, from Muon and AdamW).
     """
 
-    def __init__(self, model: Any, lr: float = 0.02, weight_decay: float = 0.01, momentum: float = 0.95,
-                 nesterov: bool = True, ns_steps: int = 5, adjust_lr_fn: Optional[str] = None,
-                 adamw_lr: float = 3e-4, adamw_betas: tuple = (0.9, 0.95), adamw_eps: float = 1e-8,
-                 adamw_weight_decay: float = 0.01, split: Optional[Callable[..., bool]] = None):
+    def __init__(
+        self,
+        model: Any,
+        lr: float = 0.02,
+        weight_decay: float = 0.01,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        adjust_lr_fn: str | None = None,
+        adamw_lr: float = 3e-4,
+        adamw_betas: tuple = (0.9, 0.95),
+        adamw_eps: float = 1e-8,
+        adamw_weight_decay: float = 0.01,
+        split: Callable[..., bool] | None = None,
+    ):
         rule = split or default_muon_split
         muon: list[torch.Tensor] = []
         other: list[torch.Tensor] = []
         for name, p, module in _named(model):
             if p.requires_grad:
                 (muon if rule(name, p, module) else other).append(p)
-        self._muon_kw: dict[str, Any] = dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
-                                             nesterov=nesterov, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
-        self._adamw_kw: dict[str, Any] = dict(lr=adamw_lr, betas=adamw_betas, eps=adamw_eps,
-                                              weight_decay=adamw_weight_decay)
+        self._muon_kw: dict[str, Any] = dict(
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_steps=ns_steps,
+            adjust_lr_fn=adjust_lr_fn,
+        )
+        self._adamw_kw: dict[str, Any] = dict(
+            lr=adamw_lr, betas=adamw_betas, eps=adamw_eps, weight_decay=adamw_weight_decay
+        )
         groups = []
         if muon:
             groups.append(dict(params=muon, use_muon=True))
@@ -254,8 +312,11 @@ class MuonWithAdamW(torch.optim.Optimizer):
         """A group with ``use_muon`` (True: Muon's defaults, False: AdamW's) and any of their keys."""
         if "use_muon" not in param_group:
             raise ValueError("MuonWithAdamW: a parameter group needs 'use_muon' (True or False)")
-        checker = (Muon(param_group["params"], **self._muon_kw) if param_group["use_muon"]
-                   else AdamW(param_group["params"], **self._adamw_kw))
+        checker = (
+            Muon(param_group["params"], **self._muon_kw)
+            if param_group["use_muon"]
+            else AdamW(param_group["params"], **self._adamw_kw)
+        )
         for key, value in checker.defaults.items():
             param_group.setdefault(key, value)
         super().add_param_group(param_group)
@@ -280,7 +341,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
         self._link()
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One step of Muon's and AdamW's groups; returns ``closure()``'s loss (or None)."""
         loss = None
         if closure is not None:
@@ -294,19 +355,22 @@ class MuonWithAdamW(torch.optim.Optimizer):
 def _named(model: Any) -> list:
     """``(name, parameter, owning module or None)`` of a module or of ``(name, tensor)`` pairs."""
     if isinstance(model, torch.nn.Module):
-        items = [(f"{prefix}.{name}" if prefix else name, p, module)
-                 for prefix, module in model.named_modules()
-                 for name, p in module.named_parameters(recurse=False)]
+        items = [
+            (f"{prefix}.{name}" if prefix else name, p, module)
+            for prefix, module in model.named_modules()
+            for name, p in module.named_parameters(recurse=False)
+        ]
     else:
         items = []
         for item in model:
             if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.Tensor)):
-                raise TypeError("MuonWithAdamW takes a Module or (name, tensor) pairs "
-                                "(model.named_parameters())")
+                raise TypeError(
+                    "MuonWithAdamW takes a Module or (name, tensor) pairs (model.named_parameters())"
+                )
             items.append((item[0], item[1], None))
     seen: set = set()
     unique = []
-    for item in items:                  # tied weights once
+    for item in items:  # tied weights once
         if id(item[1]) not in seen:
             seen.add(id(item[1]))
             unique.append(item)

@@ -1,17 +1,24 @@
 """``AdamWScheduleFree`` and ``SGDScheduleFree``: facebookresearch's ``schedulefree`` classes (same
 arguments, defaults, group entries, state and ``train()``/``eval()``) over optkernels' Schedule-Free kernels
 (MODERN §11)."""
+
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..kernels._torch_lerp import lerp_scalars
-from ..kernels.schedule_free import (_lerp_towards, _schedule_free_adamw, _schedule_free_sgd,
-                                     schedule_free_adamw_scalars, schedule_free_sgd_scalars,
-                                     schedule_free_weight)
+from ..kernels.schedule_free import (
+    _lerp_towards,
+    _schedule_free_adamw,
+    _schedule_free_sgd,
+    schedule_free_adamw_scalars,
+    schedule_free_sgd_scalars,
+    schedule_free_weight,
+)
 from ..optimizers.schedule_free import NOT_IN_TRAIN_MODE
 from . import _views
 from ._base import KernelOptimizer, _Plan
@@ -27,7 +34,7 @@ class _ScheduleFree(KernelOptimizer):
 
     counts_steps = False
     _beta_of: Callable[[dict], float]
-    _kernel_scalars: Callable[[dict, np.dtype, float, float, int], tuple]   # (group, dtype, lr_t, c, k + 1)
+    _kernel_scalars: Callable[[dict, np.dtype, float, float, int], tuple]  # (group, dtype, lr_t, c, k + 1)
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         if name == "z":
@@ -38,11 +45,11 @@ class _ScheduleFree(KernelOptimizer):
         return None
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
-        if plan.private_steps is None:     # no step counter: every parameter launches at step 1
+        if plan.private_steps is None:  # no step counter: every parameter launches at step 1
             plan.private_steps = np.ones(len(plan.params), np.int64)
         return plan.private_steps
 
-    def _step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.param_groups[0]["train_mode"]:
             raise Exception(NOT_IN_TRAIN_MODE)
         saved = [{key: group[key] for key in _HOST} for group in self.param_groups]
@@ -50,14 +57,20 @@ class _ScheduleFree(KernelOptimizer):
         for group in self.param_groups:
             k = group["k"]
             lr_t, lr_max, weight_sum, c = schedule_free_weight(
-                k, group["lr"], group["warmup_steps"], group["r"], group["weight_lr_power"], group["lr_max"],
-                group["weight_sum"])
+                k,
+                group["lr"],
+                group["warmup_steps"],
+                group["r"],
+                group["weight_lr_power"],
+                group["lr_max"],
+                group["weight_sum"],
+            )
             group.update(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k + 1)
             self._weights[id(group)] = (lr_t, c, k + 1)
         try:
             return super()._step(closure)
         except BaseException:
-            for group, values in zip(self.param_groups, saved):   # a failed step changes nothing
+            for group, values in zip(self.param_groups, saved):  # a failed step changes nothing
                 group.update(values)
             raise
 
@@ -89,8 +102,13 @@ class _ScheduleFree(KernelOptimizer):
                 continue
             kind = _views.device_kind(p)
             dtype = _views.FLOAT_DTYPES.get(p.dtype, np.dtype(np.float32))
-            _lerp_towards.launch(kind, p.numel(), _views.view(p, kind, flat=True),
-                                 _views.view(z.to(p.device), kind, flat=True), *lerp_scalars(dtype, weight))
+            _lerp_towards.launch(
+                kind,
+                p.numel(),
+                _views.view(p, kind, flat=True),
+                _views.view(z.to(p.device), kind, flat=True),
+                *lerp_scalars(dtype, weight),
+            )
 
 
 class AdamWScheduleFree(_ScheduleFree):
@@ -117,12 +135,33 @@ class AdamWScheduleFree(_ScheduleFree):
         Exception: a step outside train mode (the package's message).
     """
 
-    def __init__(self, params: Iterable, lr: Any = 0.0025, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, warmup_steps: int = 0, r: float = 0.0, weight_lr_power: float = 2.0,
-                 foreach: Optional[bool] = _FOREACH):
-        defaults = dict(lr=lr, betas=betas, eps=eps, r=r, k=0, warmup_steps=warmup_steps, train_mode=False,
-                        weight_sum=0.0, lr_max=-1.0, scheduled_lr=0.0, weight_lr_power=weight_lr_power,
-                        weight_decay=weight_decay, foreach=foreach)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 0.0025,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        warmup_steps: int = 0,
+        r: float = 0.0,
+        weight_lr_power: float = 2.0,
+        foreach: bool | None = _FOREACH,
+    ):
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            r=r,
+            k=0,
+            warmup_steps=warmup_steps,
+            train_mode=False,
+            weight_sum=0.0,
+            lr_max=-1.0,
+            scheduled_lr=0.0,
+            weight_lr_power=weight_lr_power,
+            weight_decay=weight_decay,
+            foreach=foreach,
+        )
         super().__init__(params, defaults)
 
     @staticmethod
@@ -134,8 +173,9 @@ class AdamWScheduleFree(_ScheduleFree):
 
     def _kernel_scalars(self, group: dict, dtype: np.dtype, lr_t: float, c: float, step: int) -> tuple:
         beta1, beta2 = group["betas"]
-        return schedule_free_adamw_scalars(dtype, lr_t, beta1, beta2, group["eps"], group["weight_decay"], c,
-                                           step)
+        return schedule_free_adamw_scalars(
+            dtype, lr_t, beta1, beta2, group["eps"], group["weight_decay"], c, step
+        )
 
 
 class SGDScheduleFree(_ScheduleFree):
@@ -156,18 +196,37 @@ class SGDScheduleFree(_ScheduleFree):
         Exception: a step outside train mode.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1.0, momentum: float = 0.9, weight_decay: float = 0,
-                 warmup_steps: int = 0, r: float = 0.0, weight_lr_power: float = 2,
-                 foreach: Optional[bool] = _FOREACH):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1.0,
+        momentum: float = 0.9,
+        weight_decay: float = 0,
+        warmup_steps: int = 0,
+        r: float = 0.0,
+        weight_lr_power: float = 2,
+        foreach: bool | None = _FOREACH,
+    ):
         if lr < 0.0:
-            raise ValueError("Invalid learning rate: {}".format(lr))
+            raise ValueError(f"Invalid learning rate: {lr}")
         if weight_decay < 0.0:
-            raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if momentum <= 0 or momentum >= 1:
-            raise ValueError("Momentum must be between 0 and 1 exclusive: {}".format(momentum))
-        defaults = dict(lr=lr, momentum=momentum, r=r, k=0, warmup_steps=warmup_steps, train_mode=False,
-                        weight_sum=0.0, lr_max=-1.0, scheduled_lr=0.0, weight_lr_power=weight_lr_power,
-                        weight_decay=weight_decay, foreach=foreach)
+            raise ValueError(f"Momentum must be between 0 and 1 exclusive: {momentum}")
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            r=r,
+            k=0,
+            warmup_steps=warmup_steps,
+            train_mode=False,
+            weight_sum=0.0,
+            lr_max=-1.0,
+            scheduled_lr=0.0,
+            weight_lr_power=weight_lr_power,
+            weight_decay=weight_decay,
+            foreach=foreach,
+        )
         super().__init__(params, defaults)
 
     @staticmethod

@@ -1,9 +1,11 @@
 """optkernels' learning-rate schedules (:mod:`optkernels.optimizers.schedules`: ``WarmUpLR``,
 ``CosineDecayLR``, ...) as torch LR schedulers, for any ``torch.optim`` optimizer, optkernels.torch's
 drop-ins included."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -26,17 +28,26 @@ class ScheduleLR(torch.optim.lr_scheduler.LRScheduler):
         TypeError: a schedule that is not a ``LearningRateSchedule``, or a list of the wrong length.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer,
-                 schedule: LearningRateSchedule | Sequence[LearningRateSchedule], last_epoch: int = -1):
-        schedules: list[Any] = list(schedule) if isinstance(schedule, (list, tuple)) else [schedule] * len(
-            optimizer.param_groups)
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        schedule: LearningRateSchedule | Sequence[LearningRateSchedule],
+        last_epoch: int = -1,
+    ):
+        schedules: list[Any] = (
+            list(schedule)
+            if isinstance(schedule, (list, tuple))
+            else [schedule] * len(optimizer.param_groups)
+        )
         if len(schedules) != len(optimizer.param_groups):
-            raise TypeError(f"ScheduleLR: {len(schedules)} schedules for {len(optimizer.param_groups)} "
-                            "parameter groups")
+            raise TypeError(
+                f"ScheduleLR: {len(schedules)} schedules for {len(optimizer.param_groups)} parameter groups"
+            )
         for s in schedules:
             if not isinstance(s, LearningRateSchedule):
-                raise TypeError(f"ScheduleLR needs optkernels LearningRateSchedule objects, got "
-                                f"{type(s).__name__}")
+                raise TypeError(
+                    f"ScheduleLR needs optkernels LearningRateSchedule objects, got {type(s).__name__}"
+                )
         self.schedules = schedules
         super().__init__(optimizer, last_epoch)
 

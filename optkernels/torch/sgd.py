@@ -1,8 +1,10 @@
 """torch's SGD over :mod:`optkernels.kernels.torch_rules`' element functions (torch's single-tensor op order
 and CPU rounding; the buffer's first step copies the gradient, as torch's clone does)."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,15 +32,34 @@ class SGD(KernelOptimizer):
     """
 
     counts_steps = False
-    sparse_by_torch = True                  # torch's SGD takes sparse gradients: its own step runs them
-    optional_state = ("momentum_buffer",)   # torch starts a missing buffer from the gradient
+    sparse_by_torch = True  # torch's SGD takes sparse gradients: its own step runs them
+    optional_state = ("momentum_buffer",)  # torch starts a missing buffer from the gradient
 
-    def __init__(self, params: Iterable, lr: Any = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
-                 foreach: Any = None, differentiable: bool = False, fused: Any = None):
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                        nesterov=nesterov, maximize=maximize, foreach=foreach, differentiable=differentiable,
-                        fused=fused)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: Any = None,
+        differentiable: bool = False,
+        fused: Any = None,
+    ):
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            maximize=maximize,
+            foreach=foreach,
+            differentiable=differentiable,
+            fused=fused,
+        )
         self._check_hyper(defaults)
         super().__init__(params, defaults)
 
@@ -61,7 +82,7 @@ class SGD(KernelOptimizer):
         return _torch_sgd_momentum, ("momentum_buffer",)
 
     def _prestep(self, group: dict) -> Any:
-        return None        # maximize and weight decay are in the element function (torch's rounding)
+        return None  # maximize and weight decay are in the element function (torch's rounding)
 
     def _build(self, group: dict, params: list, key: tuple) -> _Plan:
         fresh = [self.state.get(p, {}).get("momentum_buffer") is None for p in params]
@@ -74,5 +95,13 @@ class SGD(KernelOptimizer):
         return plan.private_steps
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return sgd_scalars(dtype, step == 1, host_lr(group["lr"]), group["momentum"], group["dampening"],
-                           group["weight_decay"], group["nesterov"], group["maximize"])
+        return sgd_scalars(
+            dtype,
+            step == 1,
+            host_lr(group["lr"]),
+            group["momentum"],
+            group["dampening"],
+            group["weight_decay"],
+            group["nesterov"],
+            group["maximize"],
+        )

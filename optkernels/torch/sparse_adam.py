@@ -1,17 +1,19 @@
 """torch's SparseAdam over :mod:`optkernels.kernels.torch_rules`' row-sparse kernel: the gradient is coalesced
 by torch (so duplicate rows are summed as torch sums them) and only the indexed rows are updated, with
 torch's ``sparse_adam`` operations in its order and rounding, in one pass over the rows."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
 from ..kernels.torch_rules import _torch_sparse_adam, sparse_adam_scalars
 from . import _views
 from ._base import KernelOptimizer
-from ._sqrt import float32_sqrt
 from ._sparse import coalesced_rows, launch_rows
+from ._sqrt import float32_sqrt
 from .adam import host_lr
 
 __all__ = ["SparseAdam"]
@@ -33,8 +35,14 @@ class SparseAdam(KernelOptimizer):
     sparse_grads = "only"
     tensor_steps = False
 
-    def __init__(self, params: Iterable, lr: Any = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 maximize: bool = False):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        maximize: bool = False,
+    ):
         defaults = dict(lr=lr, betas=betas, eps=eps, maximize=maximize)
         self._check_hyper(defaults)
         super().__init__(params, defaults)
@@ -70,6 +78,12 @@ class SparseAdam(KernelOptimizer):
         if rows is None:
             return
         dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-        launch_rows(_torch_sparse_adam, kind, [p, state["exp_avg"], state["exp_avg_sq"]], rows,
-                    sparse_adam_scalars(dtype, step, host_lr(group["lr"]), beta1, beta2, group["eps"],
-                                        float32_sqrt()))
+        launch_rows(
+            _torch_sparse_adam,
+            kind,
+            [p, state["exp_avg"], state["exp_avg_sq"]],
+            rows,
+            sparse_adam_scalars(
+                dtype, step, host_lr(group["lr"]), beta1, beta2, group["eps"], float32_sqrt()
+            ),
+        )

@@ -6,9 +6,11 @@ float32 and float64 parameters: the element functions round as torch's CPU ops d
 multiply-adds) and the square roots are torch's own (:mod:`._torch_sqrt`). The per-parameter scalar state
 (NAdam's ``mu_product``, ASGD's ``eta`` and ``mu``) is updated with torch's own 0-d tensor operations.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,8 +50,9 @@ def refuse(**flags: Any) -> None:
     """ValueError for torch switches that optkernels does not implement (capturable, differentiable)."""
     for name, value in flags.items():
         if value:
-            raise ValueError(f"optkernels.torch does not implement torch's {name}=True; leave it at its "
-                             "default")
+            raise ValueError(
+                f"optkernels.torch does not implement torch's {name}=True; leave it at its default"
+            )
 
 
 def scalar_dtype() -> torch.dtype:
@@ -110,13 +113,33 @@ class NAdam(TorchRule):
     State: ``step``, ``mu_product`` (0-d float32), ``exp_avg``, ``exp_avg_sq``.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 2e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False,
-                 *, foreach: Any = None, maximize: bool = False, capturable: bool = False,
-                 differentiable: bool = False):
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay,
-                        decoupled_weight_decay=decoupled_weight_decay, maximize=maximize, foreach=foreach,
-                        capturable=capturable, differentiable=differentiable)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 2e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        momentum_decay: float = 4e-3,
+        decoupled_weight_decay: bool = False,
+        *,
+        foreach: Any = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum_decay=momentum_decay,
+            decoupled_weight_decay=decoupled_weight_decay,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            differentiable=differentiable,
+        )
         self._check_hyper(defaults)
         refuse(capturable=capturable, differentiable=differentiable)
         self._products: dict = {}
@@ -132,7 +155,7 @@ class NAdam(TorchRule):
         return _NADAM, ("exp_avg", "exp_avg_sq")
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
-        if name == "exp_avg":           # a first step: torch's 0-d state first, in torch's key order
+        if name == "exp_avg":  # a first step: torch's 0-d state first, in torch's key order
             self.state[p].setdefault("mu_product", torch.ones((), dtype=scalar_dtype()))
         return super()._new_state(name, p, group)
 
@@ -145,9 +168,19 @@ class NAdam(TorchRule):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        return K.nadam_scalars(dtype, float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"],
-                               group["momentum_decay"], step, self._products[step],
-                               decoupled=group["decoupled_weight_decay"], maximize=group["maximize"])
+        return K.nadam_scalars(
+            dtype,
+            float(group["lr"]),
+            beta1,
+            beta2,
+            group["eps"],
+            group["weight_decay"],
+            group["momentum_decay"],
+            step,
+            self._products[step],
+            decoupled=group["decoupled_weight_decay"],
+            maximize=group["maximize"],
+        )
 
 
 class RAdam(TorchRule):
@@ -177,12 +210,31 @@ class RAdam(TorchRule):
     State: ``step``, ``exp_avg``, ``exp_avg_sq``.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, decoupled_weight_decay: bool = False, *, foreach: Any = None,
-                 maximize: bool = False, capturable: bool = False, differentiable: bool = False):
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize,
-                        foreach=foreach, capturable=capturable, decoupled_weight_decay=decoupled_weight_decay,
-                        differentiable=differentiable)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        decoupled_weight_decay: bool = False,
+        *,
+        foreach: Any = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            decoupled_weight_decay=decoupled_weight_decay,
+            differentiable=differentiable,
+        )
         self._check_hyper(defaults)
         refuse(capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
@@ -196,8 +248,17 @@ class RAdam(TorchRule):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
-        return K.radam_scalars(dtype, float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], step,
-                               decoupled=group["decoupled_weight_decay"], maximize=group["maximize"])
+        return K.radam_scalars(
+            dtype,
+            float(group["lr"]),
+            beta1,
+            beta2,
+            group["eps"],
+            group["weight_decay"],
+            step,
+            decoupled=group["decoupled_weight_decay"],
+            maximize=group["maximize"],
+        )
 
 
 class Adadelta(TorchRule):
@@ -224,11 +285,29 @@ class Adadelta(TorchRule):
     State: ``step``, ``square_avg``, ``acc_delta``.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: float = 0, foreach: Any = None, *, capturable: bool = False,
-                 maximize: bool = False, differentiable: bool = False):
-        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
-                        capturable=capturable, foreach=foreach, differentiable=differentiable)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0,
+        foreach: Any = None,
+        *,
+        capturable: bool = False,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            rho=rho,
+            eps=eps,
+            weight_decay=weight_decay,
+            maximize=maximize,
+            capturable=capturable,
+            foreach=foreach,
+            differentiable=differentiable,
+        )
         self._check_hyper(defaults)
         refuse(capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
@@ -246,8 +325,14 @@ class Adadelta(TorchRule):
         return _ADADELTA, ("square_avg", "acc_delta")
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return K.adadelta_scalars(dtype, float(group["lr"]), group["rho"], group["eps"], group["weight_decay"],
-                                  maximize=group["maximize"])
+        return K.adadelta_scalars(
+            dtype,
+            float(group["lr"]),
+            group["rho"],
+            group["eps"],
+            group["weight_decay"],
+            maximize=group["maximize"],
+        )
 
 
 class ASGD(TorchRule):
@@ -273,11 +358,30 @@ class ASGD(TorchRule):
     State: ``step``, ``eta``, ``mu`` (0-d float32), ``ax``.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
-                 t0: float = 1e6, weight_decay: float = 0, foreach: Any = None, maximize: bool = False,
-                 differentiable: bool = False, capturable: bool = False):
-        defaults = dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay, foreach=foreach,
-                        maximize=maximize, differentiable=differentiable, capturable=capturable)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-2,
+        lambd: float = 1e-4,
+        alpha: float = 0.75,
+        t0: float = 1e6,
+        weight_decay: float = 0,
+        foreach: Any = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        capturable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            lambd=lambd,
+            alpha=alpha,
+            t0=t0,
+            weight_decay=weight_decay,
+            foreach=foreach,
+            maximize=maximize,
+            differentiable=differentiable,
+            capturable=capturable,
+        )
         self._check_hyper(defaults)
         refuse(capturable=capturable, differentiable=differentiable)
         self._etas: dict = {}
@@ -292,7 +396,7 @@ class ASGD(TorchRule):
         return K._asgd, ("ax",)
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
-        state = self.state[p]           # a first step: torch's 0-d state first, in torch's key order
+        state = self.state[p]  # a first step: torch's 0-d state first, in torch's key order
         if "eta" not in state:
             state["eta"] = torch.as_tensor(group["lr"], dtype=scalar_dtype()).clone().detach()
             state["mu"] = torch.ones((), dtype=scalar_dtype())
@@ -310,7 +414,9 @@ class ASGD(TorchRule):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         eta, mu = self._etas[step]
-        return K.asgd_scalars(dtype, eta, mu, group["lambd"], group["weight_decay"], maximize=group["maximize"])
+        return K.asgd_scalars(
+            dtype, eta, mu, group["lambd"], group["weight_decay"], maximize=group["maximize"]
+        )
 
 
 class Rprop(TorchRule):
@@ -336,11 +442,27 @@ class Rprop(TorchRule):
     State: ``step``, ``prev``, ``step_size``.
     """
 
-    def __init__(self, params: Iterable, lr: Any = 1e-2, etas: tuple = (0.5, 1.2), step_sizes: tuple = (1e-6, 50),
-                 *, capturable: bool = False, foreach: Any = None, maximize: bool = False,
-                 differentiable: bool = False):
-        defaults = dict(lr=lr, etas=etas, step_sizes=step_sizes, foreach=foreach, maximize=maximize,
-                        differentiable=differentiable, capturable=capturable)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: Any = 1e-2,
+        etas: tuple = (0.5, 1.2),
+        step_sizes: tuple = (1e-6, 50),
+        *,
+        capturable: bool = False,
+        foreach: Any = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            etas=etas,
+            step_sizes=step_sizes,
+            foreach=foreach,
+            maximize=maximize,
+            differentiable=differentiable,
+            capturable=capturable,
+        )
         self._check_hyper(defaults)
         refuse(capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
@@ -357,9 +479,12 @@ class Rprop(TorchRule):
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         if name == "step_size":
             lr = group["lr"]
-            return torch.full_like(p, lr.item() if isinstance(lr, torch.Tensor) else lr,
-                                   memory_format=torch.preserve_format)
+            return torch.full_like(
+                p, lr.item() if isinstance(lr, torch.Tensor) else lr, memory_format=torch.preserve_format
+            )
         return super()._new_state(name, p, group)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return K.rprop_scalars(dtype, tuple(group["etas"]), tuple(group["step_sizes"]), maximize=group["maximize"])
+        return K.rprop_scalars(
+            dtype, tuple(group["etas"]), tuple(group["step_sizes"]), maximize=group["maximize"]
+        )
