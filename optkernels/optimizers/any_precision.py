@@ -79,7 +79,7 @@ class AnyPrecisionAdamW(ArrayOptimizer):
         Decoupled weight decay, >= 0.
     use_kahan_summation : bool
         Compensate the parameter's rounding (state ``compensation``).
-    momentum_dtype, variance_dtype, compensation_buffer_dtype : dtype
+    momentum_dtype, variance_dtype, compensation_buffer_dtype : numpy.dtype or type
         float32 or bfloat16 (torchdistx's defaults: float32, bfloat16, bfloat16).
 
     Notes
