@@ -60,10 +60,18 @@ def test_a_fault_on_one_rank_ends_every_rank(tmp_path, case, ranks, cause):
                NUMBA_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("OPTKERNELS_MPI_ABORT", None)
-    done = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, "train.py", case], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=240)
-    ended = time.time()
-    output = done.stdout + done.stderr
+    # MPI_Abort can drop output mpiexec has not forwarded yet: every launch must end in time, and the cause
+    # must be named in one of up to three launches (known flake, see docs/guide/distributed_faults.rst)
+    for _attempt in range(3):
+        done = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, "train.py", case], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=240)
+        ended = time.time()
+        output = done.stdout + done.stderr
+        fault = re.search(r"FAULT (\d+\.\d+)", done.stdout)
+        assert fault, output[-3000:]
+        assert ended - float(fault.group(1)) < 10.0, output[-3000:]
+        if re.search(cause, output, flags=re.S):
+            break
     fault = re.search(r"FAULT (\d+\.\d+)", done.stdout)
     assert fault, output[-3000:]
     assert done.returncode != 0, output[-3000:]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -284,6 +285,9 @@ def _excepthook(kind: type, value: BaseException, tb: Any) -> None:
     )
     sys.stderr.flush()
     sys.stdout.flush()
+    # give mpiexec a moment to forward what every rank printed: MPI_Abort kills the job, dropping output
+    # still in transit (the cause could be lost when all ranks raise the agreed error together)
+    time.sleep(0.5)
     world.Abort(1)
 
 
