@@ -19,6 +19,7 @@ from .adam import adam_no_update_param, apply_adam, apply_adam_with_amsgrad
 from .adam_weight_decay import adam_weight_decay
 from .ademamix import ademamix
 from .adopt import adopt
+from .any_precision import any_precision_adamw
 from .blockwise_optim import optimizer_update_8bit_blockwise, optimizer_update_32bit
 from .ftrl import apply_ftrl, apply_ftrl_v2
 from .lamb import lamb
@@ -79,4 +80,5 @@ __all__ = [
     "schedule_free_sgd",
     "schedule_free_eval",
     "schedule_free_train",
+    "any_precision_adamw",
 ]

@@ -1,7 +1,8 @@
 """``AnyPrecisionAdamW`` (torchdistx; LOWBIT.md §9.3): AdamW over bfloat16 (or float32) parameters and
 states with an optional Kahan-compensated parameter update, over NumPy arrays.
 
-Every operation computes in float32 and rounds to its output array's dtype, as torch's bfloat16 CPU ops do;
+The step is the kernel :func:`optkernels.kernels.any_precision.any_precision_adamw`: every operation computes
+in float32 and rounds to its output array's dtype, as torch's bfloat16 CPU ops do;
 with ``use_kahan_summation`` a compensation buffer keeps what the rounding of the parameter lost, so that
 small updates are not swallowed by bfloat16's 8-bit significand (the deterministic alternative to
 stochastic rounding).
@@ -14,17 +15,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ..kernels.any_precision import any_precision_adamw
 from .lowbit import ArrayOptimizer
 
 __all__ = ["AnyPrecisionAdamW"]
 
 _F32 = np.float32
 _DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
-
-
-def _stored(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The float32 ``x`` rounded to ``dtype`` (to nearest even), as float32 again."""
-    return x if dtype == np.float32 else x.astype(dtype).astype(_F32)
 
 
 def _dtype_arg(name: str, value: Any) -> np.dtype:
@@ -146,33 +143,23 @@ class AnyPrecisionAdamW(ArrayOptimizer):
         for group in self.param_groups:
             for k in group["params"]:
                 if grads[k] is not None:
-                    self._update(
-                        self._arrays[k], np.asarray(grads[k]).astype(_F32), self._state_of(k, group), group
-                    )
+                    grad = np.ascontiguousarray(grads[k])
+                    self._update(self._arrays[k], grad, self._state_of(k, group), group)
 
     @staticmethod
     def _update(param: np.ndarray, g: np.ndarray, state: dict, group: dict) -> None:
-        one = np.float64(1.0)
-        lr, eps, wd = (_F32(group[key]) for key in ("lr", "eps", "weight_decay"))
-        b1, b2 = (_F32(b) for b in group["betas"])
-        t = state["step"] = state["step"] + 1
-        m_t, v_t, p_t = state["exp_avg"].dtype, state["exp_avg_sq"].dtype, param.dtype
-        p = param.astype(_F32)
-        if wd:
-            p = _stored(p * (_F32(1) - lr * wd), p_t)
-        m = _stored(_stored(state["exp_avg"].astype(_F32) * b1, m_t) + (_F32(1) - b1) * g, m_t)
-        v = _stored(_stored(state["exp_avg_sq"].astype(_F32) * b2, v_t) + ((_F32(1) - b2) * g) * g, v_t)
-        step_size = _F32(lr / _F32(one - _F32(np.float64(b1) ** t)))
-        corr2 = _F32(np.sqrt(_F32(one - _F32(np.float64(b2) ** t))))
-        d = _stored(_stored(_stored(np.sqrt(v), v_t) / corr2, v_t) + eps, v_t)
-        u = (-step_size * m) / d
-        state["exp_avg"][...] = m
-        state["exp_avg_sq"][...] = v
-        if "compensation" not in state:
-            param[...] = p + u
-            return
-        c_t = state["compensation"].dtype
-        c = _stored(state["compensation"].astype(_F32) + u, c_t)
-        new = _stored(p + c, p_t)
-        state["compensation"][...] = c + _stored(p - new, p_t)
-        param[...] = new
+        b1, b2 = group["betas"]
+        any_precision_adamw(
+            param,
+            state["exp_avg"],
+            state["exp_avg_sq"],
+            g,
+            state["step"] + 1,
+            state.get("compensation"),
+            lr=group["lr"],
+            beta1=b1,
+            beta2=b2,
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+        )
+        state["step"] += 1

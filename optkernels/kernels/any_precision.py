@@ -1,0 +1,217 @@
+"""``any_precision_adamw``: torchdistx's ``AnyPrecisionAdamW`` step (LOWBIT.md §9.3) as one element function
+for the CPU and CUDA, with the optional Kahan-compensated parameter update over bfloat16 parameters.
+
+Each operation of the step is computed in float32 and rounded to its output array's dtype (float32, or
+bfloat16 to nearest even), as torch's bfloat16 CPU ops do; the roundings between operations are explicit
+(:func:`round_to_bf16`), the final store of each array is the launch's own rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._checks import check_arrays, check_range
+from ._elementwise import elementwise, scalar_math
+from ._lowp import BFLOAT16, f32_bits, f32_from_bits
+
+__all__ = ["any_precision_adamw", "round_to_bf16"]
+
+_U32 = np.uint32
+_F32 = np.float32
+_DTYPES = (np.dtype(np.float32), BFLOAT16)
+
+
+@scalar_math
+def round_to_bf16(x, to_bf16):
+    """The float32 ``x`` rounded to bfloat16 (to nearest even; NaN -> the quiet NaN with x's sign) and
+    widened back to float32 when ``to_bf16`` is true; ``x`` unchanged otherwise."""
+    if not to_bf16:
+        return x
+    b = f32_bits(x)
+    sign = b & _U32(0x80000000)
+    a = b & _U32(0x7FFFFFFF)
+    h = (a + _U32(0x7FFF) + ((a >> _U32(16)) & _U32(1))) & _U32(0xFFFF0000)
+    if a > _U32(0x7F800000):
+        h = _U32(0x7FC00000)
+    return f32_from_bits(sign | h)
+
+
+@scalar_math
+def _moments_update(
+    p, m, v, g, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, corr2, eps, kinds
+):
+    """(p after decay, m', v', u): the step up to the parameter update; ``kinds`` bit 0/1/2: p/m/v are
+    bfloat16 (decay 1 skips the decay, as torchdistx does for weight_decay 0)."""
+    p_bf16, m_bf16, v_bf16 = (kinds & 1) != 0, (kinds & 2) != 0, (kinds & 4) != 0
+    if decay != _F32(1):
+        p = round_to_bf16(p * decay, p_bf16)
+    m = round_to_bf16(round_to_bf16(m * beta1, m_bf16) + one_minus_beta1 * g, m_bf16)
+    v = round_to_bf16(round_to_bf16(v * beta2, v_bf16) + (one_minus_beta2 * g) * g, v_bf16)
+    d = round_to_bf16(round_to_bf16(round_to_bf16(math.sqrt(v), v_bf16) / corr2, v_bf16) + eps, v_bf16)
+    return p, m, v, (neg_step_size * m) / d
+
+
+@scalar_math
+def _plain_step(
+    p, m, v, g, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, corr2, eps, kinds
+):
+    """(p', m', v'): the whole step without compensation (p' rounded by the store)."""
+    p, m, v, u = _moments_update(
+        p, m, v, g, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, corr2, eps, kinds
+    )
+    return p + u, m, v
+
+
+@scalar_math
+def _kahan_step(
+    p, m, v, c, g, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, corr2, eps, kinds
+):
+    """(p', m', v', c'): the step with ``c ← c + u``, ``p' = p + c``, ``c ← c + (p − p')`` (``kinds`` bit
+    3: c is bfloat16)."""
+    p, m, v, u = _moments_update(
+        p, m, v, g, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, corr2, eps, kinds
+    )
+    p_bf16, c_bf16 = (kinds & 1) != 0, (kinds & 8) != 0
+    c = round_to_bf16(c + u, c_bf16)
+    new = round_to_bf16(p + c, p_bf16)
+    return new, m, v, c + round_to_bf16(p - new, p_bf16)
+
+
+# The element functions only load and store: the arithmetic is in the compiled scalar functions, so that it
+# is float32 on every target (the CUDA simulator runs element functions as Python, where a compiled
+# function's float32 results come back as Python floats).
+
+
+@elementwise
+def _any_precision_adamw(
+    i, param, exp_avg, exp_avg_sq, grad, decay, b1, omb1, b2, omb2, nss, corr2, eps, kinds
+):
+    p, m, v = _plain_step(
+        param[i], exp_avg[i], exp_avg_sq[i], grad[i], decay, b1, omb1, b2, omb2, nss, corr2, eps, kinds
+    )
+    param[i] = p
+    exp_avg[i] = m
+    exp_avg_sq[i] = v
+
+
+@elementwise
+def _any_precision_adamw_kahan(
+    i, param, exp_avg, exp_avg_sq, compensation, grad, decay, b1, omb1, b2, omb2, nss, corr2, eps, kinds
+):
+    p, m, v, c = _kahan_step(
+        param[i],
+        exp_avg[i],
+        exp_avg_sq[i],
+        compensation[i],
+        grad[i],
+        decay,
+        b1,
+        omb1,
+        b2,
+        omb2,
+        nss,
+        corr2,
+        eps,
+        kinds,
+    )
+    param[i] = p
+    exp_avg[i] = m
+    exp_avg_sq[i] = v
+    compensation[i] = c
+
+
+def step_scalars(step: int, lr: float, beta1: float, beta2: float, weight_decay: float) -> tuple:
+    """float32 ``(decay, β1, 1−β1, β2, 1−β2, −step_size, sqrt(1−β2^t))`` of step ``t``: ``decay = 1 −
+    lr·wd``, ``step_size = lr/(1 − β1^t)``, each operation rounded to float32 (the powers from float64)."""
+    lr32, b1, b2, wd = _F32(lr), _F32(beta1), _F32(beta2), _F32(weight_decay)
+    one = np.float64(1.0)
+    decay = _F32(1) - lr32 * wd if wd else _F32(1)
+    step_size = _F32(lr32 / _F32(one - _F32(np.float64(b1) ** step)))
+    corr2 = _F32(np.sqrt(_F32(one - _F32(np.float64(b2) ** step))))
+    return decay, b1, _F32(1) - b1, b2, _F32(1) - b2, -step_size, corr2
+
+
+def any_precision_adamw(
+    param: Any,
+    exp_avg: Any,
+    exp_avg_sq: Any,
+    grad: Any,
+    step: int,
+    compensation: Any = None,
+    *,
+    lr: float = 1e-3,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+) -> tuple[Any, Any, Any, Any]:
+    r"""One ``AnyPrecisionAdamW`` step in place (torchdistx; LOWBIT.md §9.3). Each operation is computed in
+    float32 and rounded to its output array's dtype (float32 or bfloat16):
+
+    .. math::
+
+        p \leftarrow p(1-\mathrm{lr}\cdot\mathrm{wd}) \ (\mathrm{wd} > 0), \quad
+        m \leftarrow m\beta_1 + (1-\beta_1)g, \quad v \leftarrow v\beta_2 + ((1-\beta_2)g)g,
+
+        d = \sqrt{v}/\sqrt{1-\beta_2^t} + \epsilon, \quad u = (-\mathrm{lr}/(1-\beta_1^t)\cdot m)/d
+
+    With ``compensation`` (Kahan summation): :math:`c \leftarrow c + u`, :math:`p' = p + c`,
+    :math:`c \leftarrow c + (p - p')` (the difference rounded to p's dtype), :math:`p \leftarrow p'`;
+    without it :math:`p \leftarrow p + u`.
+
+    Parameters
+    ----------
+    param : array
+        The parameter (float32 or bfloat16, C-contiguous, NumPy or CUDA), updated in place.
+    exp_avg, exp_avg_sq : array
+        First and second moments (float32 or bfloat16 each, param's shape), updated in place.
+    grad : array
+        The gradient (float32 or bfloat16, param's shape), read only.
+    step : int
+        The step number :math:`t` >= 1 (the bias corrections' exponent).
+    compensation : array or None
+        The Kahan compensation buffer (float32 or bfloat16), updated in place; None: plain update.
+    lr, beta1, beta2, eps, weight_decay : float
+        Learning rate (>= 0), moment decays (in [0, 1)), epsilon (>= 0), decoupled weight decay (>= 0).
+        Rounded to float32; ``1−β``, ``lr·wd``, the bias corrections and ``step_size`` are float32 roundings.
+
+    Returns
+    -------
+    tuple
+        ``(param, exp_avg, exp_avg_sq, compensation)``.
+
+    Raises
+    ------
+    TypeError
+        Arrays of other dtypes (float16, float64) or devices; a non-integer step.
+    ValueError
+        Shapes, layout, a step < 1 or a hyper-parameter out of range.
+    """
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
+        raise TypeError(f"step must be an int, got {type(step).__name__}")
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    state = {"param": param, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+    if compensation is not None:
+        state["compensation"] = compensation
+    batch = check_arrays(state, {"grad": grad})
+    named = list(state.items()) + [("grad", grad)]
+    for name, a in named:
+        if np.dtype(a.dtype) not in _DTYPES:
+            raise TypeError(f"{name} must be float32 or bfloat16, got {np.dtype(a.dtype)}")
+    for name, value, high in (("lr", lr, None), ("beta1", beta1, 1.0), ("beta2", beta2, 1.0)):
+        check_range(name, batch.scalar(name, value), 0.0, high, high_open=True)
+    for name, value in (("eps", eps), ("weight_decay", weight_decay)):
+        check_range(name, batch.scalar(name, value), 0.0)
+    kinds = sum(1 << k for k, (_, a) in enumerate(named[:4]) if np.dtype(a.dtype) == BFLOAT16)
+    if compensation is None:
+        kinds &= 7
+    scalars = (*step_scalars(int(step), lr, beta1, beta2, weight_decay), _F32(eps), int(kinds))
+    if compensation is None:
+        _any_precision_adamw.launch(batch.device, batch.size, *batch.flat, *scalars)
+    else:
+        _any_precision_adamw_kahan.launch(batch.device, batch.size, *batch.flat, *scalars)
+    return param, exp_avg, exp_avg_sq, compensation
