@@ -15,6 +15,7 @@ import numpy as np
 
 from ._checks import check_arrays, check_range
 from ._elementwise import elementwise, scalar_math
+from ._intrinsics import fma
 from ._lowp import BFLOAT16, f32_bits, f32_from_bits
 
 __all__ = ["any_precision_adamw", "round_to_bf16"]
@@ -48,8 +49,8 @@ def _moments_update(
     p_bf16, m_bf16, v_bf16 = (kinds & 1) != 0, (kinds & 2) != 0, (kinds & 4) != 0
     if decay != _F32(1):
         p = round_to_bf16(p * decay, p_bf16)
-    m = round_to_bf16(round_to_bf16(m * beta1, m_bf16) + one_minus_beta1 * g, m_bf16)
-    v = round_to_bf16(round_to_bf16(v * beta2, v_bf16) + (one_minus_beta2 * g) * g, v_bf16)
+    m = round_to_bf16(fma(one_minus_beta1, g, round_to_bf16(m * beta1, m_bf16)), m_bf16)
+    v = round_to_bf16(fma(one_minus_beta2 * g, g, round_to_bf16(v * beta2, v_bf16)), v_bf16)
     d = round_to_bf16(round_to_bf16(round_to_bf16(math.sqrt(v), v_bf16) / corr2, v_bf16) + eps, v_bf16)
     return p, m, v, (neg_step_size * m) / d
 
@@ -124,14 +125,16 @@ def _any_precision_adamw_kahan(
 
 
 def step_scalars(step: int, lr: float, beta1: float, beta2: float, weight_decay: float) -> tuple:
-    """float32 ``(decay, β1, 1−β1, β2, 1−β2, −step_size, sqrt(1−β2^t))`` of step ``t``: ``decay = 1 −
-    lr·wd``, ``step_size = lr/(1 − β1^t)``, each operation rounded to float32 (the powers from float64)."""
-    lr32, b1, b2, wd = _F32(lr), _F32(beta1), _F32(beta2), _F32(weight_decay)
+    """float32 ``(decay, β1, 1−β1, β2, 1−β2, −step_size, sqrt(1−β2^t))`` of step ``t`` as torchdistx gets
+    them: ``decay = 1 − lr·wd`` and ``1−β`` computed in float64 (Python floats) and rounded to float32;
+    ``step_size = lr/(1 − β1^t)`` as torch's ``float / tensor`` computes it (``lr·(1/(1 − β1^t))``) and
+    ``sqrt(1 − β2^t)``, in float32 (``β^t`` of the float32 ``β``, correctly rounded)."""
+    lr32, b1, b2 = _F32(lr), _F32(beta1), _F32(beta2)
     one = np.float64(1.0)
-    decay = _F32(1) - lr32 * wd if wd else _F32(1)
-    step_size = _F32(lr32 / _F32(one - _F32(np.float64(b1) ** step)))
+    decay = _F32(one - float(lr) * float(weight_decay))
+    step_size = _F32(_F32(_F32(1) / _F32(one - _F32(np.float64(b1) ** step))) * lr32)  # torch's lr / tensor
     corr2 = _F32(np.sqrt(_F32(one - _F32(np.float64(b2) ** step))))
-    return decay, b1, _F32(1) - b1, b2, _F32(1) - b2, -step_size, corr2
+    return decay, b1, _F32(one - float(beta1)), b2, _F32(one - float(beta2)), -step_size, corr2
 
 
 def any_precision_adamw(
@@ -209,7 +212,15 @@ def any_precision_adamw(
     kinds = sum(1 << k for k, (_, a) in enumerate(named[:4]) if np.dtype(a.dtype) == BFLOAT16)
     if compensation is None:
         kinds &= 7
-    scalars = (*step_scalars(int(step), lr, beta1, beta2, weight_decay), _F32(eps), int(kinds))
+    decay, b1, omb1, b2, omb2, neg_step_size, corr2 = step_scalars(int(step), lr, beta1, beta2, weight_decay)
+    eps32 = _F32(eps)
+    # torch converts an add's scalar (``alpha``, an added number) to the op's dtype: bfloat16 when all its
+    # tensors are bfloat16 (a multiplier stays float32)
+    if kinds & 3 == 3 and np.dtype(grad.dtype) == BFLOAT16:
+        omb1 = _F32(np.asarray(omb1).astype(BFLOAT16))
+    if kinds & 4:
+        eps32 = _F32(np.asarray(eps32).astype(BFLOAT16))
+    scalars = (decay, b1, omb1, b2, omb2, neg_step_size, corr2, eps32, int(kinds))
     if compensation is None:
         _any_precision_adamw.launch(batch.device, batch.size, *batch.flat, *scalars)
     else:

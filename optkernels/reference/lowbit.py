@@ -315,6 +315,20 @@ def _rounded(x: np.ndarray, dtype: Any) -> np.ndarray:
     return np.asarray(x, np.float64).astype(f32).astype(dtype).astype(np.float64)
 
 
+def _fma_f32(product: np.ndarray, addend: np.ndarray) -> np.ndarray:
+    """``product + addend`` rounded once to float32, for an exact float64 ``product`` (of two float32
+    values) and a float32-valued ``addend``: the float64 sum is made round-to-odd (its error, from TwoSum,
+    decides the last bit), so that rounding it to float32 is the correctly rounded result."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = product + addend
+        back = total - product
+        error = (product - (total - back)) + (addend - back)
+        even = (total.view(np.int64) & 1) == 0
+        fix = (error != 0) & even & np.isfinite(total)
+        total = np.where(fix, np.nextafter(total, np.where(error > 0, np.inf, -np.inf)), total)
+    return total.astype(f32).astype(np.float64)
+
+
 def any_precision_adamw(
     p: Any,
     exp_avg: Any,
@@ -331,8 +345,11 @@ def any_precision_adamw(
 ) -> tuple:
     r"""One ``AnyPrecisionAdamW`` step (torchdistx; LOWBIT.md §9.3), each operation in float64 from its
     float32 operands, rounded to float32 and then to its output array's dtype; ``compensation`` given:
-    Kahan-compensated update of ``p``. Scalars: ``1−β``, ``lr·wd``, ``step_size = lr/(1−β1^t)`` and
-    ``sqrt(1−β2^t)`` rounded to float32.
+    Kahan-compensated update of ``p``. Scalars as torchdistx's torch ops get them: ``1−β`` and
+    ``1−lr·wd`` computed in float64 (Python floats), then rounded to float32; ``step_size = lr/(1−β1^t)``
+    (as ``lr·(1/(1−β1^t))``: torch's ``float / tensor``) and ``sqrt(1−β2^t)`` from float32 operations. The moments' last operation is one fused multiply-add
+    (``m·β1`` rounded, then ``(1−β1)·g + that`` rounded once; ``((1−β2)·g)·g + v·β2`` likewise), as torch's
+    CPU ``add(alpha=)`` and ``addcmul`` vector loops compute it on x86-64 builds with FMA.
 
     .. math::
 
@@ -352,14 +369,18 @@ def any_precision_adamw(
         for k, val in (("lr", lr), ("b1", beta1), ("b2", beta2), ("eps", eps), ("wd", weight_decay))
     }
     one = np.float64(1.0)
-    omb1, omb2 = float(f32(one - s["b1"])), float(f32(one - s["b2"]))
-    if s["wd"]:
-        x = _rounded(x * float(f32(one - float(f32(s["lr"] * s["wd"])))), dt[0])
-    m = _rounded(_rounded(m * s["b1"], dt[1]) + _rounded(omb1 * g, f32), dt[1])
-    v = _rounded(_rounded(v * s["b2"], dt[2]) + _rounded(_rounded(omb2 * g, f32) * g, f32), dt[2])
-    step_size = float(f32(s["lr"] / float(f32(one - float(f32(s["b1"] ** step))))))
+    omb1, omb2 = float(f32(one - float(beta1))), float(f32(one - float(beta2)))
+    # an add's scalar takes the op's dtype: bfloat16 when all its tensors are (a multiplier stays float32)
+    if dt[0] == dt[1] == np.asarray(grad).dtype != np.dtype(f32):
+        omb1 = float(_rounded(np.float64(omb1), dt[1]))
+    eps_v = float(_rounded(np.float64(s["eps"]), dt[2]))
+    if weight_decay:
+        x = _rounded(x * float(f32(one - float(lr) * float(weight_decay))), dt[0])
+    m = _rounded(_fma_f32(omb1 * g, _rounded(m * s["b1"], dt[1])), dt[1])
+    v = _rounded(_fma_f32(_rounded(omb2 * g, f32) * g, _rounded(v * s["b2"], dt[2])), dt[2])
+    step_size = float(f32(float(f32(one / float(f32(one - float(f32(s["b1"] ** step)))))) * s["lr"]))
     corr2 = float(f32(np.sqrt(float(f32(one - float(f32(s["b2"] ** step)))))))
-    d = _rounded(_rounded(_rounded(np.sqrt(v), dt[2]) / corr2, dt[2]) + s["eps"], dt[2])
+    d = _rounded(_rounded(_rounded(np.sqrt(v), dt[2]) / corr2, dt[2]) + eps_v, dt[2])
     u = _rounded(_rounded(-step_size * m, f32) / d, f32)
     if compensation is None:
         return _rounded(x + u, dt[0]).astype(dt[0]), m.astype(dt[1]), v.astype(dt[2]), None

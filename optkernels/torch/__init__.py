@@ -22,6 +22,7 @@ from .adagrad import Adagrad, RMSprop
 from .adam import Adam, Adamax, AdamW
 from .ademamix import AdEMAMix
 from .adopt import ADOPT
+from .any_precision import AnyPrecisionAdamW
 from .lion import Lion
 from .lowbit import Adagrad8bit, Adam8bit, AdamW8bit, AdEMAMix8bit, Lion8bit, RMSprop8bit, SGD8bit
 from .mindspore import FTRL, LARS, AdaFactor, AdamWeightDecay, Lamb, LazyAdam, Momentum, ProximalAdagrad
@@ -79,6 +80,8 @@ __all__ = [
     "RowWiseAdagrad",
     "AdamWScheduleFree",
     "SGDScheduleFree",
+    # torchdistx's AnyPrecisionAdamW (Kahan-compensated bfloat16 updates)
+    "AnyPrecisionAdamW",
 ]
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
