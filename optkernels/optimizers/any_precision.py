@@ -82,9 +82,9 @@ class AnyPrecisionAdamW(ArrayOptimizer):
     Notes
     -----
     State per parameter: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` and, with Kahan, ``compensation``.
-    Departures from torchdistx: scalars (``step_size``, the bias corrections) are float32 roundings of
-    their float64 values; products are rounded before sums (torch may fuse a multiply-add); NumPy arrays
-    on the CPU only (the CUDA-and-NCCL check of the original is not made).
+    The roundings are those of torch's CPU ops (see
+    :func:`optkernels.kernels.any_precision_adamw`). Departures from torchdistx: NumPy arrays on the CPU
+    only (the CUDA-and-NCCL check of the original is not made).
     """
 
     def __init__(
