@@ -3,7 +3,7 @@ rows ``r`` with ``r % size == rank`` and its optimizer's slots for those rows on
 
 A step takes each rank's row-sparse gradient, routes every row to its owner (one all-to-all of counts,
 then of indices and of values), and runs the rank's optimizer (LazyAdam, Adam, FTRL, ProximalAdagrad,
-Adagrad: our sparse kernels, with their deterministic duplicate merge) on its rows. The owner receives the
+Adagrad, RowWiseAdagrad: our sparse kernels, with their deterministic duplicate merge) on its rows. The owner receives the
 rows of each source rank in rank order, each source's rows in their order, so duplicates are summed in the
 order a single process sees them in the concatenated gradient (:func:`reduce_gradients`): the table
 equals, bit for bit, the single-process optimizer over the whole table fed that gradient. Rows are dealt
@@ -20,10 +20,12 @@ import numpy as np
 
 from ..optimizers import Optimizer, Parameter
 from ..optimizers.loss_scale import all_finite as local_all_finite
+from ..optimizers.rowwise_adagrad import RowWiseAdagrad
 from ..sparse import RowSparse
 from . import _agree, _comm
 from . import _nonfinite as nonfinite_mode
 from ._fingerprint import config_fields, digest_fields, optimizer_fields, step_fields
+from ._rowwise import RowWiseAdapter
 
 __all__ = ["ShardedTable"]
 
@@ -38,7 +40,7 @@ class ShardedTable:
         dim: the row width (an int >= 1).
         comm: an mpi4py intracommunicator.
         optimizer: ``optimizer([parameter]) -> Optimizer`` over this rank's rows: an optimizer class that
-            takes row-sparse gradients (LazyAdam, Adam, FTRL, ProximalAdagrad, Adagrad) or a
+            takes row-sparse gradients (LazyAdam, Adam, FTRL, ProximalAdagrad, Adagrad, RowWiseAdagrad) or a
             ``functools.partial`` of one with its hyper-parameters.
         dtype: float32 (default) or float64.
         init: None (zeros), or ``init(rows) -> array (len(rows), dim)``: the initial values of the given
@@ -132,11 +134,12 @@ class ShardedTable:
                     f"got {data.shape}"
                 )
         self.parameter = Parameter(data, name)
-        self.optimizer = optimizer([self.parameter])
-        if not isinstance(self.optimizer, Optimizer) or not self.optimizer._accepts_sparse:
+        built = optimizer([self.parameter])
+        self.optimizer = RowWiseAdapter(built, self.parameter) if isinstance(built, RowWiseAdagrad) else built
+        if not isinstance(self.optimizer, (Optimizer, RowWiseAdapter)) or not self.optimizer._accepts_sparse:
             raise TypeError(
                 f"For '{owner}', 'optimizer' must build an optimizer that takes row-sparse "
-                f"gradients (LazyAdam, Adam, FTRL, ProximalAdagrad, Adagrad), got "
+                f"gradients (LazyAdam, Adam, FTRL, ProximalAdagrad, Adagrad, RowWiseAdagrad), got "
                 f"{type(self.optimizer).__name__}"
             )
         self.nonfinite = (
@@ -365,7 +368,7 @@ class ShardedTable:
         mine = self.optimizer.state_dict()
         out: dict[str, Any] = {}
         for key, value in mine.items():
-            if value.ndim == 2 and value.shape[0] == self.local.shape[0]:
+            if self._by_row(key, value) and value.shape[0] == self.local.shape[0]:
                 out[key] = self._gather_rows(value, root)
             else:
                 out[key] = value
@@ -446,11 +449,16 @@ class ShardedTable:
             )
         mine = {}
         for key, value in whole.items():
-            if value.ndim == 2 and value.shape[0] == self.num_rows:
+            if self._by_row(key, value) and value.shape[0] == self.num_rows:
                 value = value[self.rank :: self.size]
             mine[key] = value
         values = mine.pop("shard.values", None)
         return mine, values
+
+    def _by_row(self, key: str, value: np.ndarray) -> bool:
+        """Whether a state entry holds one value (or row) per table row: 2-D slots, and the 1-D per-row
+        state an optimizer names (RowWiseAdagrad's ``sum``)."""
+        return value.ndim == 2 or (value.ndim == 1 and key in getattr(self.optimizer, "row_state_keys", ()))
 
     def _check_shard(self, shard: dict, strict: bool) -> None:
         owner = "ShardedTable"
@@ -496,7 +504,7 @@ class ShardedTable:
             for key, value in shard.items():
                 if key in ("shard.row_ids", "shard.rank", "shard.fingerprint"):
                     continue
-                if value.ndim == 2 and value.shape[0] == ids.size:
+                if self._by_row(key, value) and value.shape[0] == ids.size:
                     if key not in whole:
                         whole[key] = np.zeros((self.num_rows,) + value.shape[1:], value.dtype)
                     whole[key][ids] = value
