@@ -41,7 +41,7 @@ def mkl_avx_sqrt64(x):
     """MKL's ``H8``/``EX`` float64 sqrt of the float64 ``x`` (module docstring): 1 ulp from IEEE ``sqrt`` on
     about 1.0 % of the inputs with an even exponent and 1.6 % of those with an odd one."""
     if not (x >= _DBL_MIN and x < _X_MAX):
-        return np.sqrt(x)
+        return math.sqrt(x)
     m, e = math.frexp(x)  # x = m·2^e, m in [0.5, 1)
     if e % 2 == 0:
         y, k = 4.0, (e - 2) // 2  # x = (4m)·4^k, 4m in [2, 4)

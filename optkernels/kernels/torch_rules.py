@@ -113,7 +113,7 @@ def _mkl_sqrt64(x: Any) -> Any:
 @overload(_mkl_sqrt64, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
 def _mkl_sqrt64_compiled(x):
     if x == types.float64:
-        return lambda x: mkl_avx_sqrt64(x)
+        return mkl_avx_sqrt64
     return lambda x: x
 
 
