@@ -94,7 +94,8 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
             assert "llvm.fma" in ir or "fma_compiled" in ir, element.__name__
         compile_for_cuda(T._torch_sparse_adam.cuda, (n,) + (arr,) * 4 + (types.int64[::1], n) + (f,) * 4
                          + (types.none,))
-    # the MKL float32 sqrt kernels (an int mkl scalar) fall back to 1/sqrt estimates on CUDA
-    arr = types.float32[::1]
-    compile_for_cuda(T._torch_adam.cuda, (n,) + (arr,) * 4 + tuple({"b": b, "i": n}.get(s, types.float32)
-                                                                   for s in "bbfbfffbfffffi"))
+    # the MKL sqrt kernels (an int mkl scalar) fall back to 1/sqrt estimates on CUDA; float64's also needs
+    # frexp, floor and ldexp
+    for f in (types.float32, types.float64):
+        compile_for_cuda(T._torch_adam.cuda, (n,) + (f[::1],) * 4 + tuple({"b": b, "i": n}.get(s, f)
+                                                                          for s in "bbfbfffbfffffi"))

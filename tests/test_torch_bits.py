@@ -3,13 +3,13 @@ each state tensor is ``torch.equal`` to ``torch.optim.<Name>(foreach=False)``'s 
 of the class, float32 and float64, over sizes that cover vector bodies and tails.
 
 torch's CPU ``sqrt`` is MKL's vector sqrt in this wheel, correctly rounded only on some CPUs
-(docs/guide/torch_bits.rst). optkernels computes IEEE ``sqrt``, or, for float32 where torch's is one of
-MKL's AVX-path (AMD processors, among others) and AVX-512 (Intel) kernels, that kernel (with
-``OPTKERNELS_TORCH_SQRT=torch``, set here; by default IEEE for speed). Where torch's sqrt
-is none of these on the machine running the tests (float64 on those CPUs), the rules that take a root
-are compared with torch.optim running with an IEEE ``Tensor.sqrt``/``sqrt_`` (NumPy's): every remaining
-difference then comes from sqrt alone. The rules without a square root (SGD, Adamax) are always compared
-with torch as it is.
+(docs/guide/torch_bits.rst). optkernels computes IEEE ``sqrt``, or, where torch's is one of the MKL kernels
+reproduced (float32: MKL's AVX-path kernel, which AMD processors among others run, and its AVX-512 (Intel)
+kernel; float64: the AVX-path kernel), that kernel (with ``OPTKERNELS_TORCH_SQRT=torch``, set here; by
+default IEEE for speed). Where torch's sqrt is none of these on the machine running the tests (float64 on
+Intel's AVX-512 path), the rules that take a root are compared with torch.optim running with an IEEE
+``Tensor.sqrt``/``sqrt_`` (NumPy's): every remaining difference then comes from sqrt alone. The rules
+without a square root (SGD, Adamax) are always compared with torch as it is.
 """
 import contextlib
 import ctypes
@@ -21,8 +21,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
-from optkernels.kernels.torch_rules import torch_sqrt_array  # noqa: E402
-from optkernels.torch._sqrt import ENVIRONMENT, mkl_float32_sqrt  # noqa: E402
+from optkernels.kernels.torch_rules import MKL_AVX_SQRT64, torch_sqrt_array  # noqa: E402
+from optkernels.torch._sqrt import ENVIRONMENT, mkl_float32_sqrt, mkl_float64_sqrt  # noqa: E402
 
 SIZES = (1, 7, 16, 1000, 65539)
 STEPS = 9
@@ -40,10 +40,10 @@ def _torch_sqrt_is_ieee(dtype) -> bool:
     return np.array_equal(torch.from_numpy(x).sqrt().numpy(), np.sqrt(x))
 
 
-#: Per dtype, True where optkernels.torch computes torch's own sqrt on this machine: IEEE, or MKL's float32
-#: AVX-path kernel (reproduced). Elsewhere the rules with a root are compared with an IEEE-sqrt torch.
-SAME_SQRT = {dtype: _torch_sqrt_is_ieee(np.dtype(name)) or (name == "float32" and mkl_float32_sqrt() != 0)
-             for dtype, name in ((torch.float32, "float32"), (torch.float64, "float64"))}
+#: Per dtype, True where optkernels.torch computes torch's own sqrt on this machine: IEEE, or an MKL kernel
+#: reproduced. Elsewhere the rules with a root are compared with an IEEE-sqrt torch.
+SAME_SQRT = {torch.float32: _torch_sqrt_is_ieee(np.dtype(np.float32)) or mkl_float32_sqrt() != 0,
+             torch.float64: _torch_sqrt_is_ieee(np.dtype(np.float64)) or mkl_float64_sqrt() != 0}
 
 
 @contextlib.contextmanager
@@ -215,18 +215,58 @@ def test_mkl_float32_sqrt_kernels_reproduced(kernel, name, flag):
         assert np.array_equal(mkl(x).view(np.uint32), torch_sqrt_array(x, kernel).view(np.uint32))
 
 
+def _float64_sqrt_probes():
+    """Random float64s of [1, 4) and of every binade, squares of integers and their neighbours, the ends of
+    MKL's main path (2^-1022, 2^1022) and its special inputs (subnormals, zeros, infinities, NaN, negatives)."""
+    rng = np.random.default_rng(3)
+    k = np.arange(1, 100_001, dtype=np.float64) ** 2
+    ends = np.array([0x0010000000000000, 0x7FCFFFFFFFFFFFFF, 0x3FF0000000000000, 0x400FFFFFFFFFFFFF], np.int64)
+    return np.concatenate([
+        rng.uniform(1.0, 4.0, 500_000), np.exp2(rng.uniform(-1074, 1024, 300_000)),
+        np.nextafter(k, 0), k, np.nextafter(k, np.inf),
+        (ends[:, None] + np.arange(-500, 500)).reshape(-1).view(np.float64),
+        [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 5e-324, np.finfo(np.float64).max],
+    ])
+
+
+@pytest.mark.skipif(mkl_float64_sqrt() != MKL_AVX_SQRT64,
+                    reason="torch's float64 sqrt on this CPU is not MKL's AVX-path kernel (IEEE, or MKL's AVX-512 "
+                           "kernel, not reproduced): the step tests compare with an IEEE-sqrt torch instead")
+def test_torch_float64_sqrt_reproduced():
+    x = _float64_sqrt_probes()
+    theirs, ours = torch.from_numpy(x).sqrt().numpy(), torch_sqrt_array(x, MKL_AVX_SQRT64)
+    numbers = ~np.isnan(theirs)
+    assert np.array_equal(np.isnan(ours), ~numbers)
+    assert np.array_equal(theirs[numbers].view(np.int64), ours[numbers].view(np.int64))
+    assert np.sum(ours[numbers] != np.sqrt(x[numbers])) > 5000  # ~1.3 % of the inputs: MKL's, not IEEE's
+
+
+@pytest.mark.parametrize("name,flag", [("mkl_vml_kernel_dSqrt_H8HAynn", "avx"),
+                                       ("mkl_vml_kernel_dSqrt_EXHAynn", "sse4_2")], ids=["H8", "EX"])
+def test_mkl_float64_sqrt_kernels_reproduced(name, flag):
+    """MKL's AVX-path float64 kernels, called directly (whichever one torch runs here)."""
+    cpu_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    mkl = _mkl_kernel(name)
+    if mkl is None or flag not in cpu_flags:
+        pytest.skip(f"{name} is not exported by this torch wheel or this CPU lacks {flag}")
+    x = _float64_sqrt_probes()
+    x = x[x > 0]  # MKL's NaN for a negative input has another sign than the processor's
+    assert np.array_equal(mkl(x).view(np.int64), torch_sqrt_array(x, MKL_AVX_SQRT64).view(np.int64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,flags", [("Adam", dict(amsgrad=True)), ("RMSprop", dict(centered=True, momentum=0.5)),
                                         ("Adagrad", {})], ids=["Adam", "RMSprop", "Adagrad"])
-def test_default_ieee_sqrt_differs_from_torch_by_sqrt_alone(name, flags, monkeypatch):
-    """Without ``OPTKERNELS_TORCH_SQRT=torch`` float32 takes IEEE sqrt (the vectorised loops): torch.optim with
+def test_default_ieee_sqrt_differs_from_torch_by_sqrt_alone(name, flags, dtype, monkeypatch):
+    """Without ``OPTKERNELS_TORCH_SQRT=torch`` the roots are IEEE sqrt (the vectorised loops): torch.optim with
     an IEEE ``Tensor.sqrt`` gives the same bits."""
     monkeypatch.delenv(ENVIRONMENT, raising=False)
     gen = torch.Generator().manual_seed(2)
-    init = torch.randn(1000, generator=gen)
+    init = torch.randn(1000, generator=gen, dtype=dtype)
     a, b = init.clone().requires_grad_(), init.clone().requires_grad_()
     reference, optimizer = getattr(torch.optim, name)([a], foreach=False, **flags), getattr(okt, name)([b], **flags)
     for _ in range(STEPS):
-        g = torch.randn(1000, generator=gen)
+        g = torch.randn(1000, generator=gen, dtype=dtype)
         a.grad, b.grad = g, g.clone()
         with _ieee_sqrt():
             reference.step()
@@ -235,12 +275,17 @@ def test_default_ieee_sqrt_differs_from_torch_by_sqrt_alone(name, flags, monkeyp
 
 
 def test_sqrt_choice_is_checked(monkeypatch):
-    from optkernels.torch._sqrt import float32_sqrt
+    from optkernels.torch._sqrt import float32_sqrt, sqrt_kernel
 
     monkeypatch.setenv(ENVIRONMENT, "mkl")
     with pytest.raises(ValueError, match=ENVIRONMENT):
         float32_sqrt()
+    with pytest.raises(ValueError, match=ENVIRONMENT):
+        sqrt_kernel(np.dtype(np.float64))
     monkeypatch.setenv(ENVIRONMENT, "torch")
     assert float32_sqrt() == mkl_float32_sqrt()
+    assert sqrt_kernel(np.dtype(np.float64)) == mkl_float64_sqrt()
+    assert sqrt_kernel(np.dtype(np.float16)) == 0
     monkeypatch.setenv(ENVIRONMENT, "ieee")
     assert float32_sqrt() == 0
+    assert sqrt_kernel(np.dtype(np.float64)) == 0

@@ -24,12 +24,14 @@ import math
 from typing import Any
 
 import numpy as np
-from numba.extending import register_jitable
+from numba import types
+from numba.extending import overload, register_jitable
 
 from ._checks import check_arrays, check_range
 from ._elementwise import elementwise
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
+from ._mkl_sqrt64 import mkl_avx_sqrt64
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
@@ -62,8 +64,14 @@ def torch_lerp(x, y, w, w_minus_one, small):
 
 
 #: ``mkl`` values of :func:`torch_sqrt`: IEEE sqrt, MKL's AVX-path (``H8``/``EX``) and AVX-512 (``Z0``)
-#: float32 kernels.
-IEEE_SQRT, MKL_AVX_SQRT, MKL_AVX512_SQRT = 0, 1, 2
+#: float32 kernels, MKL's AVX-path float64 kernel.
+IEEE_SQRT, MKL_AVX_SQRT, MKL_AVX512_SQRT, MKL_AVX_SQRT64 = 0, 1, 2, 3
+
+#: The ``mkl`` kernels of each dtype (:func:`mkl_flag`).
+MKL_SQRT_KERNELS = {
+    np.dtype(np.float32): (MKL_AVX_SQRT, MKL_AVX512_SQRT),
+    np.dtype(np.float64): (MKL_AVX_SQRT64,),
+}
 
 _FLT_MIN = np.float32(2.0**-126)
 _HALF = np.float32(0.5)
@@ -77,7 +85,7 @@ _H_DOWN = np.float32(2.0**-78)
 @_scalar_helper
 def torch_sqrt(x, mkl):
     """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt`` where ``mkl`` is None (a compile-time choice: that loop
-    has no other branch and vectorises), else one of MKL's float32 kernels (float32 only), every operation
+    has no other branch and vectorises), else one of MKL's kernels for ``x``'s dtype, every operation
     rounded as MKL rounds it:
 
     * ``MKL_AVX_SQRT`` (``H8``/``EX``, the AVX path MKL gives AMD processors, among others):
@@ -86,11 +94,27 @@ def torch_sqrt(x, mkl):
       MKL's special path gives);
     * ``MKL_AVX512_SQRT`` (``Z0``, AVX-512, Intel processors): ``r = vrsqrt14ss(x)``, ``s = x·r``,
       ``h = r/2``, result ``fma(fma(−s, s, x), h, s)``, scaled by powers of two where ``r > 2³⁹`` (tiny and
-      subnormal ``x``); zeros, infinities, NaN and negative inputs as IEEE ``sqrt``.
+      subnormal ``x``); zeros, infinities, NaN and negative inputs as IEEE ``sqrt``;
+    * ``MKL_AVX_SQRT64`` (float64 ``H8``/``EX``): :func:`optkernels.kernels._mkl_sqrt64.mkl_avx_sqrt64`.
     """
     if mkl is None:
         return math.sqrt(x)
+    if mkl == MKL_AVX_SQRT64:
+        return _mkl_sqrt64(x)
     return _mkl_sqrt(x, mkl)
+
+
+def _mkl_sqrt64(x: Any) -> Any:
+    """:func:`mkl_avx_sqrt64` for a float64 ``x``; compiled for a float32 ``x`` (a branch not taken: the
+    ``mkl`` scalar is per dtype), ``x`` itself, so that the float32 loops keep float32 values."""
+    return mkl_avx_sqrt64(np.float64(x))
+
+
+@overload(_mkl_sqrt64, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
+def _mkl_sqrt64_compiled(x):
+    if x == types.float64:
+        return mkl_avx_sqrt64
+    return lambda x: x
 
 
 @_scalar_helper
@@ -459,10 +483,10 @@ def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
 
 
 def mkl_flag(dtype: np.dtype, mkl_sqrt: int) -> Any:
-    """The ``mkl`` scalar of the element functions (:func:`torch_sqrt`): ``mkl_sqrt`` (which MKL float32
-    kernel torch's ``sqrt`` is) for float32 arrays; None (IEEE ``sqrt``, the vectorised loop) for
-    ``IEEE_SQRT`` and for float64."""
-    return int(mkl_sqrt) if dtype == np.float32 and mkl_sqrt != IEEE_SQRT else None
+    """The ``mkl`` scalar of the element functions (:func:`torch_sqrt`): ``mkl_sqrt`` (which MKL kernel
+    torch's ``sqrt`` is) where it is one of ``dtype``'s (:data:`MKL_SQRT_KERNELS`); None (IEEE ``sqrt``,
+    the vectorised loop) otherwise."""
+    return int(mkl_sqrt) if mkl_sqrt in MKL_SQRT_KERNELS.get(np.dtype(dtype), ()) else None
 
 
 def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:

@@ -1,9 +1,9 @@
-"""The square root optkernels.torch computes for float32: IEEE ``sqrt`` by default (the vectorised loops), or,
-with ``OPTKERNELS_TORCH_SQRT=torch`` in the environment, the one torch's CPU ``sqrt`` computes here when it
-is one of the two MKL kernels that :func:`optkernels.kernels.torch_rules.torch_sqrt` reproduces (the
-AVX-path kernel MKL runs on AMD processors among others, the AVX-512 one it runs on Intel processors):
-torch's bits, at the cost of a scalar loop (docs/guide/torch_bits.rst). Which kernel torch runs is found
-once, on first use, by running ``torch.sqrt`` on probe inputs. float64 always gets IEEE ``sqrt``."""
+"""The square root optkernels.torch computes: IEEE ``sqrt`` by default (the vectorised loops), or, with
+``OPTKERNELS_TORCH_SQRT=torch`` in the environment, the one torch's CPU ``sqrt`` computes here when it is one
+of the MKL kernels that :func:`optkernels.kernels.torch_rules.torch_sqrt` reproduces (float32: the AVX-path
+kernel MKL runs on AMD processors among others, the AVX-512 one it runs on Intel processors; float64: the
+AVX-path kernel): torch's bits, at the cost of a scalar loop (docs/guide/torch_bits.rst). Which kernel torch
+runs is found once per dtype, on first use, by running ``torch.sqrt`` on probe inputs."""
 
 from __future__ import annotations
 
@@ -13,9 +13,15 @@ import os
 import numpy as np
 import torch
 
-from ..kernels.torch_rules import IEEE_SQRT, MKL_AVX512_SQRT, MKL_AVX_SQRT, torch_sqrt_array
+from ..kernels.torch_rules import (
+    IEEE_SQRT,
+    MKL_AVX512_SQRT,
+    MKL_AVX_SQRT,
+    MKL_AVX_SQRT64,
+    torch_sqrt_array,
+)
 
-__all__ = ["float32_sqrt", "mkl_float32_sqrt"]
+__all__ = ["float32_sqrt", "mkl_float32_sqrt", "mkl_float64_sqrt", "sqrt_kernel"]
 
 #: The environment variable that asks for torch's own float32 sqrt ("torch"; default "ieee").
 ENVIRONMENT = "OPTKERNELS_TORCH_SQRT"
@@ -37,16 +43,52 @@ def mkl_float32_sqrt() -> int:
     return IEEE_SQRT
 
 
-def float32_sqrt() -> int:
-    """The float32 sqrt kernel the classes use: :func:`mkl_float32_sqrt` if the environment variable
-    ``OPTKERNELS_TORCH_SQRT`` is ``torch``, else ``IEEE_SQRT``.
+@functools.cache
+def mkl_float64_sqrt() -> int:
+    """``MKL_AVX_SQRT64`` where it equals torch's float64 CPU ``sqrt`` here on every probe input (random
+    float64s of the binades [1, 2) and [2, 4), where it differs from IEEE on 1-2 %, and values from 1e-310
+    to 1e308), else ``IEEE_SQRT`` (torch's is IEEE, or an MKL kernel not reproduced)."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(1.0, 4.0, 1 << 16), np.logspace(-310, 308, 4099)])
+    theirs = torch.from_numpy(x).sqrt().numpy()
+    if not np.array_equal(theirs, np.sqrt(x)) and np.array_equal(theirs, torch_sqrt_array(x, MKL_AVX_SQRT64)):
+        return MKL_AVX_SQRT64
+    return IEEE_SQRT
 
-    Raises:
-        ValueError: the variable is set to something else than ``torch`` or ``ieee``.
+
+def sqrt_kernel(dtype: np.dtype) -> int:
+    """The sqrt kernel the classes use for arrays of ``dtype``: if the environment variable
+    ``OPTKERNELS_TORCH_SQRT`` is ``torch``, :func:`mkl_float32_sqrt` for float32 and
+    :func:`mkl_float64_sqrt` for float64; else (and for other dtypes) ``IEEE_SQRT``.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The dtype of the parameter (and its state).
+
+    Raises
+    ------
+    ValueError
+        The variable is set to something else than ``torch`` or ``ieee``.
     """
     choice = os.environ.get(ENVIRONMENT, "ieee").strip().lower()
     if choice == "ieee":
         return IEEE_SQRT
-    if choice == "torch":
+    if choice != "torch":
+        raise ValueError(f"{ENVIRONMENT} must be 'ieee' or 'torch', got {choice!r}")
+    if dtype == np.float32:
         return mkl_float32_sqrt()
-    raise ValueError(f"{ENVIRONMENT} must be 'ieee' or 'torch', got {choice!r}")
+    if dtype == np.float64:
+        return mkl_float64_sqrt()
+    return IEEE_SQRT
+
+
+def float32_sqrt() -> int:
+    """:func:`sqrt_kernel` of float32.
+
+    Raises
+    ------
+    ValueError
+        ``OPTKERNELS_TORCH_SQRT`` is set to something else than ``torch`` or ``ieee``.
+    """
+    return sqrt_kernel(np.dtype(np.float32))

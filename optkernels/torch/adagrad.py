@@ -25,7 +25,7 @@ from ..kernels.torch_rules import (
 from . import _views
 from ._base import KernelOptimizer
 from ._sparse import coalesced_rows, launch_rows
-from ._sqrt import float32_sqrt
+from ._sqrt import sqrt_kernel
 from .adam import host_lr
 
 __all__ = ["Adagrad", "RMSprop"]
@@ -118,7 +118,7 @@ class Adagrad(KernelOptimizer):
             group["eps"],
             group["weight_decay"],
             group["maximize"],
-            float32_sqrt(),
+            sqrt_kernel(dtype),
         )
 
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
@@ -136,7 +136,7 @@ class Adagrad(KernelOptimizer):
             group["eps"],
             0.0,
             False,
-            float32_sqrt(),
+            sqrt_kernel(dtype),
         )[-3:]
         launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
 
@@ -222,5 +222,5 @@ class RMSprop(KernelOptimizer):
             group["weight_decay"],
             group["momentum"],
             group["maximize"],
-            float32_sqrt(),
+            sqrt_kernel(dtype),
         )

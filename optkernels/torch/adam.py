@@ -19,7 +19,7 @@ from ..kernels.torch_rules import (
     adamax_scalars,
 )
 from ._base import KernelOptimizer
-from ._sqrt import float32_sqrt
+from ._sqrt import sqrt_kernel
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -148,7 +148,7 @@ class Adam(KernelOptimizer):
             group["weight_decay"],
             bool(group.get("decoupled_weight_decay")),
             group["maximize"],
-            float32_sqrt(),
+            sqrt_kernel(dtype),
         )
 
 

@@ -65,3 +65,25 @@ def test_cuda_path_gives_torch_cpu_bits(name, flags, dtype):
             assert torch.equal(a, b.cpu())
         else:
             torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_simulated_cuda_path_computes_torch_float64_sqrt(monkeypatch):
+    """With ``OPTKERNELS_TORCH_SQRT=torch`` the float64 roots are MKL's AVX-path kernel's, as Python too."""
+    from optkernels.kernels.torch_rules import MKL_AVX_SQRT64
+    from optkernels.torch._sqrt import ENVIRONMENT, mkl_float64_sqrt
+
+    if not EXACT or mkl_float64_sqrt() != MKL_AVX_SQRT64:
+        pytest.skip("needs the CUDA simulator and torch's float64 sqrt being MKL's AVX-path kernel (this CPU)")
+    monkeypatch.setenv(ENVIRONMENT, "torch")
+    gen = torch.Generator().manual_seed(5)
+    init = torch.randn(1000, generator=gen, dtype=torch.float64)
+    a, b = init.clone().requires_grad_(), init.clone().requires_grad_()
+    reference = torch.optim.Adam([a], foreach=False)
+    with CONTEXT():
+        optimizer = okt.Adam([b])
+        for _ in range(3):
+            g = torch.randn(1000, generator=gen, dtype=torch.float64)
+            a.grad, b.grad = g, g.clone()
+            reference.step()
+            optimizer.step()
+    assert torch.equal(a, b)
