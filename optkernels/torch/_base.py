@@ -461,8 +461,15 @@ class KernelOptimizer(torch.optim.Optimizer):
 
     def _rehearse(self, group: dict, p: torch.Tensor) -> str:
         """torch's step of ``p`` rehearsed on copies (raises what torch raises: nothing is written yet);
-        the reason torch's own step then updates ``p``."""
-        self._torch().rehearse(group, p, self.state.get(p) or {}, self.defaults)
+        the reason torch's own step then updates ``p``. Where torch raises for a parameter without state,
+        the state entry torch's step would have left (created lazily before it raised) is installed."""
+        runner, state = self._torch(), self.state.get(p)
+        try:
+            runner.rehearse(group, p, state or {}, self.defaults)
+        except Exception:
+            if not state and runner.refused_state is not None:  # the state torch's refused step creates
+                self.state[p] = runner.refused_state
+            raise
         return _MISFIT
 
     def _say(self, reason: str) -> None:
