@@ -82,14 +82,14 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
     from optkernels.kernels import torch_rules as T
 
     b, n = types.boolean, types.int64
-    kernels = [(T._torch_adam, 4, "bbfbfffbfffffi"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffffi"),
+    kernels = [(T._torch_adam, 4, "bbfbfffbfffffinnn"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffffinnn"),
                (T._torch_adamax, 4, "bbfffbfff"), (T._torch_adagrad, 3, "bbfffi"),
                (T._torch_rms_prop, 3, "bbffffbfffi"), (T._torch_centered_rms_prop_momentum, 5, "bbffffbfffi"),
-               (T._torch_sgd, 2, "bbff"), (T._torch_sgd_momentum, 3, "bbfbffbf")]
+               (T._torch_sgd, 2, "bbffnnn"), (T._torch_sgd_momentum, 3, "bbfbffbfnnn")]
     for f in (types.float32, types.float64):
         arr = f[::1]
         for element, n_arrays, scalars in kernels:
-            ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple({"b": b, "i": types.none}.get(s, f)
+            ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple({"b": b, "i": types.none, "n": n}.get(s, f)
                                                                                 for s in scalars))
             assert "llvm.fma" in ir or "fma_compiled" in ir, element.__name__
         compile_for_cuda(T._torch_sparse_adam.cuda, (n,) + (arr,) * 4 + (types.int64[::1], n) + (f,) * 4
@@ -97,5 +97,5 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
     # the MKL sqrt kernels (an int mkl scalar) fall back to 1/sqrt estimates on CUDA; float64's also needs
     # frexp, floor and ldexp
     for f in (types.float32, types.float64):
-        compile_for_cuda(T._torch_adam.cuda, (n,) + (f[::1],) * 4 + tuple({"b": b, "i": n}.get(s, f)
-                                                                          for s in "bbfbfffbfffffi"))
+        compile_for_cuda(T._torch_adam.cuda, (n,) + (f[::1],) * 4 + tuple({"b": b, "i": n, "n": n}.get(s, f)
+                                                                          for s in "bbfbfffbfffffinnn"))

@@ -1,6 +1,7 @@
 """optkernels.torch's torch.optim classes return torch.optim's bits: after every step, each parameter and
 each state tensor is ``torch.equal`` to ``torch.optim.<Name>(foreach=False)``'s on the CPU, for every flag
-of the class, float32 and float64, over sizes that cover vector bodies and tails.
+of the class, float32 and float64, over sizes that cover vector bodies and tails; bfloat16 and float16
+for the classes that reproduce torch's half rounding.
 
 torch's CPU ``sqrt`` is MKL's vector sqrt in this wheel, correctly rounded only on some CPUs
 (docs/guide/torch_bits.rst). optkernels computes IEEE ``sqrt``, or, where torch's is one of the MKL kernels
@@ -130,6 +131,55 @@ def test_every_step_is_torch_bits(case, dtype, monkeypatch):
             for key, value in state_a.items():
                 assert torch.equal(value, state_b[key]), f"step {step + 1}, size {SIZES[k]}: {key} differs"
 
+
+
+HALF_SIZES = (1, 1000, 65539)  # a lone element, a vector tail, two torch threads' chunks (each with a tail)
+BF16, F16 = torch.bfloat16, torch.float16
+
+# (class, flags, dtype): every flag of each class in bfloat16 or float16, each class in both dtypes
+HALF_CASES = [
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01), BF16),
+    ("SGD", dict(lr=0.1, momentum=0.6, dampening=0.3, maximize=True), F16),
+    ("SGD", dict(lr=torch.tensor(0.1), weight_decay=0.1), BF16),
+    ("Adam", dict(weight_decay=0.1, maximize=True, amsgrad=True), BF16),
+    ("Adam", dict(betas=(0.3, 0.8), eps=1e-3, lr=torch.tensor(0.01)), F16),
+    ("Adam", dict(weight_decay=0.1, decoupled_weight_decay=True), F16),
+    ("AdamW", dict(weight_decay=0.3, amsgrad=True), F16),
+    ("AdamW", {}, BF16),
+]
+
+
+def _half_bits(t):
+    return t.detach().view(torch.int16)
+
+
+@pytest.mark.parametrize("case", HALF_CASES, ids=[_ids(c[:2]) + "-" + str(c[2]).split(".")[1] for c in HALF_CASES])
+def test_half_steps_are_torch_bits(case):
+    """bfloat16/float16 parameters: torch rounds every operation's float32 result to the parameter's dtype;
+    so do the drop-ins. Compared bit for bit (NaN included: float16's ``eps`` of 1e-8 rounds to 0)."""
+    name, flags, dtype = case
+    gen = torch.Generator().manual_seed(len(name) * 7 + len(flags))
+    init = [torch.randn(n, generator=gen).to(dtype) for n in HALF_SIZES]
+    theirs = [t.clone().requires_grad_() for t in init]
+    ours = [t.clone().requires_grad_() for t in init]
+    reference = getattr(torch.optim, name)(theirs, foreach=False, **flags)
+    optimizer = getattr(okt, name)(ours, **flags)
+    for step in range(8):
+        for a, b in zip(theirs, ours):
+            g = torch.randn(a.shape, generator=gen).to(dtype)
+            a.grad, b.grad = g, g.clone()
+        reference.step()
+        optimizer.step()
+        for k, (a, b) in enumerate(zip(theirs, ours)):
+            assert torch.equal(_half_bits(a), _half_bits(b)), f"step {step + 1}, size {HALF_SIZES[k]}: parameter"
+            state_a, state_b = reference.state[a], optimizer.state[b]
+            assert set(state_a) == set(state_b)
+            for key, value in state_a.items():
+                if value.dim():
+                    assert value.dtype == dtype and torch.equal(_half_bits(value), _half_bits(state_b[key])), \
+                        f"step {step + 1}, size {HALF_SIZES[k]}: {key} differs"
+                else:
+                    assert torch.equal(value, state_b[key])
 
 
 SPARSE_CASES = [

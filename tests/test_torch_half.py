@@ -1,6 +1,7 @@
-"""optkernels.torch on float16 and bfloat16 CPU parameters: optkernels' half contract (float32 math, each
-updated tensor rounded once to its dtype, to nearest even), checked bit for bit against the same optimizer
-run one step in float32 on the upcast tensors; close to torch.optim's own bfloat16 steps; state in the
+"""optkernels.torch on float16 and bfloat16 CPU parameters: where a class keeps optkernels' half contract
+(float32 math, each updated tensor rounded once to its dtype, to nearest even), checked bit for bit against
+the same optimizer run one step in float32 on the upcast tensors, and close to torch.optim's own bfloat16
+steps (the classes that give torch.optim's half bits are in test_torch_bits); state in the
 parameter's dtype (as torch keeps it), tensors updated in place; MindSpore-named classes equal to the NumPy
 classes on the same half arrays."""
 import ml_dtypes
@@ -17,14 +18,9 @@ HALF = [torch.bfloat16, torch.float16]
 NUMPY_HALF = {torch.bfloat16: np.dtype(ml_dtypes.bfloat16), torch.float16: np.dtype(np.float16)}
 SHAPES = [(6, 5), (13,), (0,)]
 
-# (class, keyword arguments): every kernel of the drop-in classes, the pre-step (weight decay, maximize) too
+# (class, keyword arguments): every kernel of the drop-in classes that keep optkernels' half contract, the
+# pre-step (weight decay, maximize) too; SGD, Adam and AdamW give torch.optim's half bits (test_torch_bits)
 CASES = [
-    ("Adam", dict(lr=1e-2)),
-    ("Adam", dict(lr=1e-2, weight_decay=0.1, maximize=True)),
-    ("Adam", dict(lr=1e-2, amsgrad=True)),
-    ("SGD", dict(lr=0.1)),
-    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
-    ("SGD", dict(lr=0.1, momentum=0.8, dampening=0.25)),
     ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1)),
     ("RMSprop", dict(lr=1e-2)),
     ("RMSprop", dict(lr=1e-2, momentum=0.5, centered=True)),
@@ -88,26 +84,8 @@ def test_each_step_is_the_float32_step_rounded_once(name, kwargs, dtype):
     assert any(not torch.equal(p.float(), torch.zeros_like(p.float())) for p in params)
 
 
-def test_adamw_decay_and_step_rounded_once():
-    """AdamW's decay (torch's ``p.mul_(1 − lr·wd)``) and its Adam step are one update of the parameter:
-    float32 math, rounded once, like every other half update."""
-    gen = torch.Generator().manual_seed(3)
-    p = torch.randn(40, generator=gen).to(torch.bfloat16).requires_grad_()
-    opt = okt.AdamW([p], lr=1e-2, weight_decay=0.5)
-    for _ in range(3):
-        g = torch.randn(40, generator=gen).to(torch.bfloat16)
-        states = _snapshot(opt, [p])
-        want, want_state = _reference_step("AdamW", dict(lr=1e-2, weight_decay=0.5), [p.detach().clone()],
-                                           states, [g])
-        p.grad = g.clone()
-        opt.step()
-        assert torch.equal(_bits(p), _bits(want[0]))
-        assert torch.equal(_bits(opt.state[p]["exp_avg_sq"]), _bits(want_state[0]["exp_avg_sq"]))
-
-
-@pytest.mark.parametrize("name,kwargs", [("Adam", dict(lr=1e-2, weight_decay=0.1)), ("AdamW", {}),
-                                         ("SGD", dict(lr=0.05, momentum=0.9)), ("Adagrad", {}),
-                                         ("RMSprop", dict(momentum=0.5, centered=True)), ("Adamax", {})])
+@pytest.mark.parametrize("name,kwargs", [("Adagrad", {}), ("RMSprop", dict(momentum=0.5, centered=True)),
+                                         ("Adamax", {})])
 def test_close_to_torch_optim_in_bfloat16(name, kwargs):
     """torch computes in bfloat16 and rounds after every operation, optkernels once per tensor: after five
     steps the two stay within two bfloat16 ulps of the weights' scale."""

@@ -33,7 +33,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT16 = np.dtype(np.float16)
@@ -546,7 +546,52 @@ ONE = {
     "_load_f16": _one(_ir_f16_to_f32, types.uint16, types.float32),
     "_store_bf16": _one(_ir_f32_to_bf16, types.float32, types.uint16),
     "_store_f16": _one(_ir_f32_to_f16, types.float32, types.uint16),
+    "_like_bf16": np.uint16(0),
+    "_like_f16": np.int16(0),
 }
+
+
+def rounded_as(x: Any, like: Any) -> Any:
+    """``x`` rounded as torch's CPU operations store a result in ``like``'s dtype: where ``like`` stands for
+    a float16/bfloat16 array (in a fused element function, see :func:`fused_element`), ``x`` (float32) is
+    rounded to that dtype (to nearest, ties to even) and widened back; anywhere else (``like`` a float32 or
+    float64 array, a scalar, None; every Python and CUDA call) ``x`` unchanged, at no cost.
+
+    Parameters
+    ----------
+    x : float
+        The value of one element of an operation's result, computed in float32 ("opmath").
+    like : array or marker
+        The array whose dtype the result is stored in.
+    """
+    return x
+
+
+def is_half(like: Any) -> bool:
+    """True where ``like`` stands for a float16/bfloat16 array in a fused element function (a compile-time
+    constant in compiled code), else False (see :func:`rounded_as`)."""
+    return False
+
+
+@overload(rounded_as, jit_options=_JIT)
+def _rounded_as_compiled(x, like):
+    if like in (types.uint16, types.int16):
+        kind = BF16 if like == types.uint16 else F16
+        load, store = ONE[f"_load_{kind}"], ONE[f"_store_{kind}"]
+        return lambda x, like: load(store(x))
+    return lambda x, like: x
+
+
+@overload(is_half, jit_options=_JIT)
+def _is_half_compiled(like):
+    if like in (types.uint16, types.int16):
+        return lambda like: True
+    return lambda like: False
+
+
+#: What a half array's name becomes where a fused element function passes the array itself (to
+#: :func:`rounded_as`): a constant whose type says the storage (uint16 for bfloat16, int16 for float16).
+_LIKE = {BF16: "_like_bf16", F16: "_like_f16"}
 
 
 class _Fuse(ast.NodeTransformer):
@@ -569,6 +614,11 @@ class _Fuse(ast.NodeTransformer):
             for p, kind in self.half.items()
             if p in self.written
         ]
+
+    def visit_Name(self, node):
+        if node.id in self.half and isinstance(node.ctx, ast.Load):  # the array passed as ``like``
+            return ast.copy_location(ast.Name(_LIKE[self.half[node.id]], ast.Load()), node)
+        return node
 
     def visit_Subscript(self, node):
         if self._is_half_item(node):
@@ -608,6 +658,8 @@ def fused_element(py_func: Callable, kinds: tuple) -> tuple[str, str] | None:
     for node in ast.walk(func):
         if isinstance(node, ast.Name) and node.id in half and not isinstance(node.ctx, ast.Param):
             parent = parents.get(id(node))
+            if isinstance(parent, ast.Call) and node in parent.args:  # passed as ``like`` (rounded_as)
+                continue
             if not (
                 isinstance(parent, ast.Subscript)
                 and parent.value is node

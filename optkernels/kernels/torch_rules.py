@@ -31,6 +31,7 @@ from ._checks import check_arrays, check_range
 from ._elementwise import elementwise
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
+from ._lowp import is_half, rounded_as
 from ._mkl_sqrt64 import mkl_avx_sqrt64
 from .adam import Scalar
 
@@ -43,24 +44,50 @@ _scalar_helper = register_jitable(inline="always")
 
 
 @_scalar_helper
-def torch_grad(g, p, negate, coupled, weight_decay):
+def torch_tail(i, size, chunk, width, like):
+    """True where element ``i`` of a half tensor of ``size`` elements lies in the scalar tail of torch's CPU
+    loop: torch splits the elements into threads' chunks of ``chunk`` (``at::parallel_for``), each run as
+    vectors of ``width`` elements then one at a time. Always False for a float32/float64 ``like``."""
+    if is_half(like):
+        start = (i // chunk) * chunk
+        length = min(chunk, size - start)
+        return i - start >= length - length % width
+    return False
+
+
+@_scalar_helper
+def torch_add_alpha(x, y, alpha, like=None, tail=False):
+    """torch's CPU ``x.add(y, alpha=α)``: ``fma(y, α, x)``. For a half ``like`` (see
+    :func:`~optkernels.kernels._lowp.rounded_as`) ``α`` is first rounded to the half dtype, then
+    ``fma(y, α, x)`` in the vector body and ``x + round(y·α)`` in the scalar ``tail``, rounded."""
+    if is_half(like):
+        a = rounded_as(alpha, like)
+        if tail:
+            return rounded_as(x + rounded_as(y * a, like), like)
+        return rounded_as(fma(y, a, x), like)
+    return fma(y, alpha, x)
+
+
+@_scalar_helper
+def torch_grad(g, p, negate, coupled, weight_decay, like=None, tail=False):
     """torch's gradient pre-step: ``g ← −g`` (maximize), then ``g ← fma(p, wd, g)`` (``grad.add(param,
-    alpha=wd)``, only where torch applies it: ``weight_decay != 0``)."""
+    alpha=wd)``, only where torch applies it: ``weight_decay != 0``; :func:`torch_add_alpha`)."""
     if negate:
         g = -g
     if coupled:
-        g = fma(p, weight_decay, g)
+        g = torch_add_alpha(g, p, weight_decay, like, tail)
     return g
 
 
 @_scalar_helper
-def torch_lerp(x, y, w, w_minus_one, small):
+def torch_lerp(x, y, w, w_minus_one, small, like=None):
     """torch's CPU ``x.lerp_(y, w)``: ``fma(w, y − x, x)`` if ``small`` (``|w| < 0.5``, decided on the
-    host), else ``fma(w − 1, y − x, y)``; ``w_minus_one`` is ``w − 1`` in the arrays' dtype."""
+    host), else ``fma(w − 1, y − x, y)``; ``w_minus_one`` is ``w − 1`` in the arrays' dtype (float32 for a
+    half ``like``, whose result is rounded)."""
     d = y - x
     if small:
-        return fma(w, d, x)
-    return fma(w_minus_one, d, y)
+        return rounded_as(fma(w, d, x), like)
+    return rounded_as(fma(w_minus_one, d, y), like)
 
 
 #: ``mkl`` values of :func:`torch_sqrt`: IEEE sqrt, MKL's AVX-path (``H8``/``EX``) and AVX-512 (``Z0``)
@@ -118,6 +145,15 @@ def _mkl_sqrt64_compiled(x):
 
 
 @_scalar_helper
+def torch_sqrt_as(x, mkl, like):
+    """torch's CPU ``sqrt`` of an element of ``like``: :func:`torch_sqrt`; for a half ``like``, IEEE
+    ``sqrt`` of the float32 value, rounded (torch's half ``sqrt`` converts to float32 and never runs MKL)."""
+    if is_half(like):
+        return rounded_as(math.sqrt(x), like)
+    return torch_sqrt(x, mkl)
+
+
+@_scalar_helper
 def _mkl_sqrt(x, mkl):
     if mkl == MKL_AVX_SQRT and x >= _FLT_MIN and x < _FLT_INF:
         x = np.float32(x)  # float32 by contract (a Python float holding one, under the CUDA simulator)
@@ -144,9 +180,19 @@ def _mkl_sqrt(x, mkl):
 
 
 @_scalar_helper
-def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2):
-    """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)``."""
-    return torch_lerp(m, g, w1, w1_minus_one, small1), fma(one_minus_beta2 * g, g, v * beta2)
+def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2, like=None):
+    """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)`` (each op rounded to a half
+    ``like``'s dtype)."""
+    v = rounded_as(v * beta2, like)
+    return torch_lerp(m, g, w1, w1_minus_one, small1, like), rounded_as(fma(one_minus_beta2 * g, g, v), like)
+
+
+@_scalar_helper
+def torch_adam_param(p, m, v, bc2_sqrt, eps, neg_step_size, mkl, like):
+    """``denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)``, ``p.addcdiv_(m, denom, value=−step_size)``
+    (each op rounded to a half ``like``'s dtype, ``eps`` first too: torch casts an added scalar)."""
+    denom = rounded_as(rounded_as(torch_sqrt_as(v, mkl, like) / bc2_sqrt, like) + rounded_as(eps, like), like)
+    return rounded_as(p + neg_step_size * m / denom, like)
 
 
 @elementwise
@@ -170,15 +216,21 @@ def _torch_adam(
     eps,
     neg_step_size,
     mkl,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
     if decoupled:
-        p = p * decay
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    m, v = torch_adam_moments(exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2)
+        p = rounded_as(p * decay, var)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    m, v = torch_adam_moments(
+        exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2, var
+    )
     exp_avg[i] = m
     exp_avg_sq[i] = v
-    var[i] = p + neg_step_size * m / (torch_sqrt(v, mkl) / bc2_sqrt + eps)
+    var[i] = torch_adam_param(p, m, v, bc2_sqrt, eps, neg_step_size, mkl, var)
 
 
 @elementwise
@@ -203,17 +255,23 @@ def _torch_adam_amsgrad(
     eps,
     neg_step_size,
     mkl,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
     if decoupled:
-        p = p * decay
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    m, v = torch_adam_moments(exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2)
+        p = rounded_as(p * decay, var)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    m, v = torch_adam_moments(
+        exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2, var
+    )
     v_max = nan_max(max_exp_avg_sq[i], v)
     exp_avg[i] = m
     exp_avg_sq[i] = v
     max_exp_avg_sq[i] = v_max
-    var[i] = p + neg_step_size * m / (torch_sqrt(v_max, mkl) / bc2_sqrt + eps)
+    var[i] = torch_adam_param(p, m, v_max, bc2_sqrt, eps, neg_step_size, mkl, var)
 
 
 # ------------------------------------------------------------------------------------------------ Adamax
@@ -382,9 +440,11 @@ def _torch_centered_rms_prop_momentum(
 
 
 @elementwise
-def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr):
+def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr, size, chunk, width):
     p = var[i]
-    var[i] = fma(torch_grad(grad[i], p, negate, coupled, weight_decay), neg_lr, p)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    var[i] = torch_add_alpha(p, g, neg_lr, var, tail)
 
 
 @elementwise
@@ -401,19 +461,23 @@ def _torch_sgd_momentum(
     one_minus_dampening,
     nesterov,
     neg_lr,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     if first:
         buf = g
     else:
-        buf = fma(g, one_minus_dampening, momentum_buffer[i] * momentum)
+        buf = torch_add_alpha(rounded_as(momentum_buffer[i] * momentum, var), g, one_minus_dampening, var, tail)
     momentum_buffer[i] = buf
     if nesterov:
-        g = fma(buf, momentum, g)
+        g = torch_add_alpha(g, buf, momentum, var, tail)
     else:
         g = buf
-    var[i] = fma(g, neg_lr, p)
+    var[i] = torch_add_alpha(p, g, neg_lr, var, tail)
 
 
 # -------------------------------------------------------------------------------------------- SparseAdam
@@ -475,6 +539,23 @@ def torch_sqrt_array(x: np.ndarray, mkl: int) -> np.ndarray:
 # then runs in the tensor's dtype, and so does NumPy's on the scalar (a Python float operand is rounded to it).
 
 
+#: The last scalars ``(n, chunk, width)`` of the element functions that take :func:`torch_tail`'s, for
+#: float32/float64 arrays (unused there); a half launch gives :func:`torch_tail_scalars`'s instead.
+NO_TAIL = (np.int64(1), np.int64(1), np.int64(1))
+
+
+def torch_tail_scalars(n: int, threads: int, width: int) -> tuple:
+    """``(n, chunk, width)`` of :func:`torch_tail` for a tensor of ``n`` elements stepped by torch with
+    ``threads`` threads (``torch.get_num_threads()``) and half vectors of ``width`` elements: torch's
+    ``at::parallel_for`` uses ``min(threads, ⌈n / 32768⌉)`` threads, in chunks of ``⌈n / that⌉``."""
+    used = max(1, min(threads, -(-n // 32768)))
+    return np.int64(n), np.int64(max(1, -(-n // used))), np.int64(width)
+
+
+#: The element functions whose last scalars are :data:`NO_TAIL` (see :func:`torch_tail_scalars`).
+TAKES_TAIL: set = set()
+
+
 def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
     """``(w, w − 1, |w| < 0.5)`` of torch's ``lerp_`` with the Python float ``weight``: ``w`` converted to
     ``dtype``, ``w − 1`` computed in ``dtype`` (the scalars of :func:`torch_lerp`)."""
@@ -524,6 +605,7 @@ def adam_scalars(
         dtype.type(eps),
         dtype.type(-(lr / (1 - beta1**t))),
         mkl_flag(dtype, mkl_sqrt),
+        *NO_TAIL,
     )
 
 
@@ -603,7 +685,7 @@ def sgd_scalars(
     buffer's first step, where torch clones the gradient into it)."""
     pre = grad_prestep(dtype, maximize, weight_decay)
     if momentum == 0:
-        return (*pre, dtype.type(-lr))
+        return (*pre, dtype.type(-lr), *NO_TAIL)
     return (
         *pre,
         bool(first),
@@ -611,6 +693,7 @@ def sgd_scalars(
         dtype.type(1 - dampening),
         bool(nesterov),
         dtype.type(-lr),
+        *NO_TAIL,
     )
 
 
@@ -750,3 +833,6 @@ def torch_adamax(
     )
     _torch_adamax.launch(batch.device, batch.size, *batch.flat, *scalars)
     return var, exp_avg, exp_inf
+
+
+TAKES_TAIL.update((_torch_sgd, _torch_sgd_momentum, _torch_adam, _torch_adam_amsgrad))

@@ -40,6 +40,7 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks as _global_pre_hoo
 
 from ..kernels._multi_tensor import TensorList
 from ..kernels.axpy import _axpy_scal
+from ..kernels.torch_rules import TAKES_TAIL, torch_tail_scalars
 from . import _delegate, _views
 
 __all__ = ["KernelOptimizer"]
@@ -461,8 +462,15 @@ class KernelOptimizer(torch.optim.Optimizer):
 
     def _rehearse(self, group: dict, p: torch.Tensor) -> str:
         """torch's step of ``p`` rehearsed on copies (raises what torch raises: nothing is written yet);
-        the reason torch's own step then updates ``p``."""
-        self._torch().rehearse(group, p, self.state.get(p) or {}, self.defaults)
+        the reason torch's own step then updates ``p``. Where torch raises for a parameter without state,
+        the state entry torch's step would have left (created lazily before it raised) is installed."""
+        runner, state = self._torch(), self.state.get(p)
+        try:
+            runner.rehearse(group, p, state or {}, self.defaults)
+        except Exception:
+            if not state and runner.refused_state is not None:  # the state torch's refused step creates
+                self.state[p] = runner.refused_state
+            raise
         return _MISFIT
 
     def _say(self, reason: str) -> None:
@@ -641,7 +649,10 @@ class KernelOptimizer(torch.optim.Optimizer):
                     True,
                 )
                 grad = buffer
-            kernel.launch(kind, n, *arrays, grad, *self._scalars(group, int(steps[k]), dtype))
+            scalars = self._scalars(group, int(steps[k]), dtype)
+            if kernel in TAKES_TAIL and params[k].dtype in _views.HALF_DTYPES:
+                scalars = scalars[:-3] + torch_tail_scalars(n, torch.get_num_threads(), _half_width())
+            kernel.launch(kind, n, *arrays, grad, *scalars)
         for p, copy in plan.copies:
             p.detach().copy_(copy)
 
@@ -700,6 +711,11 @@ class KernelOptimizer(torch.optim.Optimizer):
 
     def _prepare_plan(self, plan: _Plan, states: list) -> None:
         """Subclass hook, after the state exists and before the tables are built."""
+
+
+def _half_width() -> int:
+    """Elements per vector of torch's CPU float16/bfloat16 loops: 32 with AVX-512, else 16 (AVX2)."""
+    return 32 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 16
 
 
 def _laid_out(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

@@ -91,6 +91,7 @@ class TorchRunner:
         self.initial_state = dict(self.twin.state)  # Adagrad builds its state in its constructor
         self.twin.param_groups, self.twin.state = [], collections.defaultdict(dict)
         self._step = _unhooked_step(cls)
+        self.refused_state: dict | None = None
 
     @property
     def defaults(self) -> dict:
@@ -118,7 +119,9 @@ class TorchRunner:
 
     def rehearse(self, group: dict, p: torch.Tensor, state: dict, defaults: dict) -> None:
         """Run torch's step of ``p`` (its gradient and its ``state``) on copies: raises what torch raises
-        for it, changes nothing."""
+        for it, changes nothing. Where torch raises, :attr:`refused_state` is then the state entry torch's
+        step left for ``p`` (on copies: the tensors it created lazily, as it left them), or None where it
+        made none."""
         q = p.detach().clone()
         assert p.grad is not None  # only parameters with a gradient are rehearsed
         grad = p.grad.detach().clone()
@@ -130,4 +133,9 @@ class TorchRunner:
         copies: collections.defaultdict = collections.defaultdict(dict)
         if state:
             copies[q] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
-        self.step([(group, [q])], copies, defaults)
+        self.refused_state = None
+        try:
+            self.step([(group, [q])], copies, defaults)
+        except Exception:
+            self.refused_state = copies.get(q)
+            raise
