@@ -42,6 +42,9 @@ CLASSES = {
     "SparseAdam": ("SparseAdam", dict(lr=1e-4), "sparse"),
 }
 
+#: The classes of a quick run (``--quick``).
+QUICK = ("SGD (momentum)", "SparseAdam")
+
 #: torch's CPU paths per class (torch 2.13): the keyword that selects each.
 FUSED = {"SGD", "Adam", "AdamW", "Adagrad"}
 ONE_PATH = {"Muon", "SparseAdam"}
@@ -135,7 +138,9 @@ def run(suite, torch, widths=tuple(WIDTHS), labels=tuple(CLASSES), rounds: int |
     paired ratios."""
     from harness import Row
 
-    rounds = rounds or (2 if suite.quick else 12)
+    if suite.quick:  # a smoke test: two classes (a dense and a sparse one), the small model, two rounds
+        widths, labels, rounds = ("small",), QUICK, 2
+    rounds = rounds or 12
     for width in widths:
         ratios = []
         for label in labels:
@@ -152,7 +157,6 @@ def run(suite, torch, widths=tuple(WIDTHS), labels=tuple(CLASSES), rounds: int |
 
 def main() -> None:
     import torch
-
     from harness import Suite
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
