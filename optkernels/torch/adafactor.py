@@ -142,12 +142,12 @@ class Adafactor(KernelOptimizer):
                 rows.lerp_(_norm(grad, 2, -1, True).square_().div_(grad.size(-1)), w_t)
                 cols.lerp_(_norm(grad, 2, -2, True).square_().div_(grad.size(-2)), w_t)
                 means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
-                factors = [_views.view(t, kind, flat=True) for t in (rows, cols, means)]
+                r, c, m = (_views.view(t, kind, flat=True) for t in (rows, cols, means))
                 shape = (grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
                 if kind == "cpu" and p.dtype not in _views.HALF_DTYPES:  # a row loop: the same bits
-                    factored_update(flat[1], flat[2], *factors, *shape)
+                    factored_update(flat[1], flat[2], r, c, m, *shape)
                 else:
-                    launch_small(_adafactor_factored, kind, p.numel(), flat[1], flat[2], *factors, *shape)
+                    launch_small(_adafactor_factored, kind, p.numel(), flat[1], flat[2], r, c, m, *shape)
             else:
                 launch_small(
                     _adafactor_vector,
