@@ -100,6 +100,7 @@ def _check_targets(rows: list[Row]) -> list[str]:
     else:
         out.append("GPU apply_adam N=1e8: not measured (no CUDA device in this run)")
     out += _torch_targets(rows, verdict)
+    out += _torch_class_targets(rows, verdict)
     out += _deepspeed_targets(rows, verdict)
     imp = _find(rows, "import optkernels", "optkernels")
     if imp:
@@ -140,6 +141,30 @@ def _torch_targets(rows: list[Row], verdict) -> list[str]:
             ratio = ours.seconds / numpy_class.seconds
             out.append(f"optkernels.torch.Adam, transformer of {n:.2e} elements, within 1.05x of the NumPy "
                        f"Adam class: {ratio:.3f}x ({verdict(ratio <= 1.05)})")
+    return out
+
+
+def _torch_class_targets(rows: list[Row], verdict) -> list[str]:
+    """Every optkernels.torch class bearing a torch.optim name, per transformer size: >= 1.5x torch's fastest
+    CPU path for that class (fused, foreach or for-loop: medians of the group's interleaved rounds)."""
+    from torch_classes import CASE, CLASSES, impl_name, torch_paths
+
+    out = []
+    for label in CLASSES:
+        ours_rows = [r for r in rows if r.case == CASE and r.impl == impl_name(label, None)]
+        for ours in ours_rows:
+            names = {impl_name(label, path) for path in torch_paths(CLASSES[label][0])}
+            theirs = [r for r in rows if r.case == CASE and r.n == ours.n and r.note == ours.note
+                      and r.impl in names]
+            if not theirs:
+                continue
+            fastest = min(theirs, key=lambda r: r.seconds)
+            ratio = fastest.seconds / ours.seconds
+            out.append(f"optkernels.torch.{label}, {ours.note.split(',')[0]} transformer ({ours.n:.2e} elements "
+                       f"stepped), >= 1.5x faster than torch's fastest CPU path ({fastest.impl}): {ratio:.2f}x "
+                       f"({verdict(ratio >= 1.5)})")
+    if not out:
+        out.append("optkernels.torch classes vs torch's paths: not measured (needs torch; group 'torch')")
     return out
 
 

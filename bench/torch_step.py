@@ -23,7 +23,8 @@ and processes"): run the group alone (``--only torch``) to measure that; after o
 the layer they started, which the group's note names.
 
 Targets (``bench/targets.py``): optkernels.torch.Adam at least 1.5x faster than torch's fastest CPU Adam,
-and within 1.05x of the NumPy ``Adam`` class (the adapter adds under 5%).
+and within 1.05x of the NumPy ``Adam`` class (the adapter adds under 5%). The group then times every
+optkernels.torch class that bears a torch.optim name against torch's paths for it (:mod:`torch_classes`).
 """
 from __future__ import annotations
 
@@ -157,6 +158,9 @@ def run(suite) -> None:
                        f"{paired(times[fastest], ours):.2f}; optkernels.torch.Adam / NumPy class = "
                        f"{paired(ours, times['numpy']):.3f}; memory kernel / optkernels.torch.Adam = "
                        f"{paired(times['limit'], ours):.2f}; Numba threading layer: {layer()}")
+    import torch_classes
+
+    torch_classes.run(suite, torch)
 
 
 def paired(a: list[float], b: list[float]) -> float:

@@ -20,8 +20,15 @@ def test_torch_group_quick(monkeypatch):
     torch_step.run(suite)
     impls = {r.impl for r in suite.rows}
     assert set(torch_step.IMPLS.values()) <= impls
-    assert {r.n for r in suite.rows} == {529000, 1843432}
+    assert {r.n for r in suite.rows if r.case == torch_step.CASE} == {529000, 1843432}
     assert all(r.seconds > 0 for r in suite.rows)
-    lines = [line for line in check_targets(suite.rows) if "optkernels.torch.Adam" in line]
+    lines = [line for line in check_targets(suite.rows) if "optkernels.torch.Adam," in line]
     assert len(lines) == 4 and all(("MET" in line) or ("MISSED" in line) for line in lines)
+    # the per-class rows (quick: SGD with momentum and SparseAdam, small model): ours and each torch path
+    assert {"optkernels.torch.SGD (momentum)", "torch SGD (momentum) (fused)", "torch SGD (momentum) (foreach)",
+            "torch SGD (momentum) (forloop)", "optkernels.torch.SparseAdam", "torch SparseAdam (default)"} <= impls
+    sparse = [r for r in suite.rows if r.impl == "optkernels.torch.SparseAdam"]
+    assert [r.n for r in sparse] == [1000 * 64]  # the embedding table alone
+    lines = [line for line in check_targets(suite.rows) if "fastest CPU path (torch " in line]
+    assert len(lines) == 2 and all(("MET" in line) or ("MISSED" in line) for line in lines)
     sys.modules.pop("torch_step", None)

@@ -387,3 +387,23 @@ def test_a_state_that_does_not_fit_is_refused_before_writing(name, shape, key):
     with pytest.raises(ValueError, match=key):
         opt.step()
     assert torch.equal(p, torch.ones_like(big))
+
+
+def test_adafactor_large_matrix_row_loop_parallel_equals_torch():
+    # above the serial threshold the factored update runs as a parallel loop over rows: torch's bits still
+    shape = (2, 130, 257)
+    assert np.prod(shape) >= K.torch_family.SERIAL_BELOW
+    gen = torch.Generator().manual_seed(5)
+    ours = torch.randn(shape, generator=gen)
+    theirs = ours.clone()
+    opt_ours, opt_theirs = ot.Adafactor([ours], maximize=True), torch.optim.Adafactor([theirs], foreach=False,
+                                                                                       maximize=True)
+    for _ in range(3):
+        g = torch.randn(shape, generator=gen)
+        g[0, :7] = 0.0  # rows whose mean square is 0: the ε1 clamps
+        ours.grad, theirs.grad = g.clone(), g.clone()
+        opt_ours.step()
+        opt_theirs.step()
+        assert torch.equal(ours, theirs)
+        for name in ("row_var", "col_var"):
+            assert torch.equal(opt_ours.state[ours][name], opt_theirs.state[theirs][name])

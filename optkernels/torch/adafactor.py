@@ -20,12 +20,17 @@ from ..kernels.torch_adafactor import (
     adafactor_denominator,
     adafactor_host,
 )
+from ..kernels.torch_adafactor_rows import factored_update
 from ..kernels.torch_family import _decayed_step, launch_small, lerp_scalars
 from . import _views
 from ._base import KernelOptimizer, _Work
 from .torch_family import check_lr, scalar_dtype
 
 __all__ = ["Adafactor"]
+
+#: What torch's ``t.norm(2)`` and ``torch.norm(t, dim=d, keepdim=True)`` call for a strided tensor (the
+#: same op, without ``torch.norm``'s Python dispatch).
+_norm = torch.linalg.vector_norm
 
 
 class Adafactor(KernelOptimizer):
@@ -105,6 +110,7 @@ class Adafactor(KernelOptimizer):
     def _prestep(self, group: dict) -> None:
         return None
 
+    @torch.no_grad()
     def _dense_step(self, work: _Work) -> None:
         group, params, grads = work.group, work.dense, work.grads
         if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
@@ -125,7 +131,7 @@ class Adafactor(KernelOptimizer):
             if eps1 is None:
                 eps1 = torch.finfo(p.dtype).eps
             state["step"] += 1
-            w_t, alpha = adafactor_host(state["step"].item(), lr, tau, eps2, p.norm(2).item(), p.numel())
+            w_t, alpha = adafactor_host(state["step"].item(), lr, tau, eps2, _norm(p).item(), p.numel())
             kind = _views.device_kind(p)
             dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
             update = self._pre_buffer(p)
@@ -133,22 +139,15 @@ class Adafactor(KernelOptimizer):
             eps1_sq, one = dtype.type(eps1 * eps1), dtype.type(1)
             if grad.dim() > 1:
                 rows, cols = state["row_var"], state["col_var"]
-                rows.lerp_(torch.norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1)), w_t)
-                cols.lerp_(torch.norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2)), w_t)
+                rows.lerp_(_norm(grad, 2, -1, True).square_().div_(grad.size(-1)), w_t)
+                cols.lerp_(_norm(grad, 2, -2, True).square_().div_(grad.size(-2)), w_t)
                 means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
-                launch_small(
-                    _adafactor_factored,
-                    kind,
-                    p.numel(),
-                    flat[1],
-                    flat[2],
-                    *(_views.view(t, kind, flat=True) for t in (rows, cols, means)),
-                    grad.size(-2),
-                    grad.size(-1),
-                    maximize,
-                    eps1_sq,
-                    one,
-                )
+                r, c, m = (_views.view(t, kind, flat=True) for t in (rows, cols, means))
+                shape = (grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
+                if kind == "cpu" and p.dtype not in _views.HALF_DTYPES:  # a row loop: the same bits
+                    factored_update(flat[1], flat[2], r, c, m, *shape)
+                else:
+                    launch_small(_adafactor_factored, kind, p.numel(), flat[1], flat[2], r, c, m, *shape)
             else:
                 launch_small(
                     _adafactor_vector,
@@ -162,7 +161,7 @@ class Adafactor(KernelOptimizer):
                     eps1_sq,
                     one,
                 )
-            den = adafactor_denominator(update.norm(2).item(), update.numel(), d)
+            den = adafactor_denominator(_norm(update).item(), update.numel(), d)
             launch_small(
                 _decayed_step,
                 kind,

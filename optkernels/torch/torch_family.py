@@ -66,6 +66,27 @@ def _steps_of(plan: _Plan) -> np.ndarray:
     return plan.steps_np
 
 
+def _by_step(plan: _Plan) -> dict[int, list]:
+    """The plan's parameters by step number (one entry where they step together, as they usually do)."""
+    if plan.step_now is not None:
+        return {plan.step_now: plan.params}
+    out: dict[int, list] = {}
+    for t, p in zip(_steps_of(plan).tolist(), plan.params):
+        out.setdefault(int(t), []).append(p)
+    return out
+
+
+def _fill(tensors: list, value: float) -> None:
+    """``t.fill_(value)`` of every 0-d tensor of ``tensors``: one ``torch._foreach_copy_`` per dtype from a
+    0-d tensor holding ``value`` rounded as ``fill_`` rounds it (to the dtype, from the Python float)."""
+    by_dtype: dict = {}
+    for t in tensors:
+        by_dtype.setdefault((t.dtype, t.device), []).append(t)
+    for (dtype, device), same in by_dtype.items():
+        source = torch.full((), value, dtype=dtype, device=device)
+        torch._foreach_copy_(same, [source] * len(same))
+
+
 class TorchRule(KernelOptimizer):
     """A drop-in whose element function does torch's gradient pre-step itself (maximize, weight decay),
     with torch's fused rounding; the adapter's separate pre-step is off."""
@@ -161,9 +182,9 @@ class NAdam(TorchRule):
 
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         beta1, psi = group["betas"][0], group["momentum_decay"]
-        steps = _steps_of(plan)
-        for k, p in enumerate(plan.params):
-            self.state[p]["mu_product"] *= K.nadam_mu(beta1, psi, int(steps[k]))
+        state = self.state
+        for t, members in _by_step(plan).items():  # torch's ``mu_product *= mu`` of each, one call per step
+            torch._foreach_mul_([state[p]["mu_product"] for p in members], K.nadam_mu(beta1, psi, t))
         self._products = {t: s["mu_product"].item() for t, s in self._scalar_state(plan).items()}
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
@@ -405,12 +426,10 @@ class ASGD(TorchRule):
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         self._etas = {t: (s["eta"].item(), s["mu"].item()) for t, s in self._scalar_state(plan).items()}
         lr, lambd, alpha, t0 = float(group["lr"]), group["lambd"], group["alpha"], group["t0"]
-        steps = _steps_of(plan)
-        for k, p in enumerate(plan.params):
-            eta, mu = K.asgd_next(lr, lambd, alpha, t0, int(steps[k]))
-            state = self.state[p]
-            state["eta"].fill_(eta)
-            state["mu"].fill_(mu)
+        state = self.state
+        for t, members in _by_step(plan).items():  # torch's ``fill_`` of each 0-d state, one call per step
+            for name, value in zip(("eta", "mu"), K.asgd_next(lr, lambd, alpha, t0, t)):
+                _fill([state[p][name] for p in members], value)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         eta, mu = self._etas[step]
