@@ -87,7 +87,7 @@ def _adamw_step(w, m, v, g, hyper: dict, decay: bool) -> tuple[dict, dict]:
     return results, scales
 
 
-def split_case(rng: np.random.Generator, dtype: Any, steps: int) -> tuple[dict, dict[str, np.ndarray]]:
+def split_case(rng: np.random.Generator, dtype: Any, steps: int) -> tuple[dict, dict[str, Any]]:
     """One case: its index entry (without ``file``) and its npz arrays.
 
     Arrays: ``step<s>.in.<parameter>.<name>`` (``param``, ``grad`` and the state: ``momentum_buffer`` for
@@ -111,7 +111,7 @@ def split_case(rng: np.random.Generator, dtype: Any, steps: int) -> tuple[dict, 
         state[name] = {"param": rng.standard_normal(shape).astype(dtype)}
         for s in _MUON_STATES if muon else _ADAMW_STATES:
             state[name][s] = np.zeros(shape, dtype)
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}
     for step in range(steps):
         for entry in params:
             name, now = entry["name"], state[entry["name"]]
