@@ -88,3 +88,31 @@ def test_verify_export_from_the_command_line(tmp_path):
     result = _cli("verify", "--cases", "1", "--ops", "sgd", "--export", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert vectors.check(tmp_path) == []
+
+
+def test_muon_with_adamw_vectors_record_the_split_and_replay_through_the_numpy_class(tmp_path, monkeypatch):
+    import ml_dtypes
+
+    import optkernels.optimizers as O
+    import optkernels.optimizers.muon as muon
+
+    index = json.loads(vectors.export(tmp_path, cases=1, seed=2, only=["MuonWithAdamW"]).read_text())
+    assert index["cases"] == [] and {e["dtype"] for e in index["optimizers"]} == {"float32", "float64"}
+    decisions = {p["name"]: (p["muon"], p["weight_decay"]) for p in index["optimizers"][0]["parameters"]}
+    assert decisions == {  # hidden matrices to Muon; embeddings, heads, biases, norms, convolutions to AdamW
+        "embed.weight": (False, True), "layers.0.attn.in_proj.weight": (True, True),
+        "layers.0.attn.in_proj.bias": (False, True), "layers.0.mlp.fc.weight": (True, True),
+        "layers.0.norm.gamma": (False, False), "layers.0.norm.beta": (False, False),
+        "conv.weight": (False, True), "lm_head.weight": (False, True)}
+    # float32 within 8 ulps of the update's scale, float64 within 1e-12 (not bit for bit: BLAS sums, FMA)
+    assert vectors.check(tmp_path) == []
+
+    def every_matrix(params, **kw):
+        return O.MuonWithAdamW(params, split=lambda name, shape: len(shape) == 2, **kw)
+
+    assert any("Muon got" in f for f in vectors.check(tmp_path, muon_with_adamw=every_matrix))
+    real = muon.newton_schulz
+    monkeypatch.setattr(muon, "newton_schulz", lambda u, *a: real(u.astype(ml_dtypes.bfloat16).astype(u.dtype), *a))
+    failures = vectors.check(tmp_path)  # torch's bfloat16 rounding of the Newton–Schulz input shows
+    assert any("float32" in f and "weight param" in f for f in failures)
+    assert any("float64" in f for f in failures)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from optkernels.kernels import _elementwise
 from optkernels.kernels import _multi_tensor as MT
 from optkernels.kernels._pointers import address_as_pointer, data_addresses
 from optkernels.kernels.ada_max import _ada_max
@@ -266,7 +267,8 @@ def test_multi_tensor_launch_with_prologue_equals_two_launches_per_tensor(name, 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="this machine gives Numba only one thread")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_multi_tensor_prologue_same_bits_with_one_and_two_threads(dtype):
+def test_multi_tensor_prologue_same_bits_with_one_and_two_threads(dtype, monkeypatch):
+    monkeypatch.setattr(_elementwise, "SERIAL_BELOW", 0)  # small lists too run on both threads
     sizes = [MT.CHUNK * 2 + 5, 0, 1, 1000, MT.CHUNK, 17]
     arrays = _arrays(4, (2,), (), dtype, sizes, seed=6)
     sc = (dtype(0.01), dtype(0.9), dtype(0.1), dtype(0.001), dtype(1e-8), True)
@@ -279,11 +281,23 @@ def test_multi_tensor_prologue_same_bits_with_one_and_two_threads(dtype):
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="this machine gives Numba only one thread")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_multi_tensor_adam_default_chunk_same_bits_with_one_and_two_threads(dtype):
+def test_multi_tensor_adam_default_chunk_same_bits_with_one_and_two_threads(dtype, monkeypatch):
     sizes = [MT.CHUNK * 2 + 5, 0, 1, 1000, MT.CHUNK, 17]
     arrays = _arrays(4, (2,), (), dtype, sizes, seed=3)
     sc = (dtype(0.01), dtype(0.9), dtype(0.1), dtype(0.001), dtype(1e-8), False)
     expected = _per_tensor(_adam, arrays, sc)
+    _assert_same_bits(_many(_adam, arrays, sc, MT.CHUNK, threads=2), expected, "below SERIAL_BELOW")
+    tensors = MT.TensorList(sizes, dtype, 4)
+    for j, row in enumerate(_arrays(4, (2,), (), dtype, sizes, seed=3)):
+        tensors.set_row(j, row)
+    previous = numba.get_num_threads()
+    numba.set_num_threads(2)
+    try:
+        _adam.launch_many("cpu", tensors, *sc)   # on the calling thread; the thread mask is restored
+        assert numba.get_num_threads() == 2
+    finally:
+        numba.set_num_threads(previous)
+    monkeypatch.setattr(_elementwise, "SERIAL_BELOW", 0)
     one = _many(_adam, arrays, sc, MT.CHUNK, threads=1)
     two = _many(_adam, arrays, sc, MT.CHUNK, threads=2)
     again = _many(_adam, arrays, sc, MT.CHUNK, threads=2)

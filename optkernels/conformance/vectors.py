@@ -33,10 +33,12 @@ from .cases import (
     draw_stored,
     run_reference,
 )
+from .split_vectors import check_split, export_split
 from .tolerance import FLOAT64_RELATIVE, compare
 
 FORMAT_VERSION = "optkernels-golden-vectors/1"
 STEPS = 3
+SPLIT = "MuonWithAdamW"
 
 FORMAT_DOC = f"""# optkernels golden vectors ({FORMAT_VERSION})
 
@@ -68,6 +70,20 @@ Let `e = |actual - expected|`.
   computes in float32 and rounds each result once is within half an ulp).
 - float64: element-wise. `scale_i = max(|expected_i|, |scale_i|, 0.01 * max|expected|)`; pass if
   `e_i <= {FLOAT64_RELATIVE:g} * scale_i`.
+
+## MuonWithAdamW (`index.json`'s `optimizers`)
+Muon's usual recipe run for {STEPS} steps on a small model by the reference (Muon: `torch_muon`, Newton-Schulz
+in float64; AdamW: MindSpore's AdamWeightDecay, no bias correction). Each entry has `optimizer`
+("MuonWithAdamW"), `file`, `dtype` (float32 or float64), `split` (the rule, `default_muon_split`),
+`parameters` (per parameter: `name`, `shape`, `muon`: the split's decision, true for Muon and false for
+AdamW, and `weight_decay`: whether the decay applies, false for names holding 'gamma' or 'beta'),
+`hyperparameters` (MuonWithAdamW's keyword arguments), `steps` and `ulps`. The npz file holds
+`step<s>.in.<parameter>.<name>` for `param`, `grad` and the parameter's state (`momentum_buffer` for Muon,
+`adam_m` and `adam_v` for AdamW), `step<s>.out.<parameter>.<name>` (float64) and
+`step<s>.scale.<parameter>.<name>`. Run each step from its inputs and compare as above. float64 is not
+bit for bit: a matmul's summation order is the BLAS's, and torch's Muon (and optkernels') fuses
+`w - lr*r*O` into one FMA where the reference rounds twice. A bfloat16 Newton-Schulz (torch's) is off by
+about 1e-2 of the update and fails.
 """
 
 
@@ -80,10 +96,11 @@ def _scalars(inputs: dict) -> dict:
 
 
 def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = None) -> Path:
-    """Write golden vectors for every op (or those in ``only``) to ``directory``; return the index path."""
+    """Write golden vectors for every op (or those in ``only``) and for MuonWithAdamW's split (with every op,
+    or when ``only`` names ``"MuonWithAdamW"``) to ``directory``; return the index path."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    index: dict[str, Any] = {"format": FORMAT_VERSION, "cases": []}
+    index: dict[str, Any] = {"format": FORMAT_VERSION, "cases": [], "optimizers": []}
     for number, case in enumerate(CASES):
         if only and case.name not in only:
             continue
@@ -131,6 +148,8 @@ def export(directory, cases: int = 2, seed: int = 0, only: list[str] | None = No
                         ulps=case.ulps,
                     )
                 )
+    if not only or SPLIT in only:
+        index["optimizers"] = export_split(out, cases, seed, STEPS)
     (out / "index.json").write_text(json.dumps(index, indent=1))
     (out / "FORMAT.md").write_text(FORMAT_DOC)
     return out / "index.json"
@@ -140,13 +159,15 @@ def _storage(name: str) -> np.dtype:
     return next((d for d in HALF_DTYPES if d.name == name), None) or np.dtype(name)
 
 
-def check(directory, kernels: Mapping[str, Callable] | None = None) -> list[str]:
+def check(directory, kernels: Mapping[str, Callable] | None = None, muon_with_adamw: Any = None) -> list[str]:
     """Check an implementation against exported vectors; return the failures (empty: all pass).
 
     Args:
         directory: a folder written by :func:`export`.
         kernels: op name -> function with optkernels' signature (default: optkernels' own kernels). A
             function updates its state arrays in place and returns them, or returns its output array.
+        muon_with_adamw: the class the MuonWithAdamW cases replay through (default
+            ``optkernels.optimizers.MuonWithAdamW``; see :func:`.split_vectors.check_split`).
     """
     root = Path(directory)
     index = json.loads((root / "index.json").read_text())
@@ -175,4 +196,4 @@ def check(directory, kernels: Mapping[str, Callable] | None = None) -> list[str]
                 verdict = compare(np.asarray(actual), expected, dtype, entry["ulps"], scale)
                 if not verdict.ok:
                     failures.append(verdict.message(f"{entry['file']} step {step} {name}"))
-    return failures
+    return failures + check_split(root, index.get("optimizers", []), muon_with_adamw)

@@ -34,6 +34,11 @@ from ._threading import for_this_process, parallel_launch
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
+#: A multi-tensor launch of fewer elements runs on the calling thread: its arrays sit in cache, and a
+#: parallel region's fork and join (on a busy machine, a wait of milliseconds for a descheduled worker at
+#: the barrier) cost more than a second core saves.
+SERIAL_BELOW = 1 << 20
+
 _CPU_LOOP = """
 def {name}(n, {args}):
     for i in prange(n):
@@ -202,12 +207,24 @@ class Elementwise:
             return
         n_arrays = tensors.addresses.shape[0]
         with parallel_launch():
-            if prologue is None:
-                for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
-            else:
-                for_this_process(self.many(n_arrays, prologue))(
-                    table, tensors.addresses, tensors.like, tensors.workspace(), *prologue_scalars, *scalars
-                )
+            threads = numba.get_num_threads() if tensors.total < SERIAL_BELOW else 1
+            if threads > 1:  # little work: on the calling thread (this thread's mask, restored below)
+                numba.set_num_threads(1)
+            try:
+                if prologue is None:
+                    for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
+                else:
+                    for_this_process(self.many(n_arrays, prologue))(
+                        table,
+                        tensors.addresses,
+                        tensors.like,
+                        tensors.workspace(),
+                        *prologue_scalars,
+                        *scalars,
+                    )
+            finally:
+                if threads > 1:
+                    numba.set_num_threads(threads)
 
 
 class ChunkedSumsOfSquares(Elementwise):

@@ -77,6 +77,7 @@ class TensorList:
 
     Attributes:
         sizes: tuple of the sizes.
+        total: their sum.
         dtype: the dtype.
         chunk: the largest chunk.
         chunks: the chunk table (:func:`chunk_table`).
@@ -86,6 +87,7 @@ class TensorList:
 
     def __init__(self, sizes: Sequence[int], dtype: Any, n_arrays: int, chunk: int = CHUNK):
         self.sizes = tuple(int(s) for s in sizes)
+        self.total = sum(self.sizes)
         self.dtype = np.dtype(dtype)
         self.chunk = chunk
         self.chunks = chunk_table(self.sizes, chunk)

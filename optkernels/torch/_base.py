@@ -167,6 +167,7 @@ class KernelOptimizer(torch.optim.Optimizer):
     sparse_by_torch = False  # torch's class takes sparse gradients the kernels do not (SGD)
     optional_state: tuple = ()  # state names torch creates when missing (SGD's momentum_buffer)
     tensor_steps = True  # torch keeps 'step' as a tensor (SparseAdam: a Python int)
+    numbered_steps = True  # the scalars depend on the step number (False: one launch for all, step 1)
 
     def __init__(self, params: Any, defaults: dict):
         self._plans: dict[int, _Plan] = {}
@@ -600,6 +601,8 @@ class KernelOptimizer(torch.optim.Optimizer):
                 first, uniform = plan.step_now, True
             else:
                 first, uniform = int(steps[0]), False
+        elif not self.numbered_steps:
+            steps, first, uniform = self._private_steps(plan), 1, True
         else:
             steps = self._private_steps(plan)
             first = int(steps[0])

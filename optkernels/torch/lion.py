@@ -39,6 +39,7 @@ class Lion(KernelOptimizer):
     """
 
     counts_steps = False
+    numbered_steps = False
 
     def __init__(
         self,

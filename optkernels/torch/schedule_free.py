@@ -33,6 +33,7 @@ class _ScheduleFree(KernelOptimizer):
     """The group bookkeeping (k, lr_max, weight_sum, scheduled_lr; train_mode) and the train/eval swap."""
 
     counts_steps = False
+    numbered_steps = False
     _beta_of: Callable[[dict], float]
     _kernel_scalars: Callable[[dict, np.dtype, float, float, int], tuple]  # (group, dtype, lr_t, c, k + 1)
 
