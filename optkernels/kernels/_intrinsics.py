@@ -266,3 +266,47 @@ def _rsqrt_estimate_cpu(x):
 @numba.njit(cache=True)
 def _rsqrt14_cpu(x):
     return _rsqrt14(x)
+
+
+@intrinsic
+def call_address(typingctx, address, head, tail):
+    """Call the Numba-compiled function at ``address`` (an int64, from :func:`native_address`) with the
+    elements of the tuples ``head`` and ``tail`` as its arguments; it must have been compiled for exactly
+    those argument types and return nothing. The call goes through the pointer: the function's code is not
+    linked into the caller, so a large function that several callers (or a parallel loop's body, which Numba
+    compiles as a function of its own) call is optimised and turned into machine code once, not once per
+    caller. Any error status the function returns is ignored (call only functions that raise nothing)."""
+    if not (
+        isinstance(address, types.Integer)
+        and isinstance(head, types.BaseTuple)
+        and isinstance(tail, types.BaseTuple)
+    ):
+        raise TypingError("call_address takes an integer address and two tuples of arguments")
+    argument_types = tuple(head.types) + tuple(tail.types)
+
+    def codegen(context, builder, signature, args):
+        call_conv = context.call_conv
+        function_type = call_conv.get_function_type(types.none, argument_types)
+        function = builder.inttoptr(args[0], function_type.as_pointer())
+        values = cgutils.unpack_tuple(builder, args[1], len(head)) + cgutils.unpack_tuple(
+            builder, args[2], len(tail)
+        )
+        result = cgutils.alloca_once(builder, function_type.args[0].pointee)
+        builder.store(cgutils.get_null_value(function_type.args[0].pointee), result)
+        excinfo = cgutils.alloca_once(builder, function_type.args[1].pointee)
+        packed = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, values))
+        builder.call(function, [result, excinfo] + packed)
+        return context.get_dummy_value()
+
+    return types.void(address, head, tail), codegen
+
+
+def native_address(dispatcher: Any, argument_types: tuple) -> int:
+    """The address of ``dispatcher``'s native function for ``argument_types`` (compiled, or loaded from the
+    cache, now if needed), for :func:`call_address`."""
+    signature = tuple(argument_types)
+    overload = dispatcher.overloads.get(signature)
+    if overload is None:
+        dispatcher.compile(signature)
+        overload = dispatcher.overloads[signature]
+    return overload.library.get_pointer_to_function(overload.fndesc.llvm_func_name)

@@ -119,10 +119,11 @@ def plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, start
     return -1, kept, n_rows
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def plan_buffers(n, positions_like):
     """New buffers ``(order, order_tmp, counts, rows, starts)`` for :func:`plan_into` over ``n`` indices,
-    the positions of ``positions_like``'s integer type."""
+    the positions of ``positions_like``'s integer type (inlined into its callers: five allocations do not
+    need a compiled function of their own)."""
     return (
         np.empty(n, positions_like.dtype),
         np.empty(n, positions_like.dtype),
