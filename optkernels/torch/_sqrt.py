@@ -25,7 +25,7 @@ from ..kernels.torch_rules import (
 
 __all__ = ["float32_sqrt", "mkl_float32_sqrt", "mkl_float64_sqrt", "sqrt_kernel"]
 
-#: The environment variable that asks for torch's own float32 sqrt ("torch"; default "ieee").
+#: The environment variable that asks for torch's own sqrt ("torch"; default "ieee").
 ENVIRONMENT = "OPTKERNELS_TORCH_SQRT"
 
 
