@@ -16,9 +16,10 @@
   On x86-64 with FMA3 (Haswell and later) and on ARM64 it is one instruction; where the target has none,
   LLVM calls libm's ``fma``, which is correctly rounded too: the same bits, slower.
 * :func:`rsqrt_estimate`, :func:`rsqrt14`: the x86 ``rsqrtss`` (about 12 bits, its bits set by the
-  processor) and AVX-512 ``vrsqrt14ss`` (14 bits) estimates of ``1/√x`` for a float32, the first step of
-  MKL's float32 sqrt kernels that torch's CPU ``sqrt`` runs (:mod:`optkernels.kernels.torch_rules`). Where
-  the instruction is missing (ARM64, CUDA, no AVX-512) they are ``1/√x`` rounded.
+  processor) and AVX-512 ``vrsqrt14ss``/``vrsqrt14sd`` (14 bits) estimates of ``1/√x`` for a float32 (and
+  a float64 for ``vrsqrt14sd``), the first step of MKL's sqrt kernels that torch's CPU ``sqrt`` runs
+  (:mod:`optkernels.kernels.torch_rules`). Where the instruction is missing (ARM64, CUDA, no AVX-512) they
+  are ``1/√x`` rounded.
 """
 
 from __future__ import annotations
@@ -191,9 +192,10 @@ def _reciprocal_sqrt(builder: Any, value: Any) -> Any:
     return builder.fdiv(ir.Constant(llvm_type, 1.0), builder.call(function, [value]))
 
 
-def _estimate_intrinsic(name: str, extra_args: int, available: Callable[[], bool]) -> Any:
-    """An intrinsic calling the x86 scalar estimate ``name`` on lane 0 of a float32 vector (``extra_args``
-    further vector operands equal to it, then an all-ones mask if any), ``1/sqrt`` where unavailable."""
+def _estimate_intrinsic(names: dict, extra_args: int, available: Callable[[], bool]) -> Any:
+    """An intrinsic calling the x86 scalar estimate ``names[type]`` (per float type; a type without one gets
+    ``1/sqrt``) on lane 0 of a vector (``extra_args`` further vector operands equal to it, then an all-ones
+    mask if any), ``1/sqrt`` where unavailable."""
 
     def typer(typingctx, x):
         if not isinstance(x, types.Float):
@@ -203,9 +205,10 @@ def _estimate_intrinsic(name: str, extra_args: int, available: Callable[[], bool
             from numba.core.cpu import CPUContext
 
             (value,) = args
-            if signature.args[0] != types.float32 or not isinstance(context, CPUContext) or not available():
+            name = names.get(signature.args[0])
+            if name is None or not isinstance(context, CPUContext) or not available():
                 return _reciprocal_sqrt(builder, value)
-            vector = ir.VectorType(ir.FloatType(), 4)
+            vector = ir.VectorType(value.type, 128 // (32 if signature.args[0] == types.float32 else 64))
             packed = builder.insert_element(ir.Constant(vector, None), value, _I32(0))
             operands = [packed] * (1 + extra_args)
             types_ = [vector] * (1 + extra_args)
@@ -217,13 +220,15 @@ def _estimate_intrinsic(name: str, extra_args: int, available: Callable[[], bool
 
         return x(x), codegen
 
-    typer.__name__ = name.replace(".", "_")
+    typer.__name__ = names[types.float32].replace(".", "_")
     return intrinsic(typer)
 
 
-_rsqrt_estimate = _estimate_intrinsic("llvm.x86.sse.rsqrt.ss", 0, lambda: _X86)
-# vrsqrt14ss(a, b, passthru, mask): lane 0 is rsqrt14(b[0])
-_rsqrt14 = _estimate_intrinsic("llvm.x86.avx512.rsqrt14.ss", 2, _avx512)
+_rsqrt_estimate = _estimate_intrinsic({types.float32: "llvm.x86.sse.rsqrt.ss"}, 0, lambda: _X86)
+# vrsqrt14ss/sd(a, b, passthru, mask): lane 0 is rsqrt14(b[0])
+_rsqrt14 = _estimate_intrinsic(
+    {types.float32: "llvm.x86.avx512.rsqrt14.ss", types.float64: "llvm.x86.avx512.rsqrt14.sd"}, 2, _avx512
+)
 
 
 def rsqrt_estimate(x: float) -> Any:
@@ -236,8 +241,8 @@ def rsqrt_estimate(x: float) -> Any:
 
 
 def rsqrt14(x: float) -> Any:
-    """AVX-512's ``vrsqrt14ss`` estimate of ``1/√x`` for a float32 ``x`` (relative error below 2⁻¹⁴);
-    ``1/√x`` rounded for a float64 ``x`` and on targets without AVX-512. From Python: as
+    """AVX-512's ``vrsqrt14ss`` (float32 ``x``) or ``vrsqrt14sd`` (float64 ``x``) estimate of ``1/√x``
+    (relative error below 2⁻¹⁴); ``1/√x`` rounded on targets without AVX-512. From Python: as
     :func:`rsqrt_estimate`."""
     if isinstance(x, np.float32):
         return np.float32(_rsqrt14_cpu(x))

@@ -32,7 +32,7 @@ from ._elementwise import elementwise
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
 from ._lowp import is_half, rounded_as
-from ._mkl_sqrt64 import mkl_avx_sqrt64
+from ._mkl_sqrt64 import mkl_avx2_sqrt64, mkl_avx512_sqrt64, mkl_avx_sqrt64
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
@@ -90,14 +90,15 @@ def torch_lerp(x, y, w, w_minus_one, small, like=None):
     return rounded_as(fma(w_minus_one, d, y), like)
 
 
-#: ``mkl`` values of :func:`torch_sqrt`: IEEE sqrt, MKL's AVX-path (``H8``/``EX``) and AVX-512 (``Z0``)
-#: float32 kernels, MKL's AVX-path float64 kernel.
-IEEE_SQRT, MKL_AVX_SQRT, MKL_AVX512_SQRT, MKL_AVX_SQRT64 = 0, 1, 2, 3
+#: ``mkl`` values of :func:`torch_sqrt`: IEEE sqrt; MKL's AVX-path (``H8``/``EX``) and AVX-512 (``Z0``)
+#: float32 kernels; MKL's AVX-path, AVX2 (``L9``) and AVX-512 float64 kernels.
+IEEE_SQRT, MKL_AVX_SQRT, MKL_AVX512_SQRT = 0, 1, 2
+MKL_AVX_SQRT64, MKL_AVX2_SQRT64, MKL_AVX512_SQRT64 = 3, 4, 5
 
 #: The ``mkl`` kernels of each dtype (:func:`mkl_flag`).
 MKL_SQRT_KERNELS = {
     np.dtype(np.float32): (MKL_AVX_SQRT, MKL_AVX512_SQRT),
-    np.dtype(np.float64): (MKL_AVX_SQRT64,),
+    np.dtype(np.float64): (MKL_AVX_SQRT64, MKL_AVX2_SQRT64, MKL_AVX512_SQRT64),
 }
 
 _FLT_MIN = np.float32(2.0**-126)
@@ -122,26 +123,36 @@ def torch_sqrt(x, mkl):
     * ``MKL_AVX512_SQRT`` (``Z0``, AVX-512, Intel processors): ``r = vrsqrt14ss(x)``, ``s = x·r``,
       ``h = r/2``, result ``fma(fma(−s, s, x), h, s)``, scaled by powers of two where ``r > 2³⁹`` (tiny and
       subnormal ``x``); zeros, infinities, NaN and negative inputs as IEEE ``sqrt``;
-    * ``MKL_AVX_SQRT64`` (float64 ``H8``/``EX``): :func:`optkernels.kernels._mkl_sqrt64.mkl_avx_sqrt64`.
+    * ``MKL_AVX_SQRT64``, ``MKL_AVX2_SQRT64``, ``MKL_AVX512_SQRT64`` (float64 ``H8``/``EX``, ``L9``,
+      ``Z0``): :mod:`optkernels.kernels._mkl_sqrt64`.
     """
     if mkl is None:
         return math.sqrt(x)
-    if mkl == MKL_AVX_SQRT64:
-        return _mkl_sqrt64(x)
+    if mkl >= MKL_AVX_SQRT64:
+        return _mkl_sqrt64(x, mkl)
     return _mkl_sqrt(x, mkl)
 
 
-def _mkl_sqrt64(x: Any) -> Any:
-    """:func:`mkl_avx_sqrt64` for a float64 ``x``; compiled for a float32 ``x`` (a branch not taken: the
-    ``mkl`` scalar is per dtype), ``x`` itself, so that the float32 loops keep float32 values."""
-    return mkl_avx_sqrt64(np.float64(x))
+def _mkl_sqrt64_python(x, mkl):  # the float64 overload: Numba wants the typing signature's names, unannotated
+    x = np.float64(x)
+    if mkl == MKL_AVX_SQRT64:
+        return mkl_avx_sqrt64(x)
+    if mkl == MKL_AVX2_SQRT64:
+        return mkl_avx2_sqrt64(x)
+    return mkl_avx512_sqrt64(x)
 
 
-@overload(_mkl_sqrt64, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
-def _mkl_sqrt64_compiled(x):
+def _mkl_sqrt64(x: Any, mkl: int) -> Any:
+    """MKL's float64 kernel ``mkl`` of the float64 ``x``; compiled for a float32 ``x`` (a branch not taken:
+    the ``mkl`` scalar is per dtype), ``x`` itself, so that the float32 loops keep float32 values."""
+    return _mkl_sqrt64_python(x, mkl)
+
+
+@overload(_mkl_sqrt64, jit_options=dict(error_model="numpy", fastmath=False))
+def _mkl_sqrt64_compiled(x, mkl):
     if x == types.float64:
-        return mkl_avx_sqrt64
-    return lambda x: x
+        return _mkl_sqrt64_python
+    return lambda x, mkl: x
 
 
 @_scalar_helper

@@ -1,9 +1,9 @@
 """The square root optkernels.torch computes: IEEE ``sqrt`` by default (the vectorised loops), or, with
 ``OPTKERNELS_TORCH_SQRT=torch`` in the environment, the one torch's CPU ``sqrt`` computes here when it is one
 of the MKL kernels that :func:`optkernels.kernels.torch_rules.torch_sqrt` reproduces (float32: the AVX-path
-kernel MKL runs on AMD processors among others, the AVX-512 one it runs on Intel processors; float64: the
-AVX-path kernel): torch's bits, at the cost of a scalar loop (docs/guide/torch_bits.rst). Which kernel torch
-runs is found once per dtype, on first use, by running ``torch.sqrt`` on probe inputs."""
+kernel MKL runs on AMD processors among others, the AVX-512 one it runs on Intel processors; float64: those
+two and the AVX2 one): torch's bits, at the cost of a scalar loop (docs/guide/torch_bits.rst). Which kernel
+torch runs is found once per dtype, on first use, by running ``torch.sqrt`` on probe inputs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import torch
 
 from ..kernels.torch_rules import (
     IEEE_SQRT,
+    MKL_AVX2_SQRT64,
     MKL_AVX512_SQRT,
+    MKL_AVX512_SQRT64,
     MKL_AVX_SQRT,
     MKL_AVX_SQRT64,
     torch_sqrt_array,
@@ -23,7 +25,7 @@ from ..kernels.torch_rules import (
 
 __all__ = ["float32_sqrt", "mkl_float32_sqrt", "mkl_float64_sqrt", "sqrt_kernel"]
 
-#: The environment variable that asks for torch's own float32 sqrt ("torch"; default "ieee").
+#: The environment variable that asks for torch's own sqrt ("torch"; default "ieee").
 ENVIRONMENT = "OPTKERNELS_TORCH_SQRT"
 
 
@@ -45,14 +47,16 @@ def mkl_float32_sqrt() -> int:
 
 @functools.cache
 def mkl_float64_sqrt() -> int:
-    """``MKL_AVX_SQRT64`` where it equals torch's float64 CPU ``sqrt`` here on every probe input (random
-    float64s of the binades [1, 2) and [2, 4), where it differs from IEEE on 1-2 %, and values from 1e-310
-    to 1e308), else ``IEEE_SQRT`` (torch's is IEEE, or an MKL kernel not reproduced)."""
+    """The ``mkl`` float64 kernel of :func:`~optkernels.kernels.torch_rules.torch_sqrt` that equals torch's
+    float64 CPU ``sqrt`` here on every probe input (random float64s of the binades [1, 2) and [2, 4), where
+    MKL's kernels differ from IEEE on 0.5-2 %, and values from 1e-310 to 1e308): ``MKL_AVX_SQRT64``,
+    ``MKL_AVX2_SQRT64`` or ``MKL_AVX512_SQRT64``; ``IEEE_SQRT`` where torch's is IEEE, or none matches."""
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(1.0, 4.0, 1 << 16), np.logspace(-310, 308, 4099)])
     theirs = torch.from_numpy(x).sqrt().numpy()
-    if not np.array_equal(theirs, np.sqrt(x)) and np.array_equal(theirs, torch_sqrt_array(x, MKL_AVX_SQRT64)):
-        return MKL_AVX_SQRT64
+    for kernel in (IEEE_SQRT, MKL_AVX_SQRT64, MKL_AVX2_SQRT64, MKL_AVX512_SQRT64):
+        if np.array_equal(theirs, np.sqrt(x) if kernel == IEEE_SQRT else torch_sqrt_array(x, kernel)):
+            return kernel
     return IEEE_SQRT
 
 
