@@ -188,8 +188,8 @@ def any_precision_adamw(
     on x86-64 with FMA compute ``add(alpha=)`` and ``addcmul``; an add's scalar in bfloat16 when
     all its arrays are bfloat16 (``1−β1`` with bfloat16 ``exp_avg`` and ``grad``, ``eps`` with bfloat16
     ``exp_avg_sq``), as torch converts it to the op's dtype. Not followed: torch's scalar tail loop of an
-    all-bfloat16 ``add`` (the elements of a thread's range that do not fill a vector), which rounds ``(1−β1)·g`` to
-    bfloat16 before adding.
+    all-bfloat16 ``add`` (the elements of a thread's range that do not fill a vector), which rounds
+    ``(1−β1)·g`` to bfloat16 before adding.
 
     Returns
     -------
