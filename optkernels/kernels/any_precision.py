@@ -179,7 +179,17 @@ def any_precision_adamw(
         The Kahan compensation buffer (float32 or bfloat16), updated in place; None: plain update.
     lr, beta1, beta2, eps, weight_decay : float
         Learning rate (>= 0), moment decays (in [0, 1)), epsilon (>= 0), decoupled weight decay (>= 0).
-        Rounded to float32; ``1−β``, ``lr·wd``, the bias corrections and ``step_size`` are float32 roundings.
+
+    Notes
+    -----
+    The roundings are those of torchdistx's torch ops on the CPU (checked bit for bit against them):
+    ``1−β`` and ``1 − lr·wd`` from Python floats rounded to float32 (see :func:`step_scalars`); the moments'
+    last multiply-add fused (``fma((1−β1), g, m·β1)``, ``fma((1−β2)·g, g, v·β2)``), as torch's vector loops
+    on x86-64 with FMA compute ``add(alpha=)`` and ``addcmul``; an add's scalar in bfloat16 when
+    all its arrays are bfloat16 (``1−β1`` with bfloat16 ``exp_avg`` and ``grad``, ``eps`` with bfloat16
+    ``exp_avg_sq``), as torch converts it to the op's dtype. Not followed: torch's scalar tail loop of an
+    all-bfloat16 ``add`` (the elements of a thread's range that do not fill a vector), which rounds
+    ``(1−β1)·g`` to bfloat16 before adding.
 
     Returns
     -------

@@ -347,9 +347,11 @@ def any_precision_adamw(
     float32 operands, rounded to float32 and then to its output array's dtype; ``compensation`` given:
     Kahan-compensated update of ``p``. Scalars as torchdistx's torch ops get them: ``1−β`` and
     ``1−lr·wd`` computed in float64 (Python floats), then rounded to float32; ``step_size = lr/(1−β1^t)``
-    (as ``lr·(1/(1−β1^t))``: torch's ``float / tensor``) and ``sqrt(1−β2^t)`` from float32 operations. The moments' last operation is one fused multiply-add
-    (``m·β1`` rounded, then ``(1−β1)·g + that`` rounded once; ``((1−β2)·g)·g + v·β2`` likewise), as torch's
-    CPU ``add(alpha=)`` and ``addcmul`` vector loops compute it on x86-64 builds with FMA.
+    (as ``lr·(1/(1−β1^t))``: torch's ``float / tensor``) and ``sqrt(1−β2^t)`` from float32 operations;
+    an add's scalar (``1−β1`` when ``p`` and ``exp_avg`` are bfloat16, ``eps`` when ``exp_avg_sq`` is)
+    rounded to bfloat16. The moments' last operation is one fused multiply-add (``m·β1`` rounded, then
+    ``(1−β1)·g + that`` rounded once; ``((1−β2)·g)·g + v·β2`` likewise), as torch's CPU ``add(alpha=)``
+    and ``addcmul`` vector loops compute it on x86-64 builds with FMA.
 
     .. math::
 

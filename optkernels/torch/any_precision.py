@@ -118,8 +118,8 @@ class AnyPrecisionAdamW(torch.optim.Optimizer):
             raise TypeError(f"AnyPrecisionAdamW runs on CPU tensors, got a tensor on {p.device}")
         if p.dtype not in _DTYPES or g.dtype != p.dtype:
             raise TypeError(
-                f"AnyPrecisionAdamW updates float32 or bfloat16 parameters with gradients of their dtype, got "
-                f"{p.dtype} and {g.dtype}"
+                "AnyPrecisionAdamW updates float32 or bfloat16 parameters with gradients of their dtype, "
+                f"got {p.dtype} and {g.dtype}"
             )
         if not p.is_contiguous():
             raise ValueError("AnyPrecisionAdamW: parameters must be contiguous")
