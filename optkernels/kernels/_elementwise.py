@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 from . import _cuda
-from ._threading import for_this_process, parallel_launch
+from ._threading import for_this_process, parallel_launch, thread_mask
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -207,9 +207,10 @@ class Elementwise:
             return
         n_arrays = tensors.addresses.shape[0]
         with parallel_launch():
-            threads = numba.get_num_threads() if tensors.total < SERIAL_BELOW else 1
+            get_threads, set_threads = thread_mask()
+            threads = get_threads() if tensors.total < SERIAL_BELOW else 1
             if threads > 1:  # little work: on the calling thread (this thread's mask, restored below)
-                numba.set_num_threads(1)
+                set_threads(1)
             try:
                 if prologue is None:
                     for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
@@ -224,7 +225,7 @@ class Elementwise:
                     )
             finally:
                 if threads > 1:
-                    numba.set_num_threads(threads)
+                    set_threads(threads)
 
 
 class ChunkedSumsOfSquares(Elementwise):

@@ -146,6 +146,28 @@ def parallel_launch():
     return guard if guard is not None else _decide()
 
 
+def thread_mask() -> tuple[Any, Any]:
+    """``(get, set)`` of the calling thread's Numba thread count, as :func:`numba.get_num_threads` and
+    :func:`numba.set_num_threads` (which cost microseconds a call) without their per-call checks: Numba's
+    own C functions once its threads are launched. Call it inside :func:`parallel_launch`."""
+    global _mask
+    if _mask is None:
+        import numba
+        from numba.np.ufunc import parallel
+
+        numba.get_num_threads()  # launches Numba's threads: its C functions exist from here on
+        get, put = getattr(parallel, "_get_num_threads", None), getattr(parallel, "_set_num_threads", None)
+        _mask = (
+            (get, put)
+            if get is not None and put is not None
+            else (numba.get_num_threads, numba.set_num_threads)
+        )
+    return _mask
+
+
+_mask: tuple[Any, Any] | None = None
+
+
 def for_this_process(function: Any) -> Any:
     """``function`` (a Numba dispatcher compiled with ``parallel=True``), or, in a process forked from one
     that had started GNU OpenMP, its single-threaded twin: the same Python function compiled with
