@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..kernels.torch_family import launch_small
 from . import _views
 
 __all__ = ["coalesced_rows", "launch_rows", "row_sparse"]
@@ -74,7 +75,8 @@ def launch_rows(kernel: Any, kind: str, tensors: list, rows: tuple, scalars: tup
     copied back (rounded once; untouched rows come back as they were)."""
     half = tensors[0].dtype in _views.HALF_DTYPES
     work = [t.detach().float() for t in tensors] if half else tensors
-    kernel.launch(kind, rows[0].size, *(_views.view(t, kind, flat=True) for t in work), *rows, *scalars)
+    arrays = [_views.view(t, kind, flat=True) for t in work]
+    launch_small(kernel, kind, rows[0].size, *arrays, *rows, *scalars)  # serial for a few rows: same bits
     if half:
         for t, w in zip(tensors, work):
             t.detach().copy_(w)
