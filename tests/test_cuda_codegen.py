@@ -82,19 +82,21 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
     from optkernels.kernels import torch_rules as T
 
     b, n = types.boolean, types.int64
-    kernels = [(T._torch_adam, 4, "bbfbfffbfffffi"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffffi"),
+    kernels = [(T._torch_adam, 4, "bbfbfffbfffdffi"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffdffi"),
                (T._torch_adamax, 4, "bbfffbfff"), (T._torch_adagrad, 3, "bbfffi"),
                (T._torch_rms_prop, 3, "bbffffbfffi"), (T._torch_centered_rms_prop_momentum, 5, "bbffffbfffi"),
                (T._torch_sgd, 2, "bbff"), (T._torch_sgd_momentum, 3, "bbfbffbf")]
     for f in (types.float32, types.float64):
         arr = f[::1]
         for element, n_arrays, scalars in kernels:
-            ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple({"b": b, "i": types.none}.get(s, f)
-                                                                                for s in scalars))
+            # "d": the float64 reciprocal of float32 Adam's bias correction (None for float64)
+            wide = types.float64 if f == types.float32 else types.none
+            ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple({"b": b, "i": types.none, "d": wide}
+                                                                                .get(s, f) for s in scalars))
             assert "llvm.fma" in ir or "fma_compiled" in ir, element.__name__
         compile_for_cuda(T._torch_sparse_adam.cuda, (n,) + (arr,) * 4 + (types.int64[::1], n) + (f,) * 4
                          + (types.none,))
     # the MKL float32 sqrt kernels (an int mkl scalar) fall back to 1/sqrt estimates on CUDA
     arr = types.float32[::1]
-    compile_for_cuda(T._torch_adam.cuda, (n,) + (arr,) * 4 + tuple({"b": b, "i": n}.get(s, types.float32)
-                                                                   for s in "bbfbfffbfffffi"))
+    compile_for_cuda(T._torch_adam.cuda, (n,) + (arr,) * 4 + tuple({"b": b, "i": n, "d": types.float64}.get(s, types.float32)
+                                                                   for s in "bbfbfffbfffdffi"))
