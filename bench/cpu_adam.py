@@ -4,15 +4,19 @@ kernel), float32 and bfloat16 parameters; part of the dense group.
 At each N, interleaved: ``apply_adam`` on NumPy arrays, ``optkernels.torch.Adam`` and DeepSpeed's CPUAdam
 on torch tensors, the offload's host part (``adam_no_update_param``), and the memory limits: an Adam-shaped
 kernel with the same loads and stores and no arithmetic, with plain stores and with non-temporal stores
-(they bypass the caches: no read of the line before it is written). Bytes per element: float32 28 (4 reads,
-3 writes); bfloat16 parameter and gradient with float32 moments (DeepSpeed's layout, and apply_adam's on the
-same arrays) 22; optkernels.torch.Adam keeps torch's bfloat16 moments: 14.
+(they bypass the caches: no read of the line before it is written); the fastest of them is the physical
+limit of the step here, stated in a note. Bytes per element: float32 28 (4 reads, 3 writes). bfloat16: DeepSpeed's
+mode is bfloat16 parameter and gradient with float32 moments (``fp32_optimizer_states=True``, its default),
+22 bytes; apply_adam runs on the same layout; optkernels.torch.Adam keeps torch.optim.Adam's configuration,
+moments of the parameter's dtype (bfloat16): 14 bytes. Sizes 1e4 and up; each speed is also given as the
+median over rounds of DeepSpeed's time over its own in the same round (``paired``).
 
 DeepSpeed is optional: where it does not import (or its op does not build), the group says why and goes on.
 """
 from __future__ import annotations
 
 import os
+import statistics
 
 import ml_dtypes
 import numba
@@ -23,7 +27,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from dense import adam_shaped_memory
-from harness import Row, Suite, optional
+from harness import Row, Suite, optional, paired_ratio
 
 import optkernels.kernels as K
 
@@ -170,7 +174,7 @@ def implementations(n: int, dtype: str, torch, ds_adam) -> dict:
 
 
 def run(suite: Suite, sizes: list[int]) -> None:
-    """The DeepSpeed comparison at each of ``sizes``, float32 then bfloat16."""
+    """The DeepSpeed comparison at each of ``sizes`` (and 1e4, unless quick), float32 then bfloat16."""
     torch = optional("torch")
     ds_adam, why = deepspeed_adam() if torch is not None else (None, "torch is not installed")
     if ds_adam is None:
@@ -180,16 +184,37 @@ def run(suite: Suite, sizes: list[int]) -> None:
         suite.note(f"DeepSpeed CPUAdam: torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
                    f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
                    f"{numba.get_num_threads()} Numba threads")
+    suite.note("bfloat16: DeepSpeed and apply_adam on bfloat16 parameters and gradients with float32 moments "
+               "(22 B/element); optkernels.torch.Adam with torch.optim.Adam's bfloat16 moments (14 B/element)")
+    if not suite.quick:
+        sizes = sorted({int(1e4), *sizes})
     for dtype in ("float32", "bfloat16"):
         for n in sizes:
             repeats = 3 if suite.quick else (21 if n <= 1e6 else 11)
             inner = max(1, int((3e5 if suite.quick else 3e6) // n))
             impls = implementations(n, dtype, torch, ds_adam)
             steps = {k: f for k, (f, _) in impls.items()}
-            times = suite.time_interleaved(steps, repeats=repeats, inner=inner)
-            anchor = times.get(DEEPSPEED)
-            for impl, seconds in times.items():
-                note = f"{anchor / seconds:.3f}x DeepSpeed's speed" if anchor and impl != DEEPSPEED else ""
-                suite.add(Row("dense", CASE.format(dtype), impl, n, seconds, impls[impl][1] * n, note))
+            samples = suite.samples_interleaved(steps, repeats=repeats, inner=inner)
+            anchor = samples.get(DEEPSPEED)
+            for impl, values in samples.items():
+                seconds = statistics.median(values)
+                paired = paired_ratio(anchor, values) if anchor and impl != DEEPSPEED else 0.0
+                note = f"{paired:.3f}x DeepSpeed's speed (paired)" if paired else ""
+                suite.add(Row("dense", CASE.format(dtype), impl, n, seconds, impls[impl][1] * n, note, paired))
+            _note_limit(suite, dtype, n, samples, impls)
             del impls
 
+
+def _note_limit(suite: Suite, dtype: str, n: int, samples: dict, impls: dict) -> None:
+    """At N >= 1e7: the physical limit of the step's bytes here (the fastest memory kernel), and each Adam
+    step's share of it."""
+    limits = {k: statistics.median(v) for k, v in samples.items() if k.startswith("limit")}
+    if n < 1e7 or not limits:
+        return
+    best = min(limits, key=limits.get)
+    per_element = impls[best][1]
+    shares = ", ".join(f"{k} {100 * limits[best] / statistics.median(v):.0f}%" for k, v in samples.items()
+                       if not k.startswith("limit") and impls[k][1] == per_element)
+    suite.note(f"{dtype} N={n:.0e}: the physical limit of {per_element} B/element here is "
+               f"{per_element * n / limits[best] / 1e9:.1f} GB/s, {limits[best] * 1e3:.1f} ms a step ({best}); "
+               f"share of it: {shares}")

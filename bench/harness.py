@@ -30,6 +30,8 @@ class Row:
     seconds: float
     bytes_moved: float = 0.0
     note: str = ""
+    #: against an anchor timed in the same rounds: the median over rounds of anchor time / this time
+    paired: float = 0.0
 
     @property
     def gbs(self) -> float:
@@ -49,6 +51,12 @@ class Suite:
         """Median seconds per call of each implementation, their calls interleaved.
 
         The order changes every round (:func:`round_orders`)."""
+        samples = self.samples_interleaved(impls, repeats=repeats, inner=inner, warmup=warmup)
+        return {name: statistics.median(values) for name, values in samples.items()}
+
+    def samples_interleaved(self, impls: dict[str, Callable[[], object]], *, repeats: int, inner: int = 1,
+                            warmup: int = 1) -> dict[str, list[float]]:
+        """Seconds per call of each implementation in each round (as :meth:`time_interleaved`)."""
         for fn in impls.values():
             for _ in range(warmup):
                 fn()
@@ -60,7 +68,7 @@ class Suite:
                 for _ in range(inner):
                     fn()
                 samples[name].append((time.perf_counter() - start) / inner)
-        return {name: statistics.median(values) for name, values in samples.items()}
+        return samples
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -72,6 +80,13 @@ class Suite:
     def note(self, text: str) -> None:
         self.notes.append(text)
         print(f"  note: {text}", flush=True)
+
+
+def paired_ratio(anchor: list[float], samples: list[float]) -> float:
+    """The median over rounds of ``anchor / this`` (times of the same rounds): this implementation's speed
+    in units of the anchor's, each round compared with itself, so that a slow spell of a loaded machine
+    that hits one round hits both sides of its ratio."""
+    return statistics.median(a / s for a, s in zip(anchor, samples))
 
 
 def round_orders(names: list[str], rounds: int) -> list[list[str]]:

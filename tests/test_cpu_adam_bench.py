@@ -51,3 +51,14 @@ def test_non_temporal_limit_kernel_adds_the_gradient_to_each_array(bench):
         np.testing.assert_array_equal(a, e)
     with pytest.raises(ValueError, match="offset"):
         cpu_adam.adam_shaped_memory_nt(arrays[0], arrays[1][1:], arrays[2][1:], arrays[3][1:])
+
+
+def test_paired_ratio_and_the_stated_limit(bench):
+    cpu_adam, harness, _ = bench
+    assert harness.paired_ratio([2.0, 4.0, 6.0], [1.0, 4.0, 2.0]) == 2.0  # rounds' ratios 2, 1, 3
+    suite = harness.Suite()
+    samples = {"limit (plain stores)": [0.056], "limit (non-temporal stores)": [0.070], "apply_adam": [0.070]}
+    impls = {k: (None, 28) for k in samples}
+    cpu_adam._note_limit(suite, "float32", int(1e8), samples, impls)
+    assert suite.notes == ["float32 N=1e+08: the physical limit of 28 B/element here is 50.0 GB/s, 56.0 ms a "
+                           "step (limit (plain stores)); share of it: apply_adam 80%"]

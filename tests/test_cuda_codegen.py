@@ -82,20 +82,23 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
     from optkernels.kernels import torch_rules as T
 
     b, n = types.boolean, types.int64
-    kernels = [(T._torch_adam, 4, "bbfbfffbfffffinnn"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffffinnn"),
+    kernels = [(T._torch_adam, 4, "bbfbfffbfffdffinnn"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffdffinnn"),
                (T._torch_adamax, 4, "bbfffbfff"), (T._torch_adagrad, 3, "bbfffi"),
                (T._torch_rms_prop, 3, "bbffffbfffi"), (T._torch_centered_rms_prop_momentum, 5, "bbffffbfffi"),
                (T._torch_sgd, 2, "bbffnnn"), (T._torch_sgd_momentum, 3, "bbfbffbfnnn")]
     for f in (types.float32, types.float64):
         arr = f[::1]
         for element, n_arrays, scalars in kernels:
-            ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple({"b": b, "i": types.none, "n": n}.get(s, f)
-                                                                                for s in scalars))
+            # "d": the float64 reciprocal of float32 Adam's bias correction (None for float64)
+            wide = types.float64 if f == types.float32 else types.none
+            ir = compile_for_cuda(element.cuda, (n,) + (arr,) * n_arrays + tuple(
+                {"b": b, "i": types.none, "n": n, "d": wide}.get(s, f) for s in scalars))
             assert "llvm.fma" in ir or "fma_compiled" in ir, element.__name__
         compile_for_cuda(T._torch_sparse_adam.cuda, (n,) + (arr,) * 4 + (types.int64[::1], n) + (f,) * 4
                          + (types.none,))
     # the MKL sqrt kernels (an int mkl scalar) fall back to 1/sqrt estimates on CUDA; float64's also needs
     # frexp, floor and ldexp
     for f in (types.float32, types.float64):
-        compile_for_cuda(T._torch_adam.cuda, (n,) + (f[::1],) * 4 + tuple({"b": b, "i": n, "n": n}.get(s, f)
-                                                                          for s in "bbfbfffbfffffinnn"))
+        wide = types.float64 if f == types.float32 else types.none
+        compile_for_cuda(T._torch_adam.cuda, (n,) + (f[::1],) * 4 + tuple({"b": b, "i": n, "n": n, "d": wide}.get(s, f)
+                                                                          for s in "bbfbfffbfffdffinnn"))

@@ -191,6 +191,19 @@ def _mkl_sqrt(x, mkl):
 
 
 @_scalar_helper
+def divide_by_constant(s, c, inv_c):
+    """``s / c`` rounded once in ``s``'s dtype. ``inv_c`` None: a division. Else (float32 ``s`` and ``c``,
+    ``inv_c`` the float64 ``1/c`` correctly rounded): ``float32(float64(s)·inv_c)``, the same bits for
+    every ``s`` at the cost of a multiplication: the product is within 2⁻⁵² (relative) of ``s/c``, while
+    a quotient of two float32 numbers is never a float32 rounding midpoint and lies at least 2⁻⁴⁹
+    (relative) from every one, so both round to the same float32 (no underflow or overflow for
+    ``0 < c ≤ 1``; zeros, infinities and NaN as the division gives them)."""
+    if inv_c is None:
+        return s / c
+    return np.float32(np.float64(np.float32(s)) * inv_c)
+
+
+@_scalar_helper
 def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2, like=None):
     """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)`` (each op rounded to a half
     ``like``'s dtype)."""
@@ -199,10 +212,14 @@ def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2
 
 
 @_scalar_helper
-def torch_adam_param(p, m, v, bc2_sqrt, eps, neg_step_size, mkl, like):
+def torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, like):
     """``denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)``, ``p.addcdiv_(m, denom, value=−step_size)``
-    (each op rounded to a half ``like``'s dtype, ``eps`` first too: torch casts an added scalar)."""
-    denom = rounded_as(rounded_as(torch_sqrt_as(v, mkl, like) / bc2_sqrt, like) + rounded_as(eps, like), like)
+    (each op rounded to a half ``like``'s dtype, ``eps`` first too: torch casts an added scalar); the
+    division by :func:`divide_by_constant`."""
+    root = torch_sqrt_as(v, mkl, like)
+    denom = rounded_as(
+        rounded_as(divide_by_constant(root, bc2_sqrt, inv_bc2_sqrt), like) + rounded_as(eps, like), like
+    )
     return rounded_as(p + neg_step_size * m / denom, like)
 
 
@@ -224,6 +241,7 @@ def _torch_adam(
     beta2,
     one_minus_beta2,
     bc2_sqrt,
+    inv_bc2_sqrt,
     eps,
     neg_step_size,
     mkl,
@@ -241,7 +259,7 @@ def _torch_adam(
     )
     exp_avg[i] = m
     exp_avg_sq[i] = v
-    var[i] = torch_adam_param(p, m, v, bc2_sqrt, eps, neg_step_size, mkl, var)
+    var[i] = torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, var)
 
 
 @elementwise
@@ -263,6 +281,7 @@ def _torch_adam_amsgrad(
     beta2,
     one_minus_beta2,
     bc2_sqrt,
+    inv_bc2_sqrt,
     eps,
     neg_step_size,
     mkl,
@@ -282,7 +301,7 @@ def _torch_adam_amsgrad(
     exp_avg[i] = m
     exp_avg_sq[i] = v
     max_exp_avg_sq[i] = v_max
-    var[i] = torch_adam_param(p, m, v_max, bc2_sqrt, eps, neg_step_size, mkl, var)
+    var[i] = torch_adam_param(p, m, v_max, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, var)
 
 
 # ------------------------------------------------------------------------------------------------ Adamax
@@ -600,9 +619,11 @@ def adam_scalars(
 ) -> tuple:
     """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
     ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
-    ``−lr/bias_correction1``; ``mkl_sqrt``: see :func:`mkl_flag`."""
+    ``−lr/bias_correction1``; for float32, the float64 ``1/bias_correction2**0.5`` that
+    :func:`divide_by_constant` divides by; ``mkl_sqrt``: see :func:`mkl_flag`."""
     t = float(step)
     coupled = weight_decay != 0 and not decoupled
+    bc2_sqrt = dtype.type((1 - beta2**t) ** 0.5)
     return (
         bool(maximize),
         coupled,
@@ -612,7 +633,8 @@ def adam_scalars(
         *lerp_weight(dtype, 1 - beta1),
         dtype.type(beta2),
         dtype.type(1 - beta2),
-        dtype.type((1 - beta2**t) ** 0.5),
+        bc2_sqrt,
+        1.0 / float(bc2_sqrt) if dtype == np.float32 else None,
         dtype.type(eps),
         dtype.type(-(lr / (1 - beta1**t))),
         mkl_flag(dtype, mkl_sqrt),

@@ -41,7 +41,7 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks as _global_pre_hoo
 from ..kernels._multi_tensor import TensorList
 from ..kernels.axpy import _axpy_scal
 from ..kernels.torch_rules import TAKES_TAIL, torch_tail_scalars
-from . import _delegate, _views
+from . import _delegate, _memory, _views
 
 __all__ = ["KernelOptimizer"]
 
@@ -196,8 +196,8 @@ class KernelOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
-        """A new state tensor ``name`` for ``p`` (default: zeros like ``p``)."""
-        return torch.zeros_like(p, memory_format=torch.preserve_format)
+        """A new state tensor ``name`` for ``p`` (default: zeros like ``p``, large ones on huge pages)."""
+        return _memory.zeros_like(p)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         """The kernel's scalars for a step numbered ``step`` (from 1), converted to ``dtype``."""
