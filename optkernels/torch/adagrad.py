@@ -137,7 +137,7 @@ class Adagrad(KernelOptimizer):
             0.0,
             False,
             float32_sqrt(),
-        )[-3:]
+        )[-6:-3]  # (eps, −clr, mkl), without the tail scalars
         launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
 
 
