@@ -496,7 +496,9 @@ def _torch_sgd_momentum(
     if first:
         buf = g
     else:
-        buf = torch_add_alpha(rounded_as(momentum_buffer[i] * momentum, var), g, one_minus_dampening, var, tail)
+        buf = torch_add_alpha(
+            rounded_as(momentum_buffer[i] * momentum, var), g, one_minus_dampening, var, tail
+        )
     momentum_buffer[i] = buf
     if nesterov:
         g = torch_add_alpha(g, buf, momentum, var, tail)
