@@ -83,8 +83,9 @@ def test_torch_rules_lower_for_cuda_with_fma(compile_for_cuda):
 
     b, n = types.boolean, types.int64
     kernels = [(T._torch_adam, 4, "bbfbfffbfffdffinnn"), (T._torch_adam_amsgrad, 5, "bbfbfffbfffdffinnn"),
-               (T._torch_adamax, 4, "bbfffbfff"), (T._torch_adagrad, 3, "bbfffi"),
-               (T._torch_rms_prop, 3, "bbffffbfffi"), (T._torch_centered_rms_prop_momentum, 5, "bbffffbfffi"),
+               (T._torch_adamax, 4, "bbfffbfffnnn"), (T._torch_adagrad, 3, "bbfffinnn"),
+               (T._torch_rms_prop, 3, "bbffffbfffinnn"),
+               (T._torch_centered_rms_prop_momentum, 5, "bbffffbfffinnn"),
                (T._torch_sgd, 2, "bbffnnn"), (T._torch_sgd_momentum, 3, "bbfbffbfnnn")]
     for f in (types.float32, types.float64):
         arr = f[::1]

@@ -1,7 +1,7 @@
 """optkernels.torch on float16 and bfloat16 CPU parameters: where a class keeps optkernels' half contract
 (float32 math, each updated tensor rounded once to its dtype, to nearest even), checked bit for bit against
-the same optimizer run one step in float32 on the upcast tensors, and close to torch.optim's own bfloat16
-steps (the classes that give torch.optim's half bits are in test_torch_bits); state in the
+the same optimizer run one step in float32 on the upcast tensors (the torch-named classes give
+torch.optim's half bits instead: test_torch_bits); state in the
 parameter's dtype (as torch keeps it), tensors updated in place; MindSpore-named classes equal to the NumPy
 classes on the same half arrays."""
 import ml_dtypes
@@ -18,13 +18,11 @@ HALF = [torch.bfloat16, torch.float16]
 NUMPY_HALF = {torch.bfloat16: np.dtype(ml_dtypes.bfloat16), torch.float16: np.dtype(np.float16)}
 SHAPES = [(6, 5), (13,), (0,)]
 
-# (class, keyword arguments): every kernel of the drop-in classes that keep optkernels' half contract, the
-# pre-step (weight decay, maximize) too; SGD, Adam and AdamW give torch.optim's half bits (test_torch_bits)
+# (class, keyword arguments): classes without a torch.optim twin keep optkernels' half contract; the
+# torch-named ones give torch.optim's half bits instead (test_torch_bits)
 CASES = [
-    ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1)),
-    ("RMSprop", dict(lr=1e-2)),
-    ("RMSprop", dict(lr=1e-2, momentum=0.5, centered=True)),
-    ("Adamax", dict(lr=1e-2, weight_decay=0.01)),
+    ("Lion", dict(lr=1e-2, weight_decay=0.1)),
+    ("ADOPT", dict(lr=1e-2)),
 ]
 
 
@@ -82,26 +80,6 @@ def test_each_step_is_the_float32_step_rounded_once(name, kwargs, dtype):
                 assert torch.equal(_bits(opt.state[p][key]), _bits(value)), (k, key)
     assert [p.data_ptr() for p in params] == pointers
     assert any(not torch.equal(p.float(), torch.zeros_like(p.float())) for p in params)
-
-
-@pytest.mark.parametrize("name,kwargs", [("Adagrad", {}), ("RMSprop", dict(momentum=0.5, centered=True)),
-                                         ("Adamax", {})])
-def test_close_to_torch_optim_in_bfloat16(name, kwargs):
-    """torch computes in bfloat16 and rounds after every operation, optkernels once per tensor: after five
-    steps the two stay within two bfloat16 ulps of the weights' scale."""
-    gen = torch.Generator().manual_seed(11)
-    w = torch.randn(64, 9, generator=gen).to(torch.bfloat16).requires_grad_()
-    tw = w.detach().clone().requires_grad_()
-    ours, theirs = getattr(okt, name)([w], **kwargs), getattr(torch.optim, name)([tw], **kwargs)
-    for _ in range(5):
-        g = torch.randn(64, 9, generator=gen).to(torch.bfloat16)
-        w.grad, tw.grad = g.clone(), g.clone()
-        ours.step()
-        theirs.step()
-    scale = float(w.detach().float().abs().max())
-    ulp = 2.0 ** (np.floor(np.log2(scale)) - 7)
-    assert float((w.detach().float() - tw.detach().float()).abs().max()) <= 2 * ulp
-    assert not torch.equal(w, torch.zeros_like(w))
 
 
 def test_mixed_dtypes_in_one_group():

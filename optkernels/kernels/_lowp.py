@@ -551,6 +551,13 @@ ONE = {
 }
 
 
+# not inlined at Numba's IR level (numba-cuda cannot patch the inlined IR): LLVM inlines these calls
+_OVERLOAD = dict(error_model="numpy", fastmath=False)
+
+#: The Numba types of the markers standing for a half array (see :func:`rounded_as`).
+HALF_MARKERS = (types.uint16, types.int16)
+
+
 def rounded_as(x: Any, like: Any) -> Any:
     """``x`` rounded as torch's CPU operations store a result in ``like``'s dtype: where ``like`` stands for
     a float16/bfloat16 array (in a fused element function, see :func:`fused_element`), ``x`` (float32) is
@@ -567,26 +574,13 @@ def rounded_as(x: Any, like: Any) -> Any:
     return x
 
 
-def is_half(like: Any) -> bool:
-    """True where ``like`` stands for a float16/bfloat16 array in a fused element function (a compile-time
-    constant in compiled code), else False (see :func:`rounded_as`)."""
-    return False
-
-
-@overload(rounded_as, jit_options=_JIT)
+@overload(rounded_as, jit_options=_OVERLOAD)
 def _rounded_as_compiled(x, like):
-    if like in (types.uint16, types.int16):
+    if like in HALF_MARKERS:
         kind = BF16 if like == types.uint16 else F16
         load, store = ONE[f"_load_{kind}"], ONE[f"_store_{kind}"]
         return lambda x, like: load(store(x))
     return lambda x, like: x
-
-
-@overload(is_half, jit_options=_JIT)
-def _is_half_compiled(like):
-    if like in (types.uint16, types.int16):
-        return lambda like: True
-    return lambda like: False
 
 
 #: What a half array's name becomes where a fused element function passes the array itself (to

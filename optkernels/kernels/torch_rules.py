@@ -31,7 +31,7 @@ from ._checks import check_arrays, check_range
 from ._elementwise import elementwise
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
-from ._lowp import is_half, rounded_as
+from ._lowp import HALF_MARKERS, rounded_as
 from ._mkl_sqrt64 import mkl_avx2_sqrt64, mkl_avx512_sqrt64, mkl_avx_sqrt64
 from .adam import Scalar
 
@@ -43,33 +43,42 @@ __all__ = ["torch_adamax", "torch_rms_prop"]
 _scalar_helper = register_jitable(inline="always")
 
 
-@_scalar_helper
-def torch_tail(i, size, chunk, width, like):
+def torch_tail(i: int, size: int, chunk: int, width: int, like: Any) -> bool:
     """True where element ``i`` of a half tensor of ``size`` elements lies in the scalar tail of torch's CPU
     loop: torch splits the elements into threads' chunks of ``chunk`` (``at::parallel_for``), each run as
-    vectors of ``width`` elements then one at a time. Always False for a float32/float64 ``like``."""
-    if is_half(like):
-        start = (i // chunk) * chunk
-        length = min(chunk, size - start)
-        return i - start >= length - length % width
+    vectors of ``width`` elements then one at a time. Always False for a float32/float64 ``like`` (and
+    from Python)."""
     return False
 
 
-@_scalar_helper
-def torch_add_alpha(x, y, alpha, like=None, tail=False):
+@overload(torch_tail, jit_options=dict(error_model="numpy", fastmath=False))
+def _torch_tail_compiled(i, size, chunk, width, like):
+    if like in HALF_MARKERS:
+
+        def tail(i, size, chunk, width, like):
+            start = (i // chunk) * chunk
+            length = min(chunk, size - start)
+            return i - start >= length - length % width
+
+        return tail
+    return lambda i, size, chunk, width, like: False
+
+
+@register_jitable  # a call, not inlined in Numba's IR (numba-cuda's inliner fails on it); LLVM inlines it
+def torch_add_alpha(x, y, alpha, like, tail):
     """torch's CPU ``x.add(y, alpha=α)``: ``fma(y, α, x)``. For a half ``like`` (see
     :func:`~optkernels.kernels._lowp.rounded_as`) ``α`` is first rounded to the half dtype, then
-    ``fma(y, α, x)`` in the vector body and ``x + round(y·α)`` in the scalar ``tail``, rounded."""
-    if is_half(like):
-        a = rounded_as(alpha, like)
-        if tail:
-            return rounded_as(x + rounded_as(y * a, like), like)
-        return rounded_as(fma(y, a, x), like)
-    return fma(y, alpha, x)
+    ``fma(y, α, x)`` in the vector body and ``x + round(y·α)`` in the scalar ``tail``, rounded (``tail``
+    is never true for a float32/float64 ``like``)."""
+    stored_alpha = rounded_as(alpha, like)
+    out = rounded_as(fma(y, stored_alpha, x), like)
+    if tail:  # (one return: numba-cuda's inliner takes no early return on a constant condition)
+        out = rounded_as(x + rounded_as(y * stored_alpha, like), like)
+    return out
 
 
 @_scalar_helper
-def torch_grad(g, p, negate, coupled, weight_decay, like=None, tail=False):
+def torch_grad(g, p, negate, coupled, weight_decay, like, tail):
     """torch's gradient pre-step: ``g ← −g`` (maximize), then ``g ← fma(p, wd, g)`` (``grad.add(param,
     alpha=wd)``, only where torch applies it: ``weight_decay != 0``; :func:`torch_add_alpha`)."""
     if negate:
@@ -80,7 +89,7 @@ def torch_grad(g, p, negate, coupled, weight_decay, like=None, tail=False):
 
 
 @_scalar_helper
-def torch_lerp(x, y, w, w_minus_one, small, like=None):
+def torch_lerp(x, y, w, w_minus_one, small, like):
     """torch's CPU ``x.lerp_(y, w)``: ``fma(w, y − x, x)`` if ``small`` (``|w| < 0.5``, decided on the
     host), else ``fma(w − 1, y − x, y)``; ``w_minus_one`` is ``w − 1`` in the arrays' dtype (float32 for a
     half ``like``, whose result is rounded)."""
@@ -155,13 +164,17 @@ def _mkl_sqrt64_compiled(x, mkl):
     return lambda x, mkl: x
 
 
-@_scalar_helper
-def torch_sqrt_as(x, mkl, like):
+def torch_sqrt_as(x: float, mkl: Any, like: Any) -> Any:
     """torch's CPU ``sqrt`` of an element of ``like``: :func:`torch_sqrt`; for a half ``like``, IEEE
     ``sqrt`` of the float32 value, rounded (torch's half ``sqrt`` converts to float32 and never runs MKL)."""
-    if is_half(like):
-        return rounded_as(math.sqrt(x), like)
     return torch_sqrt(x, mkl)
+
+
+@overload(torch_sqrt_as, jit_options=dict(error_model="numpy", fastmath=False))
+def _torch_sqrt_as_compiled(x, mkl, like):
+    if like in HALF_MARKERS:
+        return lambda x, mkl, like: rounded_as(math.sqrt(x), like)
+    return lambda x, mkl, like: torch_sqrt(x, mkl)
 
 
 @_scalar_helper
@@ -204,7 +217,7 @@ def divide_by_constant(s, c, inv_c):
 
 
 @_scalar_helper
-def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2, like=None):
+def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2, like):
     """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)`` (each op rounded to a half
     ``like``'s dtype)."""
     v = rounded_as(v * beta2, like)
@@ -216,10 +229,8 @@ def torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, l
     """``denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)``, ``p.addcdiv_(m, denom, value=−step_size)``
     (each op rounded to a half ``like``'s dtype, ``eps`` first too: torch casts an added scalar); the
     division by :func:`divide_by_constant`."""
-    root = torch_sqrt_as(v, mkl, like)
-    denom = rounded_as(
-        rounded_as(divide_by_constant(root, bc2_sqrt, inv_bc2_sqrt), like) + rounded_as(eps, like), like
-    )
+    root = divide_by_constant(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt)
+    denom = torch_add_eps(rounded_as(root, like), eps, like)
     return rounded_as(p + neg_step_size * m / denom, like)
 
 
@@ -323,35 +334,50 @@ def _torch_adamax(
     beta2,
     eps,
     neg_clr,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    m = torch_lerp(exp_avg[i], g, w1, w1_minus_one, small1)
-    u = nan_max(exp_inf[i] * beta2, abs(g) + eps)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    m = torch_lerp(exp_avg[i], g, w1, w1_minus_one, small1, var)
+    # torch.maximum(exp_inf.mul_(β2), grad.abs().add_(eps)): the added scalar is cast to the dtype first
+    u = nan_max(rounded_as(exp_inf[i] * beta2, var), rounded_as(abs(g) + rounded_as(eps, var), var))
     exp_avg[i] = m
     exp_inf[i] = u
-    var[i] = p + neg_clr * m / u
+    var[i] = rounded_as(p + neg_clr * m / u, var)
 
 
 # ----------------------------------------------------------------------------------------------- Adagrad
 
 
 @elementwise
-def _torch_adagrad(i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr, mkl):
+def _torch_adagrad(
+    i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr, mkl, size, chunk, width
+):
     p = var[i]
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    s = fma(g, g, state_sum[i])
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    s = rounded_as(fma(g, g, state_sum[i]), var)
     state_sum[i] = s
-    var[i] = p + neg_clr * g / (torch_sqrt(s, mkl) + eps)
+    var[i] = rounded_as(p + neg_clr * g / torch_add_eps(torch_sqrt_as(s, mkl, var), eps, var), var)
 
 
 # ----------------------------------------------------------------------------------------------- RMSprop
 
 
 @_scalar_helper
-def torch_square_avg(square_avg, g, alpha, one_minus_alpha):
-    """``square_avg.mul_(α).addcmul_(g, g, value=1 − α)``."""
-    return fma(one_minus_alpha * g, g, square_avg * alpha)
+def torch_square_avg(square_avg, g, alpha, one_minus_alpha, like):
+    """``square_avg.mul_(α).addcmul_(g, g, value=1 − α)`` (each op rounded to a half ``like``'s dtype)."""
+    return rounded_as(fma(one_minus_alpha * g, g, rounded_as(square_avg * alpha, like)), like)
+
+
+@_scalar_helper
+def torch_add_eps(x, eps, like):
+    """``x.add_(eps)``: ``x + eps``; for a half ``like``, ``eps`` is first cast to the half dtype (as torch
+    casts an added scalar) and the sum rounded."""
+    return rounded_as(x + rounded_as(eps, like), like)
 
 
 @elementwise
@@ -371,12 +397,16 @@ def _torch_rms_prop(
     momentum,
     neg_lr,
     mkl,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     square_avg[i] = sa
-    var[i] = p + neg_lr * g / (torch_sqrt(sa, mkl) + eps)
+    var[i] = rounded_as(p + neg_lr * g / torch_add_eps(torch_sqrt_as(sa, mkl, var), eps, var), var)
 
 
 @elementwise
@@ -397,14 +427,19 @@ def _torch_rms_prop_momentum(
     momentum,
     neg_lr,
     mkl,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     square_avg[i] = sa
-    buf = momentum_buffer[i] * momentum + g / (torch_sqrt(sa, mkl) + eps)
+    avg = torch_add_eps(torch_sqrt_as(sa, mkl, var), eps, var)
+    buf = rounded_as(rounded_as(momentum_buffer[i] * momentum, var) + g / avg, var)
     momentum_buffer[i] = buf
-    var[i] = fma(buf, neg_lr, p)
+    var[i] = torch_add_alpha(p, buf, neg_lr, var, tail)
 
 
 @elementwise
@@ -425,14 +460,20 @@ def _torch_centered_rms_prop(
     momentum,
     neg_lr,
     mkl,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
-    ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
+    ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small, var)
     square_avg[i] = sa
     grad_avg[i] = ga
-    var[i] = p + neg_lr * g / (torch_sqrt(fma(-ga, ga, sa), mkl) + eps)
+    # square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_().add_(eps)
+    avg = torch_add_eps(torch_sqrt_as(rounded_as(fma(-ga, ga, sa), var), mkl, var), eps, var)
+    var[i] = rounded_as(p + neg_lr * g / avg, var)
 
 
 @elementwise
@@ -454,16 +495,22 @@ def _torch_centered_rms_prop_momentum(
     momentum,
     neg_lr,
     mkl,
+    size,
+    chunk,
+    width,
 ):
     p = var[i]
-    g = torch_grad(grad[i], p, negate, coupled, weight_decay)
-    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha)
-    ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small)
+    tail = torch_tail(i, size, chunk, width, var)
+    g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
+    sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
+    ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small, var)
     square_avg[i] = sa
     grad_avg[i] = ga
-    buf = momentum_buffer[i] * momentum + g / (torch_sqrt(fma(-ga, ga, sa), mkl) + eps)
+    # square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_().add_(eps)
+    avg = torch_add_eps(torch_sqrt_as(rounded_as(fma(-ga, ga, sa), var), mkl, var), eps, var)
+    buf = rounded_as(rounded_as(momentum_buffer[i] * momentum, var) + g / avg, var)
     momentum_buffer[i] = buf
-    var[i] = fma(buf, neg_lr, p)
+    var[i] = torch_add_alpha(p, buf, neg_lr, var, tail)
 
 
 # --------------------------------------------------------------------------------------------------- SGD
@@ -501,7 +548,9 @@ def _torch_sgd_momentum(
     if first:
         buf = g
     else:
-        buf = torch_add_alpha(rounded_as(momentum_buffer[i] * momentum, var), g, one_minus_dampening, var, tail)
+        buf = torch_add_alpha(
+            rounded_as(momentum_buffer[i] * momentum, var), g, one_minus_dampening, var, tail
+        )
     momentum_buffer[i] = buf
     if nesterov:
         g = torch_add_alpha(g, buf, momentum, var, tail)
@@ -659,6 +708,7 @@ def adamax_scalars(
         dtype.type(beta2),
         dtype.type(eps),
         dtype.type(-(lr / (1 - beta1 ** float(step)))),
+        *NO_TAIL,
     )
 
 
@@ -679,6 +729,7 @@ def adagrad_scalars(
         dtype.type(eps),
         dtype.type(-clr),
         mkl_flag(dtype, mkl_sqrt),
+        *NO_TAIL,
     )
 
 
@@ -701,6 +752,7 @@ def rms_prop_scalars(
         dtype.type(momentum),
         dtype.type(-lr),
         mkl_flag(dtype, mkl_sqrt),
+        *NO_TAIL,
     )
 
 
@@ -868,4 +920,17 @@ def torch_adamax(
     return var, exp_avg, exp_inf
 
 
-TAKES_TAIL.update((_torch_sgd, _torch_sgd_momentum, _torch_adam, _torch_adam_amsgrad))
+TAKES_TAIL.update(
+    (
+        _torch_sgd,
+        _torch_sgd_momentum,
+        _torch_adam,
+        _torch_adam_amsgrad,
+        _torch_adamax,
+        _torch_adagrad,
+        _torch_rms_prop,
+        _torch_rms_prop_momentum,
+        _torch_centered_rms_prop,
+        _torch_centered_rms_prop_momentum,
+    )
+)

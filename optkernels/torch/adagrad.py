@@ -137,7 +137,7 @@ class Adagrad(KernelOptimizer):
             0.0,
             False,
             sqrt_kernel(dtype),
-        )[-3:]
+        )[-6:-3]  # (eps, −clr, mkl), without the tail scalars
         launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
 
 
