@@ -150,15 +150,18 @@ class LowPrecisionMixin:
         parameter's own with Kahan summation, the master's float32 with master weights."""
         return param.dtype if self._kahan else updated.dtype
 
-    def _rounding_context(self) -> Any:
-        """The context of a step's launches: the stochastic-rounding stream when it is on. Entering it with
-        Kahan summation widens each compensated parameter into its float32 working copy (exact)."""
-        if self._compensated:
-            from ..kernels._upcast import _copy
+    def _widen_compensated(self) -> None:
+        """Each Kahan-compensated parameter widened into its float32 working copy (exact): called before
+        the launches that update the copies, whose :meth:`_write_masters` writes the parameters back."""
+        if not self._compensated:
+            return
+        from ..kernels._upcast import _copy
 
-            for param, work, _ in self._compensated:
-                device = "cuda" if param.is_cuda else "cpu"
-                _copy.launch(device, param.size, _flatten(work.data, device), _flatten(param.data, device))
+        for param, work, _ in self._compensated:
+            device = "cuda" if param.is_cuda else "cpu"
+            _copy.launch(device, param.size, _flatten(work.data, device), _flatten(param.data, device))
+
+    def _rounding_context(self) -> Any:
         if not self._stochastic_rounding:
             return contextlib.nullcontext()
         from ..kernels import stochastic_rounding

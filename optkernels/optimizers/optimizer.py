@@ -559,6 +559,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         launches = self._launches
         if launches is None:
             launches = self._launches = _launch_groups.build(self)
+        self._widen_compensated()
         with self._rounding_context():
             launches.run(self, grads, plain, ctx)
             self.broadcast_params(True)  # a master weight is broadcast from its owner before the rounding
