@@ -18,7 +18,7 @@ from ._elementwise import elementwise, scalar_math
 from ._intrinsics import fma
 from ._lowp import BFLOAT16, f32_bits, f32_from_bits
 
-__all__ = ["any_precision_adamw", "round_to_bf16"]
+__all__ = ["any_precision_adamw", "kahan_add", "kahan_write_back", "round_to_bf16"]
 
 _U32 = np.uint32
 _F32 = np.float32
@@ -75,10 +75,18 @@ def _kahan_step(
     p, m, v, u = _moments_update(
         p, m, v, g, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, corr2, eps, kinds
     )
-    p_bf16, c_bf16 = (kinds & 1) != 0, (kinds & 8) != 0
+    new, c = kahan_add(p, c, u, (kinds & 1) != 0, (kinds & 8) != 0)
+    return new, m, v, c
+
+
+@scalar_math
+def kahan_add(p, c, u, p_bf16, c_bf16):
+    """(p', c'): the Kahan-compensated ``p + u`` of LOWBIT.md §9.3, ``c ← c + u``, ``p' = p + c``,
+    ``c' = c + (p − p')``, each operation in float32 rounded to its output's dtype (bfloat16 where
+    ``p_bf16`` / ``c_bf16``); ``c'``'s own rounding is left to its store."""
     c = round_to_bf16(c + u, c_bf16)
     new = round_to_bf16(p + c, p_bf16)
-    return new, m, v, c + round_to_bf16(p - new, p_bf16)
+    return new, c + round_to_bf16(p - new, p_bf16)
 
 
 # The element functions only load and store: the arithmetic is in the compiled scalar functions, so that it
@@ -122,6 +130,37 @@ def _any_precision_adamw_kahan(
     exp_avg[i] = m
     exp_avg_sq[i] = v
     compensation[i] = c
+
+
+@elementwise
+def _kahan_write_back(i, param, work, compensation):
+    p = param[i]
+    new, c = kahan_add(p, compensation[i], work[i] - p, True, True)
+    param[i] = new
+    compensation[i] = c
+
+
+def kahan_write_back(param: Any, work: Any, compensation: Any) -> None:
+    r"""The bfloat16 ``param`` moved to its float32 update ``work`` through the compensation buffer, in
+    place (LOWBIT.md §9.3 with :math:`u = w - p`, in float32):
+
+    .. math::
+
+        c \leftarrow c + u, \quad p' = p + c, \quad c \leftarrow c + (p - p'), \quad p \leftarrow p'
+
+    each operation rounded to bfloat16 (to nearest even).
+
+    Parameters
+    ----------
+    param : array
+        The bfloat16 parameter (flat, C-contiguous, NumPy or CUDA), updated in place.
+    work : array
+        float32, param's size: the parameter after its update, computed in float32 from ``param``.
+    compensation : array
+        bfloat16, param's size: the Kahan compensation buffer, updated in place.
+    """
+    device = "cpu" if isinstance(param, np.ndarray) else "cuda"
+    _kahan_write_back.launch(device, param.size, param, work, compensation)
 
 
 def step_scalars(step: int, lr: float, beta1: float, beta2: float, weight_decay: float) -> tuple:

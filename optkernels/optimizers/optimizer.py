@@ -179,9 +179,9 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
     detected and updated one by one, in order.
 
     **Low precision**: float16/bfloat16 parameters are accepted (float32 math, each updated array rounded
-    once), and every optimizer takes three more keywords, ``master_weights=False``,
-    ``stochastic_rounding=False`` and ``seed=0`` (float32 master copies and slots; stochastic write-back;
-    see :mod:`._low_precision`).
+    once), and every optimizer takes four more keywords, ``master_weights=False``,
+    ``stochastic_rounding=False``, ``seed=0`` and ``kahan_summation=False`` (float32 master copies and slots;
+    stochastic write-back; Kahan-compensated bfloat16 write-back; see :mod:`._low_precision`).
 
     **State**: slots (per-parameter arrays of the parameter's dtype, on its device), named as MindSpore's
     (``moment1.<param name>``...), per-step scalars (``beta1_power``...), and ``global_step``; see
@@ -296,6 +296,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
             gc and self._centralizes and steps.centralizes(param.shape),
         )
         plan.grad_dtype, plan.user = param.dtype, param
+        plan.dtype = self._slot_dtype(param, plan.param)
         plan.prepares = plan.decay or plan.gc or (self._scales_gradients and self._loss_scale != 1.0)
         return plan
 
@@ -558,6 +559,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         launches = self._launches
         if launches is None:
             launches = self._launches = _launch_groups.build(self)
+        self._widen_compensated()
         with self._rounding_context():
             launches.run(self, grads, plain, ctx)
             self.broadcast_params(True)  # a master weight is broadcast from its owner before the rounding

@@ -82,6 +82,7 @@ class _ScheduleFree(Optimizer):
             self._train_mode = False
 
     def _swap(self, weight: float) -> None:
+        self._widen_compensated()
         for plan in self._local_plans:
             z = plan.flats[0]
             _lerp_towards.launch(plan.device, plan.size, plan.flat, z, *lerp_scalars(plan.cdtype, weight))
