@@ -324,3 +324,50 @@ def test_nearest_code_at_both_ends_of_every_cpu_bucket(signed):
     out = np.zeros(x.size, np.uint8)
     nearest_all(x, *search_tables(code, "cpu"), out)
     assert np.array_equal(out, ref._nearest(x, code))
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dynamic_search_is_exact_on_every_float32(signed):
+    # nearest_dynamic(x) = dynamic_start(x) + one midpoint step, exact iff j = dynamic_start(x) <= t <= j + 1
+    # with t the nearest code (ties to the even index). j and t are non-decreasing step functions of the
+    # float32 x (j: a composition of rounded monotone operations, decades meeting at equal codes), so both
+    # are constant between consecutive change points of either: checking t - j in {0, 1} at every change
+    # point and its neighbours checks it for every float32. t changes at the midpoints; j's change points
+    # are found by bisection over the bit patterns of |x| (monotone), then mirrored.
+    from optkernels.kernels.quantization import dynamic_start, nearest_dynamic, search_tables
+
+    @numba.njit
+    def starts(x, out):
+        for i in range(x.size):
+            out[i] = dynamic_start(x[i], signed)
+
+    @numba.njit
+    def nearest_all(x, mids, out):
+        for i in range(x.size):
+            out[i] = nearest_dynamic(x[i], mids, signed)
+
+    def start(x):
+        out = np.zeros(x.size, np.int64)
+        starts(np.asarray(x, f32), out)
+        return out
+
+    top = 0x7F800000                                        # +inf: j is constant beyond
+    lo_j, hi_j = start(_bits([0, top]))
+    targets = np.arange(lo_j + 1, hi_j + 1)                 # the first |x| with j >= target, by bisection
+    lo, hi = np.zeros(targets.size, np.int64), np.full(targets.size, top, np.int64)
+    while (hi - lo > 1).any():
+        mid = (lo + hi) // 2
+        up = start(_bits(mid.astype(np.uint32))) >= targets
+        lo, hi = np.where(up, lo, mid), np.where(up, mid, hi)
+    change = np.unique(np.concatenate([hi, hi - 1, np.minimum(hi + 1, top), [0, 1, top]])).astype(np.uint32)
+    code = dynamic_map(signed)
+    mids = (code[:-1] + code[1:]) * f32(0.5)
+    near = np.concatenate([mids, np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2))])
+    x = np.concatenate([_bits(change), -_bits(change), near, -near, _bits([0x7FC00000, 0xFFC00000])])
+    x = np.sort(x)
+    j, t = start(x), ref._nearest(x, code).astype(np.int64)
+    assert (np.diff(j[:-2]) >= 0).all()                     # non-decreasing (NaNs sorted last)
+    assert ((t - j >= 0) & (t - j <= 1)).all()
+    out = np.zeros(x.size, np.int64)
+    nearest_all(x, search_tables(code, "cpu")[0], out)
+    assert np.array_equal(out, t)

@@ -219,6 +219,26 @@ KEY_SHIFT = 15
 bits of the mantissa (buckets 2^-8 wide relative to their values, finer than the maps' spacing)."""
 KEYS = 1 << (32 - KEY_SHIFT)
 NEG_INF = np.float32(-np.inf)
+SIGNED_DYNAMIC, UNSIGNED_DYNAMIC = 1, 2
+"""Kinds of table (:func:`map_kind`) searched by :func:`nearest_dynamic`: the maps of :func:`dynamic_map`."""
+
+
+def _decade_lines(signed: bool) -> tuple[tuple, ...]:
+    """Per decade i = 0..6 of :func:`dynamic_map` (``n = 2^i`` signed, ``2^(i+1)`` unsigned values, code k
+    of the decade at ``10^(i-7)·(1 + 9(k + 1/2)/n)``, index ``z + n − 1 + k − e`` with zero at ``z`` = 127 or
+    0 and ``e`` = 0 or 1): ``(A, B, C, n)`` such that ``a·A − B`` is ``k + 1`` at code k of the decade,
+    and C the index of the decade's code ``k = −1`` (the previous decade's last), float32."""
+    e, z = (0, 127) if signed else (1, 0)
+    lines = []
+    for i in range(7):
+        n = 2 ** (i + e)
+        lines.append((10.0 ** (6 - i) * n / 0.9, n / 9 - 0.5, z - e + n - 1, n))
+    return tuple(tuple(np.float32(v) for v in line) for line in lines)
+
+
+SIGNED_LINES, UNSIGNED_LINES = _decade_lines(True), _decade_lines(False)
+DECADES = tuple(np.float32(10.0 ** (d - 7)) for d in range(1, 7))
+"""The float32 powers 10^-6 .. 10^-1 where decades 1 .. 6 start (a decade's place need not be exact)."""
 
 
 def _search_flag(steps: int, bound: int) -> np.ndarray:
@@ -240,12 +260,14 @@ def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             steps = steps[(below <= -float(FINE) + cell) | (above >= float(FINE) - cell)]
         walk = max(walk, int(steps.max()))
         starts.append(start.astype(np.uint8))
-    return np.append(mids, np.float32(np.nan)), np.concatenate(starts + [_search_flag(walk, STEPS)])
+    kind = np.zeros(1, np.uint8)  # CUDA: the grid search for every table
+    return np.append(mids, np.float32(np.nan)), np.concatenate(starts + [kind, _search_flag(walk, STEPS)])
 
 
-def _build_key_table(mids: np.ndarray) -> np.ndarray:
+def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
     """The CPU start table: per bucket ``key`` of :data:`KEY_SHIFT`, the number of midpoints below every
-    non-NaN float32 of the bucket; last, 1 if one midpoint step from there always reaches the answer."""
+    non-NaN float32 of the bucket; then the table's ``kind`` (:func:`map_kind`); last, 1 if one midpoint
+    step from there always reaches the answer."""
     keys = np.arange(KEYS, dtype=np.uint32)
     low = (keys << KEY_SHIFT) & 0x7FFFFFFF  # the bucket's magnitudes, NaN left out
     high = np.minimum(low | ((1 << KEY_SHIFT) - 1), 0x7F800000)
@@ -258,13 +280,22 @@ def _build_key_table(mids: np.ndarray) -> np.ndarray:
     wide = mids[:-1].astype(np.float64)
     start = np.searchsorted(wide, smallest, side="left")
     steps = np.where(real, np.searchsorted(wide, largest, side="right") - start, 0)
-    return np.concatenate([start.astype(np.int32), _search_flag(int(steps.max()), 1).astype(np.int32)])
+    flag = _search_flag(int(steps.max()), 1).astype(np.int32)
+    return np.concatenate([start.astype(np.int32), np.array([kind], np.int32), flag])
+
+
+def _map_kind(code_bytes: bytes) -> int:
+    """:data:`SIGNED_DYNAMIC` or :data:`UNSIGNED_DYNAMIC` where the table is that dynamic map, else 0."""
+    for kind, signed in ((SIGNED_DYNAMIC, True), (UNSIGNED_DYNAMIC, False)):
+        if code_bytes == _dynamic_map(signed).tobytes():
+            return kind
+    return 0
 
 
 @functools.lru_cache(maxsize=16)
 def _host_search_tables(code_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
     mids, _ = _build_search_tables(np.frombuffer(code_bytes, np.float32))
-    return mids, _build_key_table(mids)
+    return mids, _build_key_table(mids, _map_kind(code_bytes))
 
 
 @functools.lru_cache(maxsize=16)
@@ -278,7 +309,8 @@ def search_tables(code: Any, device: str) -> tuple[Any, Any]:
     ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255) and the start table of the search, a lower
     bound of the nearest code per bucket of values. On the CPU (int32) per bucket ``bits(x) >> 15`` of the
     float32 ``x``; on CUDA (uint8) per cell k of the coarse grid over [-1, 1], then of the fine grid over
-    [-2^-7, 2^-7] (the midpoints below the start of cell k − 1). Last, 1 if one (CPU) or :data:`STEPS`
+    [-2^-7, 2^-7] (the midpoints below the start of cell k − 1). Then the table's kind (:func:`map_kind`;
+    on CUDA always 0). Last, 1 if one (CPU) or :data:`STEPS`
     (CUDA) midpoint steps from the start always reach the answer (true of bitsandbytes' maps), else 0."""
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     key = host.tobytes()
@@ -342,6 +374,62 @@ def fast_search(start):
     """Whether :func:`nearest_code` serves the table whose start table is ``start`` (else
     :func:`nearest_code_slow`): callers choose once per block, outside their loops."""
     return start[start.shape[0] - 1] == 1
+
+
+@table_math
+def map_kind(start):
+    """The kind of table whose start table is ``start``: :data:`SIGNED_DYNAMIC`, :data:`UNSIGNED_DYNAMIC`
+    (searched by :func:`nearest_dynamic`) or 0. Callers choose once per block, outside their loops."""
+    return start[start.shape[0] - 2]
+
+
+@table_math
+def _above(a, start, line, A, B, C, N):
+    """``line`` where ``a >= start``, else ``(A, B, C, N)`` (selects)."""
+    up = a >= start
+    return (line[0] if up else A), (line[1] if up else B), (line[2] if up else C), (line[3] if up else N)
+
+
+@table_math
+def dynamic_lower(a, signed):
+    """For ``a = |x|`` (not NaN), the index j of a code of :func:`dynamic_map` with ``j <= nearest(a) <=
+    j + 1``: the largest code <= ``a`` up to rounding. The decade of ``a`` by comparisons, then
+    ``j = C + clamp(a·A − B, 0, n)`` truncated (:func:`_decade_lines`). Only selects, no table: the loops
+    calling it are vectorised. Non-decreasing in ``a`` (a composition of rounded monotone operations)."""
+    lines = SIGNED_LINES if signed else UNSIGNED_LINES
+    A, B, C, N = lines[0]
+    A, B, C, N = _above(a, DECADES[0], lines[1], A, B, C, N)
+    A, B, C, N = _above(a, DECADES[1], lines[2], A, B, C, N)
+    A, B, C, N = _above(a, DECADES[2], lines[3], A, B, C, N)
+    A, B, C, N = _above(a, DECADES[3], lines[4], A, B, C, N)
+    A, B, C, N = _above(a, DECADES[4], lines[5], A, B, C, N)
+    A, B, C, N = _above(a, DECADES[5], lines[6], A, B, C, N)
+    u = a * A - B
+    u = u if u > ZERO_F else ZERO_F
+    u = u if u < N else N
+    return int(C) + int(u)
+
+
+@table_math
+def dynamic_start(x, signed):
+    """For a float32 ``x``, a code j of :func:`dynamic_map` ``(signed)`` with ``j <= nearest(x) <= j + 1``:
+    :func:`dynamic_lower` of ``|x|``, mirrored for negative ``x`` (``253 − j``, at least 0; unsigned: 0). NaN
+    as -inf. Non-decreasing in ``x``."""
+    x = x if x == x else NEG_INF
+    j = dynamic_lower(abs(x), signed)
+    if signed:
+        return max(253 - j, 0) if x < ZERO_F else j
+    return 0 if x < ZERO_F else j
+
+
+@table_math
+def nearest_dynamic(x, mids, signed):
+    """:func:`nearest_code` for the table :func:`dynamic_map` ``(signed)`` (:func:`map_kind` non-zero):
+    the code j of :func:`dynamic_start`, then one midpoint step with the tie rule, the only table lookup
+    (of ``mids``). NaN → 0."""
+    j = dynamic_start(x, signed)
+    m = mids[j]
+    return j + (int(x > m) | (int(x == m) & (j & 1)))
 
 
 @block_elementwise
