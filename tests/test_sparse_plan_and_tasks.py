@@ -136,8 +136,8 @@ def test_sparse_cpu_drivers_are_one_parallel_loop():
     positions = np.zeros(0, np.int32)
     args = (grad, *states, *scalars)
     worker = _lazy_adam.cpu_address(indices, 5, positions, args)
-    assert _parallel_loops(drive_rows.py_func, 2, worker, indices, 5, True, positions, *args) == 1
+    assert _parallel_loops(drive_rows.py_func, 2, worker, indices, 5, True, positions, args) == 1
     args = (2, rows, starts, order, grad, *states, *scalars)
     worker = task_address(_fused_adam_task, args)
-    assert _parallel_loops(drive_tasks.py_func, 3, worker, *args) == 1
+    assert _parallel_loops(drive_tasks.py_func, 3, worker, args) == 1
     assert _parallel_loops(_segment_sums_cpu.py_func, 2, starts, order, grad, np.empty((2, 4), f)) == 1

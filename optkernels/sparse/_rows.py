@@ -138,11 +138,10 @@ def {name}(sync, indices, limit, stop_at_bad, order, order_tmp, counts, rows, st
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_rows(n_workers, worker, indices, limit, stop_at_bad, positions_like, *arrays_and_scalars):
+def drive_rows(n_workers, worker, indices, limit, stop_at_bad, positions_like, arrays_and_scalars):
     """Run the row worker at address ``worker`` (a :data:`_CPU_ROWS` function, see
     :meth:`RowUpdate.cpu`) on ``n_workers`` iterations of a parallel loop with the plan buffers, the task
-    bounds and the shared counters made here; ``arrays_and_scalars``: its gradient, states and scalars (separate arguments: Numba's dispatcher types
-    those faster than one tuple).
+    bounds and the shared counters made here; ``arrays_and_scalars``: its gradient, states and scalars.
     Returns the position of the first out-of-range index or -1. One function for every row update: the
     worker is called through its address, so this parallel loop is compiled once per argument types, and
     the worker's code is compiled once, outside the parallel loop."""
@@ -266,7 +265,7 @@ def run_tasks(n_tasks: int, worker: Any, *args: Any) -> None:
     :func:`~optkernels.kernels._threading.parallel_launch`."""
     address = task_address(worker, args)
     with parallel_launch():
-        for_this_process(drive_tasks)(n_tasks, address, *args)
+        for_this_process(drive_tasks)(n_tasks, address, args)
 
 
 def task_address(worker: Any, args: tuple) -> int:
@@ -275,7 +274,7 @@ def task_address(worker: Any, args: tuple) -> int:
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_tasks(n_tasks, worker, *args):
+def drive_tasks(n_tasks, worker, args):
     """``worker(task, *args)`` for every task, on the threads of a parallel loop; ``worker`` the address
     of a function compiled for ``(int64,) + types of args``. Compiled once per types of ``args``, whatever
     the worker: its code is compiled once, outside the parallel loop."""
@@ -406,7 +405,7 @@ class RowUpdate:
             worker = self.cpu_address(indices, call.num_rows, positions_like, args)
             with parallel_launch():
                 bad = for_this_process(drive_rows)(
-                    worker_count(), worker, indices, call.num_rows, not call.drop, positions_like, *args
+                    worker_count(), worker, indices, call.num_rows, not call.drop, positions_like, args
                 )
             if bad >= 0:
                 raise call.out_of_range_error(bad)
