@@ -119,11 +119,10 @@ def plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, start
     return -1, kept, n_rows
 
 
-@numba.njit(inline="always", **_JIT)
+@numba.njit(**_JIT)
 def plan_buffers(n, positions_like):
     """New buffers ``(order, order_tmp, counts, rows, starts)`` for :func:`plan_into` over ``n`` indices,
-    the positions of ``positions_like``'s integer type (inlined into its callers: five allocations do not
-    need a compiled function of their own)."""
+    the positions of ``positions_like``'s integer type."""
     return (
         np.empty(n, positions_like.dtype),
         np.empty(n, positions_like.dtype),

@@ -6,13 +6,11 @@ A row update is a :func:`~optkernels.kernels._elementwise.scalar_math` function
 kernels call, where the math is the same). :class:`RowUpdate` generates its two drivers from that one
 definition, with each distinct row's summed gradient computed on the fly:
 
-* CPU: one parallel region per call (:func:`drive_rows`, one function for every update), each of whose
-  threads runs the update's row worker, a plain (not parallel) compiled function called through its address
-  (:func:`~optkernels.kernels._intrinsics.call_address`): the large row code is then compiled once per
-  update and dtype, not again inside Numba's parallel-loop machinery. The first thread to arrive builds the
-  merge plan (:func:`~optkernels.sparse._plan.plan_into`: range check, stable radix sort of the positions)
-  while the others wake up and stream the gradient into the caches; the distinct rows are then cut into runs
-  of about equal cost (:func:`fill_balanced_tasks`), which the threads take from a shared atomic counter. For each row, its gradient rows are gathered and added
+* CPU: one parallel region per call. The first thread to arrive builds the merge plan
+  (:func:`~optkernels.sparse._plan.plan_into`: range check, stable radix sort of the positions) while the
+  others wake up and stream the gradient into the caches; the distinct rows are then cut into runs of about
+  equal cost (:func:`fill_balanced_tasks`),
+  which the threads take from a shared atomic counter. For each row, its gradient rows are gathered and added
   into a row buffer in order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f``
   runs over the row's elements (a contiguous, vectorisable loop). The gradient rows
   :data:`PREFETCH_GRAD_ROWS` ahead and the state rows :data:`PREFETCH_STATE_ROWS` ahead are prefetched
@@ -39,14 +37,7 @@ import numpy as np
 
 from ..kernels import _cuda, _intrinsics
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
-from ..kernels._intrinsics import (
-    CACHE_LINE_BYTES,
-    call_address,
-    fetch_add,
-    native_address,
-    prefetch_read,
-    prefetch_write,
-)
+from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
 from ..kernels._threading import for_this_process, parallel_launch
 from ._plan import plan_buffers, plan_into, position_example
 
@@ -72,80 +63,16 @@ WAIT_PREFETCH_ROWS = 8
 #: times per state array (a state row is read and written).
 STATE_ROW_COST = 4
 
-# The CPU row worker, run on every thread of drive_rows' parallel loop. The first worker to arrive computes the
-# merge plan (claimed with an atomic add, so it is always a running thread: no thread ever waits for one that
-# has not started) while the others -- often just woken from sleep -- join; once the plan is published they
-# all take tasks. A bad index publishes no tasks: nothing is written.
+# The CPU driver. The first thread to arrive computes the merge plan (claimed with an atomic add, so it is
+# always a running thread: no thread ever waits for one that has not started) while the others -- often just
+# woken from sleep -- join; once the plan is published they all take tasks. A bad index publishes no tasks:
+# nothing is written.
 _CPU_ROWS = """
-def {name}(sync, indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, {params}):
+def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params}):
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
-    if fetch_add(sync, 0, 1) == 0:
-        bad, _kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
-        n_tasks = 0
-        if bad >= 0:
-            fetch_add(sync, 3, bad + 1)
-        else:
-            n_tasks = fill_balanced_tasks(starts, n_rows, bounds, STATE_ROW_COST * {n_states})
-        fetch_add(sync, 1, n_tasks + 1)
-    else:
-        # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
-        # counter (no two threads fetch the same rows): the row loop then gathers it from cache
-        while fetch_add(sync, 1, 0) == 0:
-            ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
-            for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-                for c in range(0, row_len, line):
-                    prefetch_read(grad, k, c)
-    n_tasks = fetch_add(sync, 1, 0) - 1
-    g = np.empty(row_len, grad.dtype)
-    while True:
-        task = fetch_add(sync, 2, 1)
-        if task >= n_tasks:
-            break
-        first = bounds[task]
-        last = bounds[task + 1]
-        k_last = starts[last]
-        for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
-            r = rows[j]
-            for c in range(0, row_len, line):
-                {prefetch_states}
-        for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
-            src = order[k]
-            for c in range(0, row_len, line):
-                prefetch_read(grad, src, c)
-        for j in range(first, last):
-            if j + PREFETCH_STATE_ROWS < last:
-                r = rows[j + PREFETCH_STATE_ROWS]
-                for c in range(0, row_len, line):
-                    {prefetch_states}
-            for k in range(starts[j], starts[j + 1]):
-                if k + PREFETCH_GRAD_ROWS < k_last:
-                    ahead = order[k + PREFETCH_GRAD_ROWS]
-                    for c in range(0, row_len, line):
-                        prefetch_read(grad, ahead, c)
-                src = order[k]
-                if k == starts[j]:
-                    for c in range(row_len):
-                        g[c] = grad[src, c]
-                else:
-                    for c in range(row_len):
-                        g[c] += grad[src, c]
-            r = rows[j]
-            for c in range(row_len):
-                {targets} = update({targets}, g[c], {scalars})
-"""
-
-
-@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_rows(n_workers, worker, indices, limit, stop_at_bad, positions_like, arrays_and_scalars):
-    """Run the row worker at address ``worker`` (a :data:`_CPU_ROWS` function, see
-    :meth:`RowUpdate.cpu`) on ``n_workers`` iterations of a parallel loop with the plan buffers, the task
-    bounds and the shared counters made here; ``arrays_and_scalars``: its gradient, states and scalars.
-    Returns the position of the first out-of-range index or -1. One function for every row update: the
-    worker is called through its address, so this parallel loop is compiled once per argument types, and
-    the worker's code is compiled once, outside the parallel loop."""
-    order, order_tmp, counts, rows, starts = plan_buffers(indices.shape[0], positions_like)
+    order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
     bounds = np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64)
     # [plan claimed, n_tasks + 1 once published, next task, bad position + 1, next gradient row to
     # prefetch], only ever read and written by fetch_add (Numba does not see the intrinsic's writes: a plain
@@ -154,13 +81,62 @@ def drive_rows(n_workers, worker, indices, limit, stop_at_bad, positions_like, a
     sync = np.empty(5, np.int64)
     for i in range(5):
         sync[i] = 0
-    for _ in numba.prange(n_workers):
-        call_address(
-            worker,
-            (sync, indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds),
-            arrays_and_scalars,
-        )
+    for _ in prange(n_workers):
+        if fetch_add(sync, 0, 1) == 0:
+            bad, _kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
+            n_tasks = 0
+            if bad >= 0:
+                fetch_add(sync, 3, bad + 1)
+            else:
+                n_tasks = fill_balanced_tasks(starts, n_rows, bounds, STATE_ROW_COST * {n_states})
+            fetch_add(sync, 1, n_tasks + 1)
+        else:
+            # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
+            # counter (no two threads fetch the same rows): the row loop then gathers it from cache
+            while fetch_add(sync, 1, 0) == 0:
+                ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
+                for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
+                    for c in range(0, row_len, line):
+                        prefetch_read(grad, k, c)
+        n_tasks = fetch_add(sync, 1, 0) - 1
+        g = np.empty(row_len, grad.dtype)
+        while True:
+            task = fetch_add(sync, 2, 1)
+            if task >= n_tasks:
+                break
+            first = bounds[task]
+            last = bounds[task + 1]
+            k_last = starts[last]
+            for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
+                r = rows[j]
+                for c in range(0, row_len, line):
+                    {prefetch_states}
+            for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
+                src = order[k]
+                for c in range(0, row_len, line):
+                    prefetch_read(grad, src, c)
+            for j in range(first, last):
+                if j + PREFETCH_STATE_ROWS < last:
+                    r = rows[j + PREFETCH_STATE_ROWS]
+                    for c in range(0, row_len, line):
+                        {prefetch_states}
+                for k in range(starts[j], starts[j + 1]):
+                    if k + PREFETCH_GRAD_ROWS < k_last:
+                        ahead = order[k + PREFETCH_GRAD_ROWS]
+                        for c in range(0, row_len, line):
+                            prefetch_read(grad, ahead, c)
+                    src = order[k]
+                    if k == starts[j]:
+                        for c in range(row_len):
+                            g[c] = grad[src, c]
+                    else:
+                        for c in range(row_len):
+                            g[c] += grad[src, c]
+                r = rows[j]
+                for c in range(row_len):
+                    {targets} = update({targets}, g[c], {scalars})
     return fetch_add(sync, 3, 0) - 1
+"""
 
 
 @numba.njit(cache=True)
@@ -229,59 +205,6 @@ def _driver_sources() -> str:
     return "\0".join(inspect.getsource(m) for m in (sys.modules[__name__], _intrinsics))
 
 
-def _type_key(value: Any) -> Any:
-    """What Numba's type of an argument depends on, found faster than :func:`numba.typeof`."""
-    if isinstance(value, np.ndarray):
-        flags = value.flags
-        return (
-            value.dtype,
-            value.ndim,
-            flags.c_contiguous,
-            flags.f_contiguous,
-            flags.writeable,
-            flags.aligned,
-        )
-    return type(value)
-
-
-def worker_address(worker: Any, addresses: dict, key: tuple, head: Callable[[], tuple], args: tuple) -> int:
-    """The address of ``worker`` compiled for the argument types ``head() + typeof(args)`` (see
-    :func:`~optkernels.kernels._intrinsics.call_address`), remembered in ``addresses`` under ``key`` (what
-    ``head``'s types depend on) and the types of ``args``."""
-    key = (*key, *map(_type_key, args))
-    address = addresses.get(key)
-    if address is None:
-        types = head() + tuple(map(numba.typeof, args))
-        address = addresses.setdefault(key, native_address(worker, types))
-    return address
-
-
-_task_addresses: dict[tuple, int] = {}
-
-
-def run_tasks(n_tasks: int, worker: Any, *args: Any) -> None:
-    """Run ``worker(task, *args)`` (a Numba dispatcher returning nothing) for ``task`` in ``0 ..
-    n_tasks - 1`` on the threads of one parallel loop (:func:`drive_tasks`), inside
-    :func:`~optkernels.kernels._threading.parallel_launch`."""
-    address = task_address(worker, args)
-    with parallel_launch():
-        for_this_process(drive_tasks)(n_tasks, address, args)
-
-
-def task_address(worker: Any, args: tuple) -> int:
-    """The address of ``worker`` compiled for ``(int64 task, *args)``, for :func:`drive_tasks`."""
-    return worker_address(worker, _task_addresses, (id(worker),), lambda: (numba.types.int64,), args)
-
-
-@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_tasks(n_tasks, worker, args):
-    """``worker(task, *args)`` for every task, on the threads of a parallel loop; ``worker`` the address
-    of a function compiled for ``(int64,) + types of args``. Compiled once per types of ``args``, whatever
-    the worker: its code is compiled once, outside the parallel loop."""
-    for task in numba.prange(n_tasks):
-        call_address(worker, (np.int64(task),), args)
-
-
 def worker_count() -> int:
     """How many workers the parallel CPU loops are cut for: the size of Numba's thread pool
     (``NUMBA_NUM_THREADS``), which bounds the thread count that :func:`numba.set_num_threads` may choose.
@@ -312,27 +235,31 @@ class RowUpdate:
         split = params.index("g")
         self.states, self.scalars = params[:split], params[split + 1 :]
         self.__name__ = py_func.__name__
-        self._addresses: dict[tuple, int] = {}
 
     def _fields(self) -> dict:
         return dict(params=", ".join(self.states + self.scalars), scalars=", ".join(self.scalars))
 
     @functools.cached_property
     def cpu(self) -> Callable:
-        """The CPU row worker, run by :func:`drive_rows` on every thread of its parallel loop: ``cpu(sync,
-        indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, *states,
-        *scalars)`` on 2-D ``(rows, row_len)`` views of the gradient and the states (see
-        :func:`~optkernels.sparse._plan.plan_into` for the index arguments). The first worker to arrive
-        builds the merge plan; each then takes tasks until none is left."""
+        """The parallel CPU driver, merge plan included: ``cpu(n_workers, indices, limit, stop_at_bad,
+        positions_like, grad, *states, *scalars)`` on 2-D ``(rows, row_len)`` views of the gradient and the
+        states (see :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``positions_like``:
+        an empty array of the positions' integer type). ``n_workers``: iterations of the parallel loop, at
+        least Numba's thread count (:func:`worker_count`); each joins the work until no task is left, so
+        iterations beyond the threads' first return at once. Returns the position of the first out-of-range
+        index (then nothing was written) or -1."""
         namespace = {
+            "prange": numba.prange,
             "np": np,
             "update": self.math,
             "plan_into": plan_into,
+            "plan_buffers": plan_buffers,
             "fill_balanced_tasks": fill_balanced_tasks,
             "fetch_add": fetch_add,
             "prefetch_read": prefetch_read,
             "prefetch_write": prefetch_write,
             "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
+            "TASKS_PER_THREAD": TASKS_PER_THREAD,
             "STATE_ROW_COST": STATE_ROW_COST,
             "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
             "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
@@ -350,27 +277,7 @@ class RowUpdate:
             n_states=len(self.states),
             **self._fields(),
         )
-        return numba.njit(cache=True, **JIT_OPTIONS)(driver)
-
-    def cpu_address(self, indices: np.ndarray, limit: int, positions_like: np.ndarray, args: tuple) -> int:
-        """The address of :attr:`cpu` compiled for these arguments of :func:`drive_rows` (compiled, or
-        loaded from the cache, on the first call with their types)."""
-
-        def head() -> tuple:
-            int64s = numba.types.int64[::1]
-            positions = numba.types.Array(numba.typeof(positions_like).dtype, 1, "C")
-            head = (
-                int64s,
-                numba.typeof(indices),
-                numba.typeof(limit),
-                numba.types.boolean,
-                positions,
-                positions,
-            )
-            return head + (numba.types.int64[:, ::1], int64s, int64s, int64s)
-
-        key = (_type_key(indices), type(limit), positions_like.dtype)
-        return worker_address(self.cpu, self._addresses, key, head, args)
+        return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -400,12 +307,15 @@ class RowUpdate:
         """
         if call.device == "cpu" and call.row_len:
             indices = call.indices
-            positions_like = position_example(indices.shape[0])
-            args = (*call.rows_2d(), *scalars)
-            worker = self.cpu_address(indices, call.num_rows, positions_like, args)
             with parallel_launch():
-                bad = for_this_process(drive_rows)(
-                    worker_count(), worker, indices, call.num_rows, not call.drop, positions_like, args
+                bad = for_this_process(self.cpu)(
+                    worker_count(),
+                    indices,
+                    call.num_rows,
+                    not call.drop,
+                    position_example(indices.shape[0]),
+                    *call.rows_2d(),
+                    *scalars,
                 )
             if bad >= 0:
                 raise call.out_of_range_error(bad)
