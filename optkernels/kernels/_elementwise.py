@@ -34,10 +34,10 @@ from ._threading import for_this_process, parallel_launch, thread_mask
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
-#: A multi-tensor launch of fewer elements runs on the calling thread: its arrays sit in cache, and a
-#: parallel region's fork and join (on a busy machine, a wait of milliseconds for a descheduled worker at
-#: the barrier) cost more than a second core saves.
-SERIAL_BELOW = 1 << 20
+#: A multi-tensor launch of fewer elements runs on the calling thread: there a parallel region's fork and
+#: join cost more than a second core saves (the same bound as ``torch_family.SERIAL_BELOW``; larger lists
+#: gain from every core on an idle machine, bench/results).
+SERIAL_BELOW = 1 << 15
 
 _CPU_LOOP = """
 def {name}(n, {args}):
