@@ -56,9 +56,13 @@ def _torch_tail_compiled(i, size, chunk, width, like):
     if like in HALF_MARKERS:
 
         def tail(i, size, chunk, width, like):
-            start = (i // chunk) * chunk
+            # the chunk's start without an integer division (which no vector unit has): a float64
+            # quotient, off by at most one below 2**52, then corrected by comparisons
+            start = np.int64(np.float64(i) * (1.0 / np.float64(chunk))) * chunk
+            start = start - chunk if start > i else start
+            start = start + chunk if start + chunk <= i else start
             length = min(chunk, size - start)
-            return i - start >= length - length % width
+            return i - start >= length - (length & (width - 1))  # width: a power of two
 
         return tail
     return lambda i, size, chunk, width, like: False
@@ -627,6 +631,8 @@ def torch_tail_scalars(n: int, threads: int, width: int) -> tuple:
     """``(n, chunk, width)`` of :func:`torch_tail` for a tensor of ``n`` elements stepped by torch with
     ``threads`` threads (``torch.get_num_threads()``) and half vectors of ``width`` elements: torch's
     ``at::parallel_for`` uses ``min(threads, ⌈n / 32768⌉)`` threads, in chunks of ``⌈n / that⌉``."""
+    if width < 1 or width & (width - 1):
+        raise ValueError(f"width must be a power of two, got {width}")
     used = max(1, min(threads, -(-n // 32768)))
     return np.int64(n), np.int64(max(1, -(-n // used))), np.int64(width)
 
