@@ -27,3 +27,18 @@ _LAYER = _threading.layer()
 
 def pytest_report_header(config):
     return f"optkernels: Numba threading layer {_LAYER}"
+
+
+def pytest_collection_finish(session):
+    """Start the CUDA-simulator suite in the background when its test is to run (tests/test_suites.py)."""
+    if any(item.nodeid.endswith("test_suites.py::test_cuda_suite_under_the_simulator") for item in session.items):
+        import test_suites
+
+        test_suites.start_cuda_suite()
+
+
+def pytest_unconfigure(config):
+    """Stop the background CUDA suite if the run ended before its test waited for it."""
+    module = sys.modules.get("test_suites")
+    if module is not None:
+        module.stop_cuda_suite()
