@@ -54,6 +54,11 @@ def as_scalar(x: ArrayLike, name: str) -> np.float64:
     return np.float64(a.reshape(-1)[0])
 
 
+def as_scalars(**named: ArrayLike) -> tuple[np.float64, ...]:
+    """:func:`as_scalar` of each keyword argument, in order, each error naming its argument."""
+    return tuple(as_scalar(x, name) for name, x in named.items())
+
+
 def check_same_shape(ref_name: str, ref: np.ndarray, **others: np.ndarray) -> None:
     """Raise ``ValueError`` naming the first array in ``others`` whose shape differs from ``ref``'s."""
     for name, arr in others.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._common import as_array, as_scalar, check_same_shape, ieee
+from ._common import as_array, as_scalars, check_same_shape, ieee
 
 __all__ = ["apply_adam", "apply_adam_with_amsgrad", "adam_no_update_param", "adam_weight_decay"]
 
@@ -74,12 +74,9 @@ def apply_adam(
     v_ = as_array(v, "v")
     g = as_array(gradient, "gradient")
     check_same_shape("var", var_, m=m_, v=v_, gradient=g)
-    b1p = as_scalar(beta1_power, "beta1_power")
-    b2p = as_scalar(beta2_power, "beta2_power")
-    lr_ = as_scalar(lr, "lr")
-    b1 = as_scalar(beta1, "beta1")
-    b2 = as_scalar(beta2, "beta2")
-    eps = as_scalar(epsilon, "epsilon")
+    b1p, b2p, lr_, b1, b2, eps = as_scalars(
+        beta1_power=beta1_power, beta2_power=beta2_power, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
 
     lr_t = _adam_lr_t(lr_, b1p, b2p)
     m_new = m_ + (g - m_) * (1.0 - b1)
@@ -142,12 +139,9 @@ def apply_adam_with_amsgrad(
     vhat_ = as_array(vhat, "vhat")
     g = as_array(grad, "grad")
     check_same_shape("var", var_, m=m_, v=v_, vhat=vhat_, grad=g)
-    b1p = as_scalar(beta1_power, "beta1_power")
-    b2p = as_scalar(beta2_power, "beta2_power")
-    lr_ = as_scalar(lr, "lr")
-    b1 = as_scalar(beta1, "beta1")
-    b2 = as_scalar(beta2, "beta2")
-    eps = as_scalar(epsilon, "epsilon")
+    b1p, b2p, lr_, b1, b2, eps = as_scalars(
+        beta1_power=beta1_power, beta2_power=beta2_power, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
 
     lr_t = _adam_lr_t(lr_, b1p, b2p)
     m_new = m_ + (g - m_) * (1.0 - b1)
@@ -202,12 +196,9 @@ def adam_no_update_param(
     v_ = as_array(v, "v")
     g = as_array(gradient, "gradient")
     check_same_shape("m", m_, v=v_, gradient=g)
-    b1p = as_scalar(beta1_power, "beta1_power")
-    b2p = as_scalar(beta2_power, "beta2_power")
-    lr_ = as_scalar(lr, "lr")
-    b1 = as_scalar(beta1, "beta1")
-    b2 = as_scalar(beta2, "beta2")
-    eps = as_scalar(epsilon, "epsilon")
+    b1p, b2p, lr_, b1, b2, eps = as_scalars(
+        beta1_power=beta1_power, beta2_power=beta2_power, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
 
     lr_t = _adam_lr_t(lr_, b1p, b2p)
     m_new = b1 * m_ + (1.0 - b1) * g
@@ -266,11 +257,7 @@ def adam_weight_decay(
     v_ = as_array(v, "v")
     g = as_array(gradient, "gradient")
     check_same_shape("var", var_, m=m_, v=v_, gradient=g)
-    lr_ = as_scalar(lr, "lr")
-    b1 = as_scalar(beta1, "beta1")
-    b2 = as_scalar(beta2, "beta2")
-    eps = as_scalar(epsilon, "epsilon")
-    wd = as_scalar(decay, "decay")
+    lr_, b1, b2, eps, wd = as_scalars(lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon, decay=decay)
 
     m_new = m_ + (g - m_) * (1.0 - b1)
     v_new = v_ + (g * g - v_) * (1.0 - b2)

@@ -19,7 +19,7 @@ import operator
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._common import as_array, as_indices, as_scalar, check_same_shape, check_sparse, ieee
+from ._common import as_array, as_indices, as_scalar, as_scalars, check_same_shape, check_sparse, ieee
 from .adagrad import _adagrad_math, _adagrad_v2_math
 from .adam import _adam_lr_t
 from .ftrl import _ftrl_math
@@ -155,12 +155,9 @@ def fused_sparse_adam(
         ``(var, m, v)``: new float64 arrays of ``var``'s shape.
     """
     var_, (m_, v_), rows, gs = _sparse_inputs(var, {"m": m, "v": v}, grad, indices)
-    b1p = as_scalar(beta1_power, "beta1_power")
-    b2p = as_scalar(beta2_power, "beta2_power")
-    lr_ = as_scalar(lr, "lr")
-    b1 = as_scalar(beta1, "beta1")
-    b2 = as_scalar(beta2, "beta2")
-    eps = as_scalar(epsilon, "epsilon")
+    b1p, b2p, lr_, b1, b2, eps = as_scalars(
+        beta1_power=beta1_power, beta2_power=beta2_power, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
 
     lr_t = _adam_lr_t(lr_, b1p, b2p)
     m_new = b1 * m_
@@ -225,12 +222,9 @@ def fused_sparse_lazy_adam(
         ``(var, m, v)``: new float64 arrays of ``var``'s shape.
     """
     var_, (m_, v_), rows, gs = _sparse_inputs(var, {"m": m, "v": v}, grad, indices)
-    b1p = as_scalar(beta1_power, "beta1_power")
-    b2p = as_scalar(beta2_power, "beta2_power")
-    lr_ = as_scalar(lr, "lr")
-    b1 = as_scalar(beta1, "beta1")
-    b2 = as_scalar(beta2, "beta2")
-    eps = as_scalar(epsilon, "epsilon")
+    b1p, b2p, lr_, b1, b2, eps = as_scalars(
+        beta1_power=beta1_power, beta2_power=beta2_power, lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
 
     lr_t = _adam_lr_t(lr_, b1p, b2p)
     m_r = b1 * m_[rows] + (1.0 - b1) * gs
