@@ -263,3 +263,33 @@ def test_unaligned_gradients_and_parameters_give_the_same_bits():
     assert opt._launches.sequential == [0] and len(opt._launches.grouped) == 3
     for p, q in zip(params, ref_params):
         assert p.data.tobytes() == q.data.tobytes(), p.name
+
+
+# ------------------------------------------------------------------ slots in one allocation per dtype
+
+@pytest.mark.parametrize("info_id", ["Adam", "Adagrad", "FTRL", "RMSProp-centered"])
+def test_slots_sharing_one_allocation_give_the_same_bits(info_id, monkeypatch):
+    """Above ``SLAB_BYTES`` the slots of all parameters are views of one allocation per slot and dtype (each on
+    its own cache lines, filled with the slot's initial value); the trajectory is the one of separate arrays."""
+    from optkernels.optimizers import optimizer as optimizer_module
+
+    info = OPTIMIZERS_BY_ID[info_id]
+    sparse = info_id in ("Adam", "Adagrad", "FTRL")
+    monkeypatch.setattr(optimizer_module, "SLAB_BYTES", 1 << 62)
+    ref_opt, ref_params = _run(info, np.float32, True, sparse)
+    monkeypatch.setattr(optimizer_module, "SLAB_BYTES", 0)
+    opt, params = _run(info, np.float32, True, sparse)
+    for slot in opt._slot_names:
+        arrays = [plan.slots[slot] for plan in opt._local_plans]
+        assert all(a.base is not None for a in arrays), slot
+        assert len({id(a.base) for a in arrays}) == 1, f"{slot}: not one allocation"
+        starts = sorted(a.ctypes.data for a in arrays if a.size)
+        assert all(s % 64 == 0 for s in starts), slot
+        spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays if a.size)
+        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), f"{slot}: views overlap"
+    for p, q in zip(params, ref_params):
+        assert p.data.tobytes() == q.data.tobytes(), f"{info_id}: {p.name}"
+    state, ref_state = opt.state_dict(), ref_opt.state_dict()
+    assert state.keys() == ref_state.keys()
+    for k in state:
+        assert state[k].tobytes() == ref_state[k].tobytes(), f"{info_id}: {k}"

@@ -58,6 +58,33 @@ def _dtype_of(grad: Any) -> Any:
     return getattr(values, "dtype", None)
 
 
+#: Host slots of one optimizer at least this large together share one allocation per dtype (NumPy advises
+#: allocations of 4 MiB and more onto transparent huge pages, which many small arrays would not get).
+SLAB_BYTES = 4 << 20
+_SLAB_ALIGN = 64  # bytes: every view in a slab starts on a cache line
+
+
+def _slab_views(plans: list[_Plan], value: float) -> dict[int, np.ndarray]:
+    """Plan index -> an array of the plan's shape and dtype filled with ``value``: views of one allocation
+    per dtype whose members total :data:`SLAB_BYTES` or more (each view on its own cache lines); plans of
+    smaller totals are left out (the caller allocates them one by one)."""
+    by_dtype: dict[np.dtype, list[_Plan]] = {}
+    for plan in plans:
+        by_dtype.setdefault(np.dtype(plan.dtype), []).append(plan)
+    views: dict[int, np.ndarray] = {}
+    for dtype, members in by_dtype.items():
+        per_line = max(1, _SLAB_ALIGN // dtype.itemsize)
+        padded = [-(-plan.size // per_line) * per_line for plan in members]
+        if sum(padded) * dtype.itemsize < SLAB_BYTES:
+            continue
+        slab = np.full(sum(padded) + per_line, value, dtype=dtype)
+        offset = (-slab.ctypes.data % _SLAB_ALIGN) // dtype.itemsize
+        for plan, length in zip(members, padded):
+            views[plan.index] = slab[offset : offset + plan.size].reshape(plan.shape)
+            offset += length
+    return views
+
+
 class _Plan:
     """What one parameter's update needs, fixed at construction (so a step re-derives nothing)."""
 
@@ -306,8 +333,10 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         (``opt.moment1``: a tuple of Parameters named ``moment1.<param name>``)."""
         for slot, init in specs.items():
             tuple_ = []
+            on_host = [plan for plan in self._local_plans if host or plan.device == "cpu"]
+            shared = _slab_views(on_host, init)
             for plan in self._local_plans:
-                array = self._new_array(plan, init, host)
+                array = shared[plan.index] if plan.index in shared else self._new_array(plan, init, host)
                 device = "cpu" if isinstance(array, np.ndarray) else "cuda"
                 plan.slots[slot] = array
                 plan.flats.append(_flatten(array, device))
