@@ -148,9 +148,9 @@ def check_arrays(
 def _fast_numpy_batch(state: Mapping[str, Any], inputs: Mapping[str, Any] | None) -> Batch | None:
     """The common case in a few attribute reads, or None to take the full path (which also words errors).
 
-    Accepted here: NumPy arrays of one float dtype and one shape, all C-contiguous, state arrays writeable,
-    every array owning its memory (``base is None``) and no array passed twice -- arrays that own their
-    memory cannot overlap.
+    Accepted here: NumPy arrays of one float dtype (or of float32, float16 and bfloat16 mixed, as the full
+    path allows) and one shape, all C-contiguous, state arrays writeable, every array owning its memory
+    (``base is None``) and no array passed twice -- arrays that own their memory cannot overlap.
     """
     arrays = [*state.values(), *inputs.values()] if inputs else [*state.values()]
     first = arrays[0]
@@ -159,8 +159,11 @@ def _fast_numpy_batch(state: Mapping[str, Any], inputs: Mapping[str, Any] | None
     dtype, shape = first.dtype, first.shape
     if dtype not in FLOAT_DTYPES or len({id(a) for a in arrays}) != len(arrays):
         return None
+    low = dtype in _LOW_FAMILY
     for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or a.base is not None:
+        if type(a) is not np.ndarray or a.shape != shape or a.base is not None:
+            return None
+        if a.dtype != dtype and not (low and a.dtype in _LOW_FAMILY):
             return None
         if not a.flags.c_contiguous:
             return None
