@@ -329,6 +329,8 @@ def output_like(name: str, out: Any, like: Any, batch: Batch) -> tuple[Any, Any]
         else:
             out = _cuda.module().device_array(batch.shape, dtype=batch.storage)
         return out, _flatten(out, batch.device)
+    if _owns_distinct_memory(out, batch):
+        return out, out
     device, shape, dtype, contiguous, writeable, span = _array_facts(name, out)
     given, out = out, plain_array(name, out)
     if device != batch.device:
@@ -350,3 +352,16 @@ def output_like(name: str, out: Any, like: Any, batch: Batch) -> tuple[Any, Any]
         if lo < hi and lo2 < hi2 and lo2 < hi and lo < hi2:
             raise ValueError(f"{name} shares memory with an input; it must be a distinct array")
     return given, _flatten(out, batch.device)
+
+
+def _owns_distinct_memory(out: Any, batch: Batch) -> bool:
+    """Whether ``out`` passes :func:`output_like`'s checks in a few attribute reads (the common case): a
+    plain, 1-D, writeable, C-contiguous NumPy array of the batch's dtype and shape that owns its memory, as
+    every array of the batch does -- arrays that own their memory cannot overlap."""
+    if type(out) is not np.ndarray or out.base is not None or batch.device != "cpu":
+        return False
+    if out.dtype != batch.storage or out.shape != batch.shape or len(out.shape) != 1:
+        return False
+    if not (out.flags.writeable and out.flags.c_contiguous):
+        return False
+    return all(a.base is None and a is not out for a in batch.flat)

@@ -562,6 +562,7 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool) -> Callab
         fused = _fused_driver(ew.py_func, kinds)
         if fused is not None:
             drivers[key] = fused
+            drivers[("fused", *key)] = True
             return fused
     name, source = _half_source(target, ew.py_func, kinds, sr)
     if target == "cpu":
@@ -661,19 +662,41 @@ def _cuda_launch(kernel: Any, n: int, stream: Any) -> Any:
 
 def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple, stream: Any = None) -> None:
     """Run ``ew`` over arrays some of which are float16/bfloat16 (seen as their uint16 bits)."""
-    if "f64" in kinds:
-        raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
     rounding = _lowp_module().stochastic_stream()
-    views = tuple(a.view(np.uint16) if kind in _HALF_KINDS else a for a, kind in zip(args, kinds))
+    driver, half, workspace = _half_plan(ew, device, kinds, rounding is not None)
+    views = list(args)
+    for k in half:
+        views[k] = args[k].view(_UINT16)
     extra = rounding.take() if rounding is not None else ()
-    driver = _half_driver(ew, device, kinds, rounding is not None)
     if device == "cpu":
         with parallel_launch():
-            for_this_process(driver)(n, _workspace(kinds.count("f16") + kinds.count("bf16")), *views, *extra)
+            if workspace is None:
+                workspace = _workspace(len(half))
+            for_this_process(driver)(n, workspace, *views, *extra)
         return
     _cuda_launch(driver, n, stream)(n, *views, *extra)
 
 
+def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool) -> tuple:
+    """``(driver, positions of the half arrays, workspace)`` of a launch with arrays of ``kinds``: the
+    workspace is a fixed placeholder where the driver is the fused loop (which needs none), None where it
+    is the chunked one (it takes :func:`_workspace`). Kept with the drivers, per kinds."""
+    drivers = ew.__dict__.setdefault("_half_drivers", {})
+    key = ("plan", device, kinds, sr)
+    plan = drivers.get(key)
+    if plan is None:
+        if "f64" in kinds:
+            raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
+        driver = _half_driver(ew, device, kinds, sr)
+        fused = drivers.get(("fused", device, kinds, sr), False)
+        half = tuple(k for k, kind in enumerate(kinds) if kind in _HALF_KINDS)
+        plan = drivers[key] = (driver, half, _NO_WORKSPACE if fused else None)
+    return plan
+
+
+#: The workspace argument of the fused loop, which takes one (the chunked loop's signature) but uses none.
+_NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
+_UINT16 = np.dtype(np.uint16)
 _HALF_KINDS = ("f16", "bf16")
 _LOWP: list = []
 
