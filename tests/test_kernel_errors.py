@@ -169,6 +169,23 @@ def test_output_array_is_validated():
     assert op.kernel(*op.args(inputs), **attrs, out=out) is out
 
 
+def test_flat_output_array_is_validated_with_half_gradient():
+    """1-D arrays that own their memory, float32 moments and a bfloat16 gradient (the offload host part's
+    call): an ``out`` that is one of the inputs, or of the gradient's dtype, is still rejected."""
+    import ml_dtypes
+
+    op = next(o for o in OPS if o.name == "adam_no_update_param")
+    inputs, attrs = _valid(op)
+    inputs = {k: v.reshape(-1).copy() if isinstance(v, np.ndarray) and v.ndim == 2 else v
+              for k, v in inputs.items()}
+    inputs["gradient"] = inputs["gradient"].astype(ml_dtypes.bfloat16)
+    size = inputs["m"].size
+    for out, exc in [(inputs["m"], ValueError), (np.empty(size, ml_dtypes.bfloat16), TypeError)]:
+        assert_raises_and_unchanged(op, inputs, dict(attrs, out=out), exc, "out")
+    out = np.empty(size, np.float32)
+    assert op.kernel(*op.args(inputs), **attrs, out=out) is out
+
+
 def test_overlapping_views_are_a_value_error_and_disjoint_views_work():
     op = next(o for o in OPS if o.name == "apply_adam")
     inputs, attrs = _valid(op)

@@ -148,9 +148,9 @@ def check_arrays(
 def _fast_numpy_batch(state: Mapping[str, Any], inputs: Mapping[str, Any] | None) -> Batch | None:
     """The common case in a few attribute reads, or None to take the full path (which also words errors).
 
-    Accepted here: NumPy arrays of one float dtype and one shape, all C-contiguous, state arrays writeable,
-    every array owning its memory (``base is None``) and no array passed twice -- arrays that own their
-    memory cannot overlap.
+    Accepted here: NumPy arrays of one float dtype (or of float32, float16 and bfloat16 mixed, as the full
+    path allows) and one shape, all C-contiguous, state arrays writeable, every array owning its memory
+    (``base is None``) and no array passed twice -- arrays that own their memory cannot overlap.
     """
     arrays = [*state.values(), *inputs.values()] if inputs else [*state.values()]
     first = arrays[0]
@@ -159,8 +159,11 @@ def _fast_numpy_batch(state: Mapping[str, Any], inputs: Mapping[str, Any] | None
     dtype, shape = first.dtype, first.shape
     if dtype not in FLOAT_DTYPES or len({id(a) for a in arrays}) != len(arrays):
         return None
+    low = dtype in _LOW_FAMILY
     for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or a.base is not None:
+        if type(a) is not np.ndarray or a.shape != shape or a.base is not None:
+            return None
+        if a.dtype != dtype and not (low and a.dtype in _LOW_FAMILY):
             return None
         if not a.flags.c_contiguous:
             return None
@@ -326,6 +329,8 @@ def output_like(name: str, out: Any, like: Any, batch: Batch) -> tuple[Any, Any]
         else:
             out = _cuda.module().device_array(batch.shape, dtype=batch.storage)
         return out, _flatten(out, batch.device)
+    if _owns_distinct_memory(out, batch):
+        return out, out
     device, shape, dtype, contiguous, writeable, span = _array_facts(name, out)
     given, out = out, plain_array(name, out)
     if device != batch.device:
@@ -347,3 +352,16 @@ def output_like(name: str, out: Any, like: Any, batch: Batch) -> tuple[Any, Any]
         if lo < hi and lo2 < hi2 and lo2 < hi and lo < hi2:
             raise ValueError(f"{name} shares memory with an input; it must be a distinct array")
     return given, _flatten(out, batch.device)
+
+
+def _owns_distinct_memory(out: Any, batch: Batch) -> bool:
+    """Whether ``out`` passes :func:`output_like`'s checks in a few attribute reads (the common case): a
+    plain, 1-D, writeable, C-contiguous NumPy array of the batch's dtype and shape that owns its memory, as
+    every array of the batch does -- arrays that own their memory cannot overlap."""
+    if type(out) is not np.ndarray or out.base is not None or batch.device != "cpu":
+        return False
+    if out.dtype != batch.storage or out.shape != batch.shape or len(out.shape) != 1:
+        return False
+    if not (out.flags.writeable and out.flags.c_contiguous):
+        return False
+    return all(a.base is None and a is not out for a in batch.flat)

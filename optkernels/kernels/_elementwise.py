@@ -460,15 +460,26 @@ def _half_kinds(args: tuple) -> tuple | None:
                 break
     else:
         return None
-    from . import _lowp
-
     kinds = []
     for a in args:
-        if getattr(a, "ndim", 0) >= 1:
-            kinds.append(_lowp.half_kind(a.dtype) or np.dtype(a.dtype).name.replace("float", "f"))
+        if type(a) not in _PLAIN_SCALARS and getattr(a, "ndim", 0) >= 1:
+            dtype = a.dtype
+            kind = _KIND_OF.get(dtype)
+            if kind is None:
+                kind = _KIND_OF[dtype] = _kind_of(dtype)
+            kinds.append(kind)
         else:
             kinds.append(None)
     return tuple(kinds)
+
+
+def _kind_of(dtype: Any) -> str:
+    """'f16'/'bf16' for a half dtype, else the dtype's name with 'float' shortened to 'f' ('f32')."""
+    return _lowp_module().half_kind(dtype) or np.dtype(dtype).name.replace("float", "f")
+
+
+#: dtype -> :func:`_kind_of`, filled in as dtypes are seen.
+_KIND_OF: dict = {}
 
 
 def _half_source(target: str, py_func: Callable, kinds: tuple, sr: bool) -> tuple[str, str]:
@@ -551,6 +562,7 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool) -> Callab
         fused = _fused_driver(ew.py_func, kinds)
         if fused is not None:
             drivers[key] = fused
+            drivers[("fused", *key)] = True
             return fused
     name, source = _half_source(target, ew.py_func, kinds, sr)
     if target == "cpu":
@@ -650,18 +662,49 @@ def _cuda_launch(kernel: Any, n: int, stream: Any) -> Any:
 
 def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple, stream: Any = None) -> None:
     """Run ``ew`` over arrays some of which are float16/bfloat16 (seen as their uint16 bits)."""
-    from . import _lowp
-
-    if any(kind == "f64" for kind in kinds):
-        raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
-    stream = _lowp.stochastic_stream()
-    views = tuple(a.view(np.uint16) if kind in ("f16", "bf16") else a for a, kind in zip(args, kinds))
-    extra = stream.take() if stream is not None else ()
-    driver = _half_driver(ew, device, kinds, stream is not None)
+    rounding = _lowp_module().stochastic_stream()
+    driver, half, workspace = _half_plan(ew, device, kinds, rounding is not None)
+    views = list(args)
+    for k in half:
+        views[k] = args[k].view(_UINT16)
+    extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
         with parallel_launch():
-            for_this_process(driver)(
-                n, _workspace(sum(kind in ("f16", "bf16") for kind in kinds)), *views, *extra
-            )
+            if workspace is None:
+                workspace = _workspace(len(half))
+            for_this_process(driver)(n, workspace, *views, *extra)
         return
     _cuda_launch(driver, n, stream)(n, *views, *extra)
+
+
+def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool) -> tuple:
+    """``(driver, positions of the half arrays, workspace)`` of a launch with arrays of ``kinds``: the
+    workspace is a fixed placeholder where the driver is the fused loop (which needs none), None where it
+    is the chunked one (it takes :func:`_workspace`). Kept with the drivers, per kinds."""
+    drivers = ew.__dict__.setdefault("_half_drivers", {})
+    key = ("plan", device, kinds, sr)
+    plan = drivers.get(key)
+    if plan is None:
+        if "f64" in kinds:
+            raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
+        driver = _half_driver(ew, device, kinds, sr)
+        fused = drivers.get(("fused", device, kinds, sr), False)
+        half = tuple(k for k, kind in enumerate(kinds) if kind in _HALF_KINDS)
+        plan = drivers[key] = (driver, half, _NO_WORKSPACE if fused else None)
+    return plan
+
+
+#: The workspace argument of the fused loop, which takes one (the chunked loop's signature) but uses none.
+_NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
+_UINT16 = np.dtype(np.uint16)
+_HALF_KINDS = ("f16", "bf16")
+_LOWP: list = []
+
+
+def _lowp_module() -> Any:
+    """The :mod:`._lowp` module, imported on first use (not at import: it builds its Numba functions)."""
+    if not _LOWP:
+        from . import _lowp
+
+        _LOWP.append(_lowp)
+    return _LOWP[0]
