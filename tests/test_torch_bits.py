@@ -159,6 +159,17 @@ HALF_CASES = [
     ("RMSprop", dict(momentum=0.9, weight_decay=0.1), F16),
     ("RMSprop", dict(centered=True), F16),
     ("RMSprop", {}, BF16),
+    ("NAdam", dict(lr=0.01, weight_decay=0.1, momentum_decay=0.01), F16),
+    ("NAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True, betas=(0.4, 0.9)), BF16),
+    ("RAdam", {}, BF16),  # rectified from step 6
+    ("RAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True), F16),
+    ("RAdam", dict(lr=0.01, weight_decay=0.1, betas=(0.6, 0.5)), BF16),  # never rectified
+    ("Adadelta", {}, F16),
+    ("Adadelta", dict(lr=0.5, rho=0.5, weight_decay=0.1, maximize=True), BF16),
+    ("ASGD", dict(lr=0.05, lambd=0.1, alpha=0.5, t0=3, weight_decay=0.1, maximize=True), BF16),
+    ("ASGD", {}, F16),
+    ("Rprop", {}, BF16),
+    ("Rprop", dict(lr=0.1, etas=(0.3, 1.5), step_sizes=(0.05, 0.2), maximize=True), F16),
 ]
 
 
