@@ -139,6 +139,8 @@ def test_every_step_is_torch_bits(case, dtype, monkeypatch):
 
 
 HALF_SIZES = (1, 1000, 65539)  # a lone element, a vector tail, two torch threads' chunks (each with a tail)
+# Adafactor factors the moments of matrices (and batches of them): these too, one of them over two chunks
+HALF_SHAPES = {"Adafactor": HALF_SIZES + ((37, 29), (2, 3, 4), (300, 220))}
 BF16, F16 = torch.bfloat16, torch.float16
 
 # (class, flags, dtype): every flag of each class in bfloat16 or float16, each class in both dtypes
@@ -170,6 +172,8 @@ HALF_CASES = [
     ("ASGD", {}, F16),
     ("Rprop", {}, BF16),
     ("Rprop", dict(lr=0.1, etas=(0.3, 1.5), step_sizes=(0.05, 0.2), maximize=True), F16),
+    ("Adafactor", {}, BF16),
+    ("Adafactor", dict(lr=0.05, weight_decay=0.1, maximize=True, eps=(1e-3, 1e-2), d=1.5, beta2_decay=-0.5), F16),
 ]
 
 
@@ -187,7 +191,8 @@ def test_half_steps_are_torch_bits(case):
     equals any NaN)."""
     name, flags, dtype = case
     gen = torch.Generator().manual_seed(len(name) * 7 + len(flags))
-    init = [torch.randn(n, generator=gen).to(dtype) for n in HALF_SIZES]
+    sizes = HALF_SHAPES.get(name, HALF_SIZES)
+    init = [torch.randn(n, generator=gen).to(dtype) for n in sizes]
     theirs = [t.clone().requires_grad_() for t in init]
     ours = [t.clone().requires_grad_() for t in init]
     reference = getattr(torch.optim, name)(theirs, foreach=False, **flags)
@@ -199,13 +204,13 @@ def test_half_steps_are_torch_bits(case):
         reference.step()
         optimizer.step()
         for k, (a, b) in enumerate(zip(theirs, ours)):
-            assert _same_half(a, b), f"step {step + 1}, size {HALF_SIZES[k]}: parameter"
+            assert _same_half(a, b), f"step {step + 1}, size {sizes[k]}: parameter"
             state_a, state_b = reference.state[a], optimizer.state[b]
             assert set(state_a) == set(state_b)
             for key, value in state_a.items():
                 if value.dim():
                     assert value.dtype == dtype and _same_half(value, state_b[key]), \
-                        f"step {step + 1}, size {HALF_SIZES[k]}: {key} differs"
+                        f"step {step + 1}, size {sizes[k]}: {key} differs"
                 else:
                     assert torch.equal(value, state_b[key])
 

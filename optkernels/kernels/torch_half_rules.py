@@ -1,5 +1,5 @@
-"""Element functions of torch's NAdam, RAdam, Adadelta, ASGD and Rprop for float16/bfloat16 CPU tensors, with
-torch's per-operation rounding.
+"""Element functions of torch's NAdam, RAdam, Adadelta, ASGD, Rprop and Adafactor for float16/bfloat16 CPU
+tensors, with torch's per-operation rounding.
 
 torch runs each operation of its single-tensor step (``foreach=False``) on a half tensor in float32
 ("opmath") and stores the result in the tensor's dtype: every intermediate tensor is rounded. These functions
@@ -232,3 +232,51 @@ def _rprop_half(
 
 
 TAKES_TAIL.update((_nadam_half, _radam_half, _adadelta_half, _asgd_half, _rprop_half))
+
+
+# ---------------------------------------------------------------------------------------------- Adafactor
+
+
+@_helper
+def _adafactor_update(estimate, g, eps1_sq, one, like, tail):
+    """``estimate.clamp_(min=ε1²).rsqrt_().mul_(g)``, each op rounded. ``rsqrt`` is ``1/√x`` in float32 in
+    torch's vector loop, ``1/round(√x)`` (the half ``sqrt`` rounded first) in its scalar ``tail``."""
+    if estimate < eps1_sq:
+        estimate = eps1_sq
+    root = math.sqrt(rounded_as(estimate, like))
+    if tail:
+        root = rounded_as(root, like)
+    return rounded_as(rounded_as(one / root, like) * g, like)
+
+
+@elementwise
+def _adafactor_vector_half(i, variance, update, grad, maximize, bw, bc, bs, eps1_sq, one, size, chunk, width):
+    tail = torch_tail(i, size, chunk, width, update)
+    g = -grad[i] if maximize else grad[i]
+    v = rounded_as(torch_lerp(variance[i], rounded_as(g * g, update), bw, bc, bs), update)
+    variance[i] = v
+    update[i] = _adafactor_update(v, g, eps1_sq, one, update, tail)
+
+
+@elementwise
+def _adafactor_factored_half(
+    i, update, grad, row_var, col_var, row_means, n_rows, n_cols, maximize, eps1_sq, one, size, chunk, width
+):
+    tail = torch_tail(i, size, chunk, width, update)
+    # row_var, col_var, row_means: float32 copies of the half moments (exact), indexed per row / column
+    r = i // n_cols
+    b = r // n_rows
+    g = -grad[i] if maximize else grad[i]
+    outer = rounded_as(row_var[r] * col_var[b * n_cols + i % n_cols], update)  # row_var @ col_var
+    estimate = rounded_as(outer / row_means[b], update)
+    update[i] = _adafactor_update(estimate, g, eps1_sq, one, update, tail)
+
+
+@elementwise
+def _decayed_step_half(i, param, update, decayed, decay, neg_step, size, chunk, width):
+    """``param.mul_(decay)`` (``decayed``) then ``param.add_(update, alpha=neg_step)``, each rounded."""
+    tail = torch_tail(i, size, chunk, width, param)
+    w = param[i]
+    if decayed:
+        w = rounded_as(w * decay, param)
+    param[i] = torch_add_alpha(w, update[i], neg_step, param, tail)
