@@ -178,18 +178,31 @@ HALF_CASES = [
 
 
 def _same_half(a, b):
-    """Bit for bit, except that any NaN equals any NaN: torch writes every bfloat16 NaN as 0xFFFF, optkernels
-    the quiet NaN of its sign (docs/guide/torch_bits.rst)."""
+    """Bit for bit, NaN included; for float16, any NaN equals any NaN (the sign of a NaN computed from two NaN
+    operands depends on the order in which compiled code takes them: docs/guide/torch_bits.rst)."""
     a, b = a.detach(), b.detach()
-    return bool(((a.view(torch.int16) == b.view(torch.int16)) | (a.isnan() & b.isnan())).all())
+    same = a.view(torch.int16) == b.view(torch.int16)
+    if a.dtype == torch.float16:
+        same |= a.isnan() & b.isnan()
+    return bool(same.all())
 
 
-@pytest.mark.parametrize("case", HALF_CASES, ids=[_ids(c[:2]) + "-" + str(c[2]).split(".")[1] for c in HALF_CASES])
-def test_half_steps_are_torch_bits(case):
-    """bfloat16/float16 parameters: torch rounds every operation's float32 result to the parameter's dtype;
-    so do the drop-ins. Compared bit for bit (float16's ``eps`` of 1e-8 rounds to 0: NaN appear; any NaN
-    equals any NaN)."""
-    name, flags, dtype = case
+def _with_nan(g, step):
+    """NaN in vector bodies and scalar tails: as ``fill_`` writes them (bfloat16 0x7FC0) on steps 1 and 2, as an
+    operation writes them (0xFFFF in its vector body) on step 4."""
+    flat = g.view(-1)
+    if step < 2:
+        flat[3::97] = float("nan")
+        flat[-2:] = float("nan")
+    elif step == 3:
+        mask = torch.ones_like(flat)
+        mask[5::89] = float("nan")
+        mask[-3:-1] = float("nan")
+        flat.copy_(flat * mask)
+    return g
+
+
+def _half_steps(name, flags, dtype, nan=False):
     gen = torch.Generator().manual_seed(len(name) * 7 + len(flags))
     sizes = HALF_SHAPES.get(name, HALF_SIZES)
     init = [torch.randn(n, generator=gen).to(dtype) for n in sizes]
@@ -197,9 +210,11 @@ def test_half_steps_are_torch_bits(case):
     ours = [t.clone().requires_grad_() for t in init]
     reference = getattr(torch.optim, name)(theirs, foreach=False, **flags)
     optimizer = getattr(okt, name)(ours, **flags)
+    seen = set()  # the bits of torch's NaN
     for step in range(8):
         for a, b in zip(theirs, ours):
             g = torch.randn(a.shape, generator=gen).to(dtype)
+            g = _with_nan(g, step) if nan else g
             a.grad, b.grad = g, g.clone()
         reference.step()
         optimizer.step()
@@ -213,6 +228,41 @@ def test_half_steps_are_torch_bits(case):
                         f"step {step + 1}, size {sizes[k]}: {key} differs"
                 else:
                     assert torch.equal(value, state_b[key])
+            nans = [t.detach()[t.isnan()].view(torch.int16) for t in (a, *state_a.values()) if t.dim()]
+            seen.update(torch.cat(nans).tolist())
+    return seen
+
+
+@pytest.mark.parametrize("case", HALF_CASES, ids=[_ids(c[:2]) + "-" + str(c[2]).split(".")[1] for c in HALF_CASES])
+def test_half_steps_are_torch_bits(case):
+    """bfloat16/float16 parameters: torch rounds every operation's float32 result to the parameter's dtype;
+    so do the drop-ins. Compared bit for bit (float16's ``eps`` of 1e-8 rounds to 0: NaN appear)."""
+    _half_steps(*case)
+
+
+# bfloat16 NaN: torch writes 0xFFFF in its loops' vector bodies, 0x7FC0 in their scalar tails, and copies
+# (a gradient cloned into SGD's first momentum buffer, Rprop's ``prev``, ASGD's ``ax``) keep their bits
+NAN_CASES = [
+    ("Adam", dict(amsgrad=True, maximize=True, weight_decay=0.1)),
+    ("Adamax", dict(maximize=True)),
+    ("Adagrad", {}),
+    ("RMSprop", dict(centered=True, momentum=0.5)),
+    ("SGD", dict(lr=0.1, momentum=0.9)),
+    ("NAdam", {}),
+    ("RAdam", {}),
+    ("Adadelta", {}),
+    ("ASGD", dict(t0=3)),
+    ("Rprop", dict(maximize=True)),
+    ("Adafactor", {}),
+]
+
+
+@pytest.mark.parametrize("case", NAN_CASES, ids=[_ids(c) for c in NAN_CASES])
+def test_bfloat16_nan_bits_are_torchs(case):
+    """NaN gradients (bfloat16 0x7FC0 and 0xFFFF, in vector bodies and tails): every parameter and state
+    tensor bit for bit with torch's, NaN included."""
+    seen = _half_steps(*case, BF16, nan=True)
+    assert 0x7FC0 in seen and seen - {0x7FC0, -64}  # NaN other than the quiet NaN of either sign were written
 
 
 SPARSE_CASES = [

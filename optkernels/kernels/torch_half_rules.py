@@ -20,7 +20,8 @@ from numba.extending import register_jitable
 
 from ._elementwise import ZERO, elementwise
 from ._intrinsics import fma
-from ._lowp import rounded_as
+from ._lowp import KEEPS_NAN_PAYLOAD, rounded_as
+from ._torch_nan import torch_nan
 from .torch_family import torch_lerp, torch_sign
 from .torch_rules import TAKES_TAIL, torch_add_alpha, torch_add_eps, torch_tail
 
@@ -80,13 +81,13 @@ def _nadam_half(
     if decoupled:
         w = rounded_as(w * decay, param)
     m, v = _moments(exp_avg[i], exp_avg_sq[i], g, b1w, b1c, b1s, beta2, one_minus_beta2, param)
-    exp_avg[i] = m
-    exp_avg_sq[i] = v
+    exp_avg[i] = torch_nan(m, param, tail)
+    exp_avg_sq[i] = torch_nan(v, param, tail)
     # exp_avg_sq.div(bias_correction2).sqrt(), denom.add_(eps), two addcdiv_
     root = rounded_as(math.sqrt(rounded_as(v / bias_correction2, param)), param)
     den = torch_add_eps(root, eps, param)
     w = rounded_as(w + (c_grad * g) / den, param)
-    param[i] = rounded_as(w + (c_avg * m) / den, param)
+    param[i] = torch_nan(rounded_as(w + (c_avg * m) / den, param), param, tail)
 
 
 # ---------------------------------------------------------------------------------------------- RAdam
@@ -126,15 +127,17 @@ def _radam_half(
     if decoupled:
         w = rounded_as(w * decay, param)
     m, v = _moments(exp_avg[i], exp_avg_sq[i], g, b1w, b1c, b1s, beta2, one_minus_beta2, param)
-    exp_avg[i] = m
-    exp_avg_sq[i] = v
+    exp_avg[i] = torch_nan(m, param, tail)
+    exp_avg_sq[i] = torch_nan(v, param, tail)
     update = rounded_as(rounded_as(m / bias_correction1, param) * lr, param)  # exp_avg / bc1 * lr
     if rectified:
         # (bias_correction2**0.5) / exp_avg_sq.sqrt().add_(eps): reciprocal() * scalar; then * rect
         den = torch_add_eps(rounded_as(math.sqrt(v), param), eps, param)
         adaptive = rounded_as(rounded_as(one / den, param) * sqrt_bc2, param)
         update = rounded_as(rounded_as(update * adaptive, param) * rect, param)
-    param[i] = rounded_as(w - update, param)  # param.add_(update, alpha=-1.0): exact in both loops
+    param[i] = torch_nan(
+        rounded_as(w - update, param), param, tail
+    )  # param.add_(update, alpha=-1.0): exact in both loops
 
 
 # ---------------------------------------------------------------------------------------------- Adadelta
@@ -162,13 +165,14 @@ def _adadelta_half(
     w = param[i]
     g = _gradient(grad[i], w, wd, maximize, coupled, param, tail)
     sq = rounded_as(fma(one_minus_rho * g, g, rounded_as(square_avg[i] * rho, param)), param)
-    square_avg[i] = sq
+    square_avg[i] = torch_nan(sq, param, tail)
     std = rounded_as(math.sqrt(torch_add_eps(sq, eps, param)), param)
     acc = acc_delta[i]
     delta = rounded_as(math.sqrt(torch_add_eps(acc, eps, param)), param)
     delta = rounded_as(rounded_as(delta / std, param) * g, param)  # delta.div_(std).mul_(grad)
-    acc_delta[i] = rounded_as(fma(one_minus_rho * delta, delta, rounded_as(acc * rho, param)), param)
-    param[i] = torch_add_alpha(w, delta, neg_lr, param, tail)
+    acc = rounded_as(fma(one_minus_rho * delta, delta, rounded_as(acc * rho, param)), param)
+    acc_delta[i] = torch_nan(acc, param, tail)
+    param[i] = torch_nan(torch_add_alpha(w, delta, neg_lr, param, tail), param, tail)
 
 
 # ---------------------------------------------------------------------------------------------- ASGD
@@ -179,13 +183,15 @@ def _asgd_half(i, param, ax, grad, wd, maximize, coupled, decay, neg_eta, mu, av
     tail = torch_tail(i, size, chunk, width, param)
     w = param[i]
     g = _gradient(grad[i], w, wd, maximize, coupled, param, tail)
-    w = torch_add_alpha(rounded_as(w * decay, param), g, neg_eta, param, tail)
+    w = torch_nan(torch_add_alpha(rounded_as(w * decay, param), g, neg_eta, param, tail), param, tail)
     param[i] = w
     if averaging:  # ax.add_(param.sub(ax).mul_(mu))
         a = ax[i]
-        ax[i] = rounded_as(a + rounded_as(rounded_as(w - a, param) * mu, param), param)
+        ax[i] = torch_nan(
+            rounded_as(a + rounded_as(rounded_as(w - a, param) * mu, param), param), param, tail
+        )
     else:
-        ax[i] = w
+        ax[i] = w  # ax.copy_(param): param's bits
 
 
 # ---------------------------------------------------------------------------------------------- Rprop
@@ -208,6 +214,7 @@ def _rprop_half(
     chunk,
     width,
 ):
+    tail = torch_tail(i, size, chunk, width, param)
     g = -grad[i] if maximize else grad[i]
     # sign = grad.mul(prev).sign(); sign[sign > 0] = etaplus; sign[sign < 0] = etaminus; sign[sign == 0] = 1
     f = torch_sign(rounded_as(g * prev[i], param), one)
@@ -224,14 +231,13 @@ def _rprop_half(
         s = low
     if s > high:
         s = high
-    step_size[i] = s
+    step_size[i] = torch_nan(s, param, tail)
     if f == minus:
         g = one * ZERO
-    param[i] = rounded_as(fma(-torch_sign(g, one), s, param[i]), param)
-    prev[i] = g
-
-
-TAKES_TAIL.update((_nadam_half, _radam_half, _adadelta_half, _asgd_half, _rprop_half))
+    param[i] = torch_nan(rounded_as(fma(-torch_sign(g, one), s, param[i]), param), param, tail)
+    # prev.copy_(grad): the gradient's bits (negated: the sign bit flipped in the vector loop, in the scalar
+    # tail a rounded result)
+    prev[i] = torch_nan(g, param, tail) if maximize and tail else g
 
 
 # ---------------------------------------------------------------------------------------------- Adafactor
@@ -254,8 +260,8 @@ def _adafactor_vector_half(i, variance, update, grad, maximize, bw, bc, bs, eps1
     tail = torch_tail(i, size, chunk, width, update)
     g = -grad[i] if maximize else grad[i]
     v = rounded_as(torch_lerp(variance[i], rounded_as(g * g, update), bw, bc, bs), update)
-    variance[i] = v
-    update[i] = _adafactor_update(v, g, eps1_sq, one, update, tail)
+    variance[i] = torch_nan(v, update, tail)
+    update[i] = torch_nan(_adafactor_update(v, g, eps1_sq, one, update, tail), update, tail)
 
 
 @elementwise
@@ -269,7 +275,7 @@ def _adafactor_factored_half(
     g = -grad[i] if maximize else grad[i]
     outer = rounded_as(row_var[r] * col_var[b * n_cols + i % n_cols], update)  # row_var @ col_var
     estimate = rounded_as(outer / row_means[b], update)
-    update[i] = _adafactor_update(estimate, g, eps1_sq, one, update, tail)
+    update[i] = torch_nan(_adafactor_update(estimate, g, eps1_sq, one, update, tail), update, tail)
 
 
 @elementwise
@@ -279,4 +285,18 @@ def _decayed_step_half(i, param, update, decayed, decay, neg_step, size, chunk, 
     w = param[i]
     if decayed:
         w = rounded_as(w * decay, param)
-    param[i] = torch_add_alpha(w, update[i], neg_step, param, tail)
+    param[i] = torch_nan(torch_add_alpha(w, update[i], neg_step, param, tail), param, tail)
+
+
+_TORCH_RULES = (
+    _nadam_half,
+    _radam_half,
+    _adadelta_half,
+    _asgd_half,
+    _rprop_half,
+    _adafactor_vector_half,
+    _adafactor_factored_half,
+    _decayed_step_half,
+)
+TAKES_TAIL.update(_TORCH_RULES[:5])
+KEEPS_NAN_PAYLOAD.update(f.py_func for f in _TORCH_RULES)  # their writes pass through torch_nan
