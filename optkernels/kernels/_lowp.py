@@ -310,13 +310,12 @@ def _ir_f32_to_bf16(builder, x):
 
 
 def _ir_f32_to_bf16_keeping_nan(builder, x):
-    # as _ir_f32_to_bf16, except that a NaN keeps its sign and the high 16 bits of its payload (quiet bit set),
-    # as the processor's conversion does: the NaN an element function chose is written as it is
+    # as _ir_f32_to_bf16 without its NaN step: a NaN whose low 16 bits are zero (every NaN an element function
+    # of KEEPS_NAN_PAYLOAD writes) keeps its sign and high 16 bits, as adding 0x7fff or 0x8000 carries nothing
     b = builder.bitcast(x, _I32)
     odd = builder.icmp_unsigned("!=", builder.and_(b, _c(0x10000)), _c(0))
     rounded = builder.lshr(builder.add(b, builder.select(odd, _c(0x8000), _c(0x7FFF))), _c(16))
-    kept = builder.lshr(builder.or_(b, _c(0x00400000)), _c(16))
-    return builder.trunc(builder.select(builder.fcmp_unordered("uno", x, x), kept, rounded), _I16)
+    return builder.trunc(rounded, _I16)
 
 
 def _ir_f32_to_f16(builder, x):
@@ -601,7 +600,8 @@ _LIKE = {BF16: "_like_bf16", F16: "_like_f16"}
 
 #: The element functions (Python functions) whose fused bfloat16 writes keep a NaN's sign and payload (the
 #: high 16 bits of the float32 NaN) instead of writing the quiet NaN of its sign: those that choose the NaN
-#: bits they write (torch's, see ``_torch_nan.torch_nan``).
+#: bits they write (torch's, see ``_torch_nan.torch_nan``). Every NaN they write must have its low 16 bits
+#: zero (a bfloat16 NaN read, or one chosen by ``torch_nan``): the store rounds without a NaN step.
 KEEPS_NAN_PAYLOAD: set = set()
 
 
