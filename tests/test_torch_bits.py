@@ -202,7 +202,7 @@ def _with_nan(g, step):
     return g
 
 
-def _half_steps(name, flags, dtype, nan=False):
+def _half_steps(name, flags, dtype, nan=False, steps=8):
     gen = torch.Generator().manual_seed(len(name) * 7 + len(flags))
     sizes = HALF_SHAPES.get(name, HALF_SIZES)
     init = [torch.randn(n, generator=gen).to(dtype) for n in sizes]
@@ -211,7 +211,7 @@ def _half_steps(name, flags, dtype, nan=False):
     reference = getattr(torch.optim, name)(theirs, foreach=False, **flags)
     optimizer = getattr(okt, name)(ours, **flags)
     seen = set()  # the bits of torch's NaN
-    for step in range(8):
+    for step in range(steps):
         for a, b in zip(theirs, ours):
             g = torch.randn(a.shape, generator=gen).to(dtype)
             g = _with_nan(g, step) if nan else g
@@ -261,7 +261,7 @@ NAN_CASES = [
 def test_bfloat16_nan_bits_are_torchs(case):
     """NaN gradients (bfloat16 0x7FC0 and 0xFFFF, in vector bodies and tails): every parameter and state
     tensor bit for bit with torch's, NaN included."""
-    seen = _half_steps(*case, BF16, nan=True)
+    seen = _half_steps(*case, BF16, nan=True, steps=5)
     assert 0x7FC0 in seen and seen - {0x7FC0, -64}  # NaN other than the quiet NaN of either sign were written
 
 
