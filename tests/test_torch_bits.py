@@ -139,6 +139,8 @@ def test_every_step_is_torch_bits(case, dtype, monkeypatch):
 
 
 HALF_SIZES = (1, 1000, 65539)  # a lone element, a vector tail, two torch threads' chunks (each with a tail)
+# Adafactor factors the moments of matrices (and batches of them): these too, one of them over two chunks
+HALF_SHAPES = {"Adafactor": HALF_SIZES + ((37, 29), (2, 3, 4), (300, 220))}
 BF16, F16 = torch.bfloat16, torch.float16
 
 # (class, flags, dtype): every flag of each class in bfloat16 or float16, each class in both dtypes
@@ -159,44 +161,108 @@ HALF_CASES = [
     ("RMSprop", dict(momentum=0.9, weight_decay=0.1), F16),
     ("RMSprop", dict(centered=True), F16),
     ("RMSprop", {}, BF16),
+    ("NAdam", dict(lr=0.01, weight_decay=0.1, momentum_decay=0.01), F16),
+    ("NAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True, betas=(0.4, 0.9)), BF16),
+    ("RAdam", {}, BF16),  # rectified from step 6
+    ("RAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True), F16),
+    ("RAdam", dict(lr=0.01, weight_decay=0.1, betas=(0.6, 0.5)), BF16),  # never rectified
+    ("Adadelta", {}, F16),
+    ("Adadelta", dict(lr=0.5, rho=0.5, weight_decay=0.1, maximize=True), BF16),
+    ("ASGD", dict(lr=0.05, lambd=0.1, alpha=0.5, t0=3, weight_decay=0.1, maximize=True), BF16),
+    ("ASGD", {}, F16),
+    ("Rprop", {}, BF16),
+    ("Rprop", dict(lr=0.1, etas=(0.3, 1.5), step_sizes=(0.05, 0.2), maximize=True), F16),
+    ("Adafactor", {}, BF16),
+    ("Adafactor", dict(lr=0.05, weight_decay=0.1, maximize=True, eps=(1e-3, 1e-2), d=1.5, beta2_decay=-0.5), F16),
 ]
 
 
 def _same_half(a, b):
-    """Bit for bit, except that any NaN equals any NaN: torch writes every bfloat16 NaN as 0xFFFF, optkernels
-    the quiet NaN of its sign (docs/guide/torch_bits.rst)."""
+    """Bit for bit, NaN included; for float16, any NaN equals any NaN (the sign of a NaN computed from two NaN
+    operands depends on the order in which compiled code takes them: docs/guide/torch_bits.rst)."""
     a, b = a.detach(), b.detach()
-    return bool(((a.view(torch.int16) == b.view(torch.int16)) | (a.isnan() & b.isnan())).all())
+    same = a.view(torch.int16) == b.view(torch.int16)
+    if a.dtype == torch.float16:
+        same |= a.isnan() & b.isnan()
+    return bool(same.all())
 
 
-@pytest.mark.parametrize("case", HALF_CASES, ids=[_ids(c[:2]) + "-" + str(c[2]).split(".")[1] for c in HALF_CASES])
-def test_half_steps_are_torch_bits(case):
-    """bfloat16/float16 parameters: torch rounds every operation's float32 result to the parameter's dtype;
-    so do the drop-ins. Compared bit for bit (float16's ``eps`` of 1e-8 rounds to 0: NaN appear; any NaN
-    equals any NaN)."""
-    name, flags, dtype = case
+def _with_nan(g, step):
+    """NaN in vector bodies and scalar tails: as ``fill_`` writes them (bfloat16 0x7FC0) on steps 1 and 2, as an
+    operation writes them (0xFFFF in its vector body) on step 4."""
+    flat = g.view(-1)
+    if step < 2:
+        flat[3::97] = float("nan")
+        flat[-2:] = float("nan")
+    elif step == 3:
+        mask = torch.ones_like(flat)
+        mask[5::89] = float("nan")
+        mask[-3:-1] = float("nan")
+        flat.copy_(flat * mask)
+    return g
+
+
+def _half_steps(name, flags, dtype, nan=False, steps=8):
     gen = torch.Generator().manual_seed(len(name) * 7 + len(flags))
-    init = [torch.randn(n, generator=gen).to(dtype) for n in HALF_SIZES]
+    sizes = HALF_SHAPES.get(name, HALF_SIZES)
+    init = [torch.randn(n, generator=gen).to(dtype) for n in sizes]
     theirs = [t.clone().requires_grad_() for t in init]
     ours = [t.clone().requires_grad_() for t in init]
     reference = getattr(torch.optim, name)(theirs, foreach=False, **flags)
     optimizer = getattr(okt, name)(ours, **flags)
-    for step in range(8):
+    seen = set()  # the bits of torch's NaN
+    for step in range(steps):
         for a, b in zip(theirs, ours):
             g = torch.randn(a.shape, generator=gen).to(dtype)
+            g = _with_nan(g, step) if nan else g
             a.grad, b.grad = g, g.clone()
         reference.step()
         optimizer.step()
         for k, (a, b) in enumerate(zip(theirs, ours)):
-            assert _same_half(a, b), f"step {step + 1}, size {HALF_SIZES[k]}: parameter"
+            assert _same_half(a, b), f"step {step + 1}, size {sizes[k]}: parameter"
             state_a, state_b = reference.state[a], optimizer.state[b]
             assert set(state_a) == set(state_b)
             for key, value in state_a.items():
                 if value.dim():
                     assert value.dtype == dtype and _same_half(value, state_b[key]), \
-                        f"step {step + 1}, size {HALF_SIZES[k]}: {key} differs"
+                        f"step {step + 1}, size {sizes[k]}: {key} differs"
                 else:
                     assert torch.equal(value, state_b[key])
+            nans = [t.detach()[t.isnan()].view(torch.int16) for t in (a, *state_a.values()) if t.dim()]
+            seen.update(torch.cat(nans).tolist())
+    return seen
+
+
+@pytest.mark.parametrize("case", HALF_CASES, ids=[_ids(c[:2]) + "-" + str(c[2]).split(".")[1] for c in HALF_CASES])
+def test_half_steps_are_torch_bits(case):
+    """bfloat16/float16 parameters: torch rounds every operation's float32 result to the parameter's dtype;
+    so do the drop-ins. Compared bit for bit (float16's ``eps`` of 1e-8 rounds to 0: NaN appear)."""
+    _half_steps(*case)
+
+
+# bfloat16 NaN: torch writes 0xFFFF in its loops' vector bodies, 0x7FC0 in their scalar tails, and copies
+# (a gradient cloned into SGD's first momentum buffer, Rprop's ``prev``, ASGD's ``ax``) keep their bits
+NAN_CASES = [
+    ("Adam", dict(amsgrad=True, maximize=True, weight_decay=0.1)),
+    ("Adamax", dict(maximize=True)),
+    ("Adagrad", {}),
+    ("RMSprop", dict(centered=True, momentum=0.5)),
+    ("SGD", dict(lr=0.1, momentum=0.9)),
+    ("NAdam", {}),
+    ("RAdam", {}),
+    ("Adadelta", {}),
+    ("ASGD", dict(t0=3)),
+    ("Rprop", dict(maximize=True)),
+    ("Adafactor", {}),
+]
+
+
+@pytest.mark.parametrize("case", NAN_CASES, ids=[_ids(c) for c in NAN_CASES])
+def test_bfloat16_nan_bits_are_torchs(case):
+    """NaN gradients (bfloat16 0x7FC0 and 0xFFFF, in vector bodies and tails): every parameter and state
+    tensor bit for bit with torch's, NaN included."""
+    seen = _half_steps(*case, BF16, nan=True, steps=5)
+    assert 0x7FC0 in seen and seen - {0x7FC0, -64}  # NaN other than the quiet NaN of either sign were written
 
 
 SPARSE_CASES = [

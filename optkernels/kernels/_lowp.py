@@ -309,6 +309,15 @@ def _ir_f32_to_bf16(builder, x):
     return builder.trunc(rounded, _I16)
 
 
+def _ir_f32_to_bf16_keeping_nan(builder, x):
+    # as _ir_f32_to_bf16 without its NaN step: a NaN whose low 16 bits are zero (every NaN an element function
+    # of KEEPS_NAN_PAYLOAD writes) keeps its sign and high 16 bits, as adding 0x7fff or 0x8000 carries nothing
+    b = builder.bitcast(x, _I32)
+    odd = builder.icmp_unsigned("!=", builder.and_(b, _c(0x10000)), _c(0))
+    rounded = builder.lshr(builder.add(b, builder.select(odd, _c(0x8000), _c(0x7FFF))), _c(16))
+    return builder.trunc(rounded, _I16)
+
+
 def _ir_f32_to_f16(builder, x):
     b = builder.bitcast(x, _I32)
     sign = builder.and_(builder.lshr(b, _c(16)), _c(0x8000))
@@ -546,6 +555,7 @@ ONE = {
     "_load_f16": _one(_ir_f16_to_f32, types.uint16, types.float32),
     "_store_bf16": _one(_ir_f32_to_bf16, types.float32, types.uint16),
     "_store_f16": _one(_ir_f32_to_f16, types.float32, types.uint16),
+    "_store_bf16_keeping_nan": _one(_ir_f32_to_bf16_keeping_nan, types.float32, types.uint16),
     "_like_bf16": np.uint16(0),
     "_like_f16": np.int16(0),
 }
@@ -588,12 +598,20 @@ def _rounded_as_compiled(x, like):
 _LIKE = {BF16: "_like_bf16", F16: "_like_f16"}
 
 
+#: The element functions (Python functions) whose fused bfloat16 writes keep a NaN's sign and payload (the
+#: high 16 bits of the float32 NaN) instead of writing the quiet NaN of its sign: those that choose the NaN
+#: bits they write (torch's, see ``_torch_nan.torch_nan``). Every NaN they write must have its low 16 bits
+#: zero (a bfloat16 NaN read, or one chosen by ``torch_nan``): the store rounds without a NaN step.
+KEEPS_NAN_PAYLOAD: set = set()
+
+
 class _Fuse(ast.NodeTransformer):
     """Rewrite an element function for half arrays: ``p[i]`` reads and writes become a float32 local
     ``_v_p`` loaded once at the start and rounded back (stored) before every return."""
 
-    def __init__(self, half: dict, index: str, written: frozenset):
+    def __init__(self, half: dict, index: str, written: frozenset, keep_nan: bool = False):
         self.half, self.index, self.written = half, index, written
+        self.suffix = {BF16: "_keeping_nan" if keep_nan else "", F16: ""}
 
     def _is_half_item(self, node) -> bool:
         return (
@@ -604,7 +622,7 @@ class _Fuse(ast.NodeTransformer):
 
     def _stores(self) -> list:
         return [
-            ast.parse(f"{p}[{self.index}] = _store_{kind}(_v_{p})").body[0]
+            ast.parse(f"{p}[{self.index}] = _store_{kind}{self.suffix[kind]}(_v_{p})").body[0]
             for p, kind in self.half.items()
             if p in self.written
         ]
@@ -671,7 +689,7 @@ def fused_element(py_func: Callable, kinds: tuple) -> tuple[str, str] | None:
             )
         ):
             return None
-    fuse = _Fuse(half, index, written_params(py_func))
+    fuse = _Fuse(half, index, written_params(py_func), py_func in KEEPS_NAN_PAYLOAD)
     func.decorator_list = []
     func.name = f"_fused_{py_func.__name__}_{'_'.join(k or 's' for k in kinds)}"
     body = [fuse.visit(stmt) for stmt in func.body]

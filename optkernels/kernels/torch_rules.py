@@ -31,8 +31,9 @@ from ._checks import check_arrays, check_range
 from ._elementwise import elementwise
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
-from ._lowp import HALF_MARKERS, rounded_as
+from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, rounded_as
 from ._mkl_sqrt64 import mkl_avx2_sqrt64, mkl_avx512_sqrt64, mkl_avx_sqrt64
+from ._torch_nan import torch_max_nan, torch_nan
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
@@ -272,9 +273,11 @@ def _torch_adam(
     m, v = torch_adam_moments(
         exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2, var
     )
-    exp_avg[i] = m
-    exp_avg_sq[i] = v
-    var[i] = torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, var)
+    exp_avg[i] = torch_nan(m, var, tail)
+    exp_avg_sq[i] = torch_nan(v, var, tail)
+    var[i] = torch_nan(
+        torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, var), var, tail
+    )
 
 
 @elementwise
@@ -313,10 +316,12 @@ def _torch_adam_amsgrad(
         exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2, var
     )
     v_max = nan_max(max_exp_avg_sq[i], v)
-    exp_avg[i] = m
-    exp_avg_sq[i] = v
-    max_exp_avg_sq[i] = v_max
-    var[i] = torch_adam_param(p, m, v_max, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, var)
+    exp_avg[i] = torch_nan(m, var, tail)
+    exp_avg_sq[i] = torch_nan(v, var, tail)
+    max_exp_avg_sq[i] = torch_max_nan(v_max, var, tail)
+    var[i] = torch_nan(
+        torch_adam_param(p, m, v_max, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, var), var, tail
+    )
 
 
 # ------------------------------------------------------------------------------------------------ Adamax
@@ -348,9 +353,9 @@ def _torch_adamax(
     m = torch_lerp(exp_avg[i], g, w1, w1_minus_one, small1, var)
     # torch.maximum(exp_inf.mul_(β2), grad.abs().add_(eps)): the added scalar is cast to the dtype first
     u = nan_max(rounded_as(exp_inf[i] * beta2, var), rounded_as(abs(g) + rounded_as(eps, var), var))
-    exp_avg[i] = m
-    exp_inf[i] = u
-    var[i] = rounded_as(p + neg_clr * m / u, var)
+    exp_avg[i] = torch_nan(m, var, tail)
+    exp_inf[i] = torch_max_nan(u, var, tail)
+    var[i] = torch_nan(rounded_as(p + neg_clr * m / u, var), var, tail)
 
 
 # ----------------------------------------------------------------------------------------------- Adagrad
@@ -364,8 +369,10 @@ def _torch_adagrad(
     tail = torch_tail(i, size, chunk, width, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     s = rounded_as(fma(g, g, state_sum[i]), var)
-    state_sum[i] = s
-    var[i] = rounded_as(p + neg_clr * g / torch_add_eps(torch_sqrt_as(s, mkl, var), eps, var), var)
+    state_sum[i] = torch_nan(s, var, tail)
+    var[i] = torch_nan(
+        rounded_as(p + neg_clr * g / torch_add_eps(torch_sqrt_as(s, mkl, var), eps, var), var), var, tail
+    )
 
 
 # ----------------------------------------------------------------------------------------------- RMSprop
@@ -409,8 +416,10 @@ def _torch_rms_prop(
     tail = torch_tail(i, size, chunk, width, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
-    square_avg[i] = sa
-    var[i] = rounded_as(p + neg_lr * g / torch_add_eps(torch_sqrt_as(sa, mkl, var), eps, var), var)
+    square_avg[i] = torch_nan(sa, var, tail)
+    var[i] = torch_nan(
+        rounded_as(p + neg_lr * g / torch_add_eps(torch_sqrt_as(sa, mkl, var), eps, var), var), var, tail
+    )
 
 
 @elementwise
@@ -439,11 +448,11 @@ def _torch_rms_prop_momentum(
     tail = torch_tail(i, size, chunk, width, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
-    square_avg[i] = sa
+    square_avg[i] = torch_nan(sa, var, tail)
     avg = torch_add_eps(torch_sqrt_as(sa, mkl, var), eps, var)
     buf = rounded_as(rounded_as(momentum_buffer[i] * momentum, var) + g / avg, var)
-    momentum_buffer[i] = buf
-    var[i] = torch_add_alpha(p, buf, neg_lr, var, tail)
+    momentum_buffer[i] = torch_nan(buf, var, tail)
+    var[i] = torch_nan(torch_add_alpha(p, buf, neg_lr, var, tail), var, tail)
 
 
 @elementwise
@@ -473,11 +482,11 @@ def _torch_centered_rms_prop(
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small, var)
-    square_avg[i] = sa
-    grad_avg[i] = ga
+    square_avg[i] = torch_nan(sa, var, tail)
+    grad_avg[i] = torch_nan(ga, var, tail)
     # square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_().add_(eps)
     avg = torch_add_eps(torch_sqrt_as(rounded_as(fma(-ga, ga, sa), var), mkl, var), eps, var)
-    var[i] = rounded_as(p + neg_lr * g / avg, var)
+    var[i] = torch_nan(rounded_as(p + neg_lr * g / avg, var), var, tail)
 
 
 @elementwise
@@ -508,13 +517,13 @@ def _torch_centered_rms_prop_momentum(
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small, var)
-    square_avg[i] = sa
-    grad_avg[i] = ga
+    square_avg[i] = torch_nan(sa, var, tail)
+    grad_avg[i] = torch_nan(ga, var, tail)
     # square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_().add_(eps)
     avg = torch_add_eps(torch_sqrt_as(rounded_as(fma(-ga, ga, sa), var), mkl, var), eps, var)
     buf = rounded_as(rounded_as(momentum_buffer[i] * momentum, var) + g / avg, var)
-    momentum_buffer[i] = buf
-    var[i] = torch_add_alpha(p, buf, neg_lr, var, tail)
+    momentum_buffer[i] = torch_nan(buf, var, tail)
+    var[i] = torch_nan(torch_add_alpha(p, buf, neg_lr, var, tail), var, tail)
 
 
 # --------------------------------------------------------------------------------------------------- SGD
@@ -525,7 +534,7 @@ def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr, size, chunk,
     p = var[i]
     tail = torch_tail(i, size, chunk, width, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
-    var[i] = torch_add_alpha(p, g, neg_lr, var, tail)
+    var[i] = torch_nan(torch_add_alpha(p, g, neg_lr, var, tail), var, tail)
 
 
 @elementwise
@@ -555,12 +564,14 @@ def _torch_sgd_momentum(
         buf = torch_add_alpha(
             rounded_as(momentum_buffer[i] * momentum, var), g, one_minus_dampening, var, tail
         )
-    momentum_buffer[i] = buf
+    # a clone of the gradient on the first step: its bits, unless an operation (not a negation in torch's
+    # vector loop, which flips the sign bit) made it
+    momentum_buffer[i] = torch_nan(buf, var, tail) if not first or coupled or (negate and tail) else buf
     if nesterov:
         g = torch_add_alpha(g, buf, momentum, var, tail)
     else:
         g = buf
-    var[i] = torch_add_alpha(p, g, neg_lr, var, tail)
+    var[i] = torch_nan(torch_add_alpha(p, g, neg_lr, var, tail), var, tail)
 
 
 # -------------------------------------------------------------------------------------------- SparseAdam
@@ -940,3 +951,4 @@ TAKES_TAIL.update(
         _torch_centered_rms_prop_momentum,
     )
 )
+KEEPS_NAN_PAYLOAD.update(f.py_func for f in TAKES_TAIL)  # their writes pass through torch_nan

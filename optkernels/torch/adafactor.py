@@ -4,7 +4,9 @@ functions.
 Each parameter's step has reductions (the parameter's and the update's norms, a matrix's row and column mean
 squares, the mean of its row moments): they are taken by torch, exactly as torch's single-tensor loop takes
 them, so the results are torch's bits; the element-wise work (the moments' update, the update ``U`` and the
-parameter's step) runs in the kernels. One launch per parameter (the norms are per parameter).
+parameter's step) runs in the kernels. One launch per parameter (the norms are per parameter). A float16 or
+bfloat16 CPU parameter's element-wise work rounds every operation to its dtype, as torch does
+(:mod:`optkernels.kernels.torch_half_rules`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 
+from ..kernels import torch_half_rules as H
 from ..kernels.torch_adafactor import (
     _adafactor_factored,
     _adafactor_vector,
@@ -22,8 +26,9 @@ from ..kernels.torch_adafactor import (
 )
 from ..kernels.torch_adafactor_rows import factored_update
 from ..kernels.torch_family import _decayed_step, launch_small, lerp_scalars
+from ..kernels.torch_rules import torch_tail_scalars
 from . import _views
-from ._base import KernelOptimizer, _Work
+from ._base import KernelOptimizer, _half_width, _Work
 from .torch_family import check_lr, scalar_dtype
 
 __all__ = ["Adafactor"]
@@ -133,6 +138,9 @@ class Adafactor(KernelOptimizer):
             state["step"] += 1
             w_t, alpha = adafactor_host(state["step"].item(), lr, tau, eps2, _norm(p).item(), p.numel())
             kind = _views.device_kind(p)
+            if kind == "cpu" and p.dtype in _views.HALF_DTYPES:
+                self._half_step(p, grad, state, (w_t, alpha, eps1, lr, wd, d, maximize))
+                continue
             dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
             update = self._pre_buffer(p)
             flat = [_views.view(t, kind, flat=True) for t in (p, update, grad)]
@@ -171,6 +179,37 @@ class Adafactor(KernelOptimizer):
                 dtype.type(1 - lr * wd if wd != 0 else 1),
                 dtype.type(-alpha / den),
             )
+
+    def _half_step(self, p: torch.Tensor, grad: torch.Tensor, state: dict, host: tuple) -> None:
+        """The step of a float16/bfloat16 CPU parameter, every operation rounded to its dtype as torch
+        rounds it (:mod:`optkernels.kernels.torch_half_rules`); the update is a tensor of the parameter's
+        dtype (kept per parameter), so that its norm is torch's. ``host``: ``(w_t, α, ε1, lr, wd, d,
+        maximize)``."""
+        w_t, alpha, eps1, lr, wd, d, maximize = host
+        f32 = np.float32
+        updates = self.__dict__.setdefault("_half_updates", {})
+        update = updates.get(id(p))
+        if update is None or update.shape != p.shape or update.dtype != p.dtype:
+            update = updates[id(p)] = torch.empty_like(p, memory_format=torch.contiguous_format)
+        flat = [_views.view(t, "cpu", flat=True) for t in (p, update, grad)]
+        eps1_sq, one = f32(eps1 * eps1), f32(1)
+        tail = torch_tail_scalars(p.numel(), torch.get_num_threads(), _half_width())
+        if grad.dim() > 1:
+            rows, cols = state["row_var"], state["col_var"]
+            rows.lerp_(_norm(grad, 2, -1, True).square_().div_(grad.size(-1)), w_t)
+            cols.lerp_(_norm(grad, 2, -2, True).square_().div_(grad.size(-2)), w_t)
+            means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
+            r, c, m = (t.float().numpy().reshape(-1) for t in (rows, cols, means))  # exact copies
+            shape = (grad.size(-2), grad.size(-1), maximize, eps1_sq, one, *tail)
+            H._adafactor_factored_half.launch("cpu", p.numel(), flat[1], flat[2], r, c, m, *shape)
+        else:
+            variance = _views.view(state["variance"], "cpu", flat=True)
+            scalars = (maximize, *lerp_scalars(w_t, np.dtype(f32)), eps1_sq, one, *tail)
+            H._adafactor_vector_half.launch("cpu", p.numel(), variance, flat[1], flat[2], *scalars)
+        den = adafactor_denominator(_norm(update).item(), update.numel(), d)
+        H._decayed_step_half.launch(
+            "cpu", p.numel(), flat[0], flat[1], wd != 0, f32(1 - lr * wd), f32(-alpha / den), *tail
+        )
 
     def _check_state(self, p: torch.Tensor) -> None:
         """A loaded or edited state must fit its parameter (the kernels index it by the parameter's shape)."""

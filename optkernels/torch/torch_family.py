@@ -3,7 +3,8 @@
 Each class takes torch's constructor arguments and defaults, keeps torch's state (keys, dtypes, 0-d float32
 scalars) and ``state_dict``, and on the CPU gives the bits of ``torch.optim.<Name>(foreach=False)`` for
 float32 and float64 parameters: the element functions round as torch's CPU ops do (explicit fused
-multiply-adds) and the square roots are torch's own (:mod:`._torch_sqrt`). The per-parameter scalar state
+multiply-adds) and the square roots are torch's own (:mod:`._torch_sqrt`); for float16 and bfloat16 CPU
+parameters, every operation rounded to the dtype as torch rounds it (:mod:`._half_rule`). The per-parameter scalar state
 (NAdam's ``mu_product``, ASGD's ``eta`` and ``mu``) is updated with torch's own 0-d tensor operations.
 """
 
@@ -16,14 +17,21 @@ import numpy as np
 import torch
 
 from ..kernels import torch_family as K
+from ..kernels import torch_half_rules as H
+from ..kernels.torch_rules import NO_TAIL
 from ._base import KernelOptimizer, _Plan
+from ._half_rule import HalfRule
 from ._torch_sqrt import TorchSqrtKernel
 
 __all__ = ["ASGD", "Adadelta", "NAdam", "RAdam", "Rprop"]
 
-_NADAM = TorchSqrtKernel(K._nadam, K._nadam_moments, K._nadam_apply, 1)
-_RADAM = TorchSqrtKernel(K._radam, K._radam_moments, K._radam_apply, 1)
-_ADADELTA = TorchSqrtKernel(K._adadelta, K._adadelta_moments, K._adadelta_apply, 2)
+_NADAM = HalfRule(TorchSqrtKernel(K._nadam, K._nadam_moments, K._nadam_apply, 1), H._nadam_half)
+_RADAM = HalfRule(TorchSqrtKernel(K._radam, K._radam_moments, K._radam_apply, 1), H._radam_half)
+_ADADELTA = HalfRule(
+    TorchSqrtKernel(K._adadelta, K._adadelta_moments, K._adadelta_apply, 2), H._adadelta_half
+)
+_ASGD = HalfRule(K._asgd, H._asgd_half)
+_RPROP = HalfRule(K._rprop, H._rprop_half)
 
 
 def check_lr(lr: Any, message: str = "Invalid learning rate: {}") -> None:
@@ -93,6 +101,14 @@ class TorchRule(KernelOptimizer):
 
     def _prestep(self, group: dict) -> None:
         return None
+
+    def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+        """:meth:`_rule_scalars`, then the three of torch's half tail (:class:`._half_rule.HalfRule`)."""
+        return (*self._rule_scalars(group, step, dtype), *NO_TAIL)
+
+    def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+        """The float rule's scalars for a step (:mod:`optkernels.kernels.torch_family`)."""
+        raise NotImplementedError
 
     def _scalar_state(self, plan: _Plan) -> dict:
         """``step -> state of the first parameter at that step`` (the group's parameters are launched
@@ -187,7 +203,7 @@ class NAdam(TorchRule):
             torch._foreach_mul_([state[p]["mu_product"] for p in members], K.nadam_mu(beta1, psi, t))
         self._products = {t: s["mu_product"].item() for t, s in self._scalar_state(plan).items()}
 
-    def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+    def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
         return K.nadam_scalars(
             dtype,
@@ -267,7 +283,7 @@ class RAdam(TorchRule):
     def _kernel(self, group: dict) -> tuple:
         return _RADAM, ("exp_avg", "exp_avg_sq")
 
-    def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+    def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         beta1, beta2 = group["betas"]
         return K.radam_scalars(
             dtype,
@@ -345,7 +361,7 @@ class Adadelta(TorchRule):
     def _kernel(self, group: dict) -> tuple:
         return _ADADELTA, ("square_avg", "acc_delta")
 
-    def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+    def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         return K.adadelta_scalars(
             dtype,
             float(group["lr"]),
@@ -414,7 +430,7 @@ class ASGD(TorchRule):
             raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
 
     def _kernel(self, group: dict) -> tuple:
-        return K._asgd, ("ax",)
+        return _ASGD, ("ax",)
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         state = self.state[p]  # a first step: torch's 0-d state first, in torch's key order
@@ -431,7 +447,7 @@ class ASGD(TorchRule):
             for name, value in zip(("eta", "mu"), K.asgd_next(lr, lambd, alpha, t0, t)):
                 _fill([state[p][name] for p in members], value)
 
-    def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+    def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         eta, mu = self._etas[step]
         return K.asgd_scalars(
             dtype, eta, mu, group["lambd"], group["weight_decay"], maximize=group["maximize"]
@@ -493,7 +509,7 @@ class Rprop(TorchRule):
             raise ValueError(f"Invalid eta values: {etas[0]}, {etas[1]}")
 
     def _kernel(self, group: dict) -> tuple:
-        return K._rprop, ("prev", "step_size")
+        return _RPROP, ("prev", "step_size")
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         if name == "step_size":
@@ -503,7 +519,7 @@ class Rprop(TorchRule):
             )
         return super()._new_state(name, p, group)
 
-    def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+    def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         return K.rprop_scalars(
             dtype, tuple(group["etas"]), tuple(group["step_sizes"]), maximize=group["maximize"]
         )
