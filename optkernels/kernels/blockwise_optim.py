@@ -126,8 +126,10 @@ def _sign_fixed(c, s, negatives):
     """Code ``c`` of ``s``, moved one step where its sign differs from ``s``'s (bitsandbytes' state-1 sign
     fix; uint8 wrap-around), for a table whose first ``negatives`` entries have the sign bit set and no
     other does (:func:`.quantization.sign_split`). Without branches (see :func:`.quantization.nearest_code`)."""
-    fix = int(c < negatives) != int(sign_bit(s))
-    return (c + fix * (2 * int(s > ZERO) - 1)) & 255
+    i32 = np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
+    fix = i32(i32(c < negatives) ^ i32(sign_bit(s)))
+    step = i32(i32(i32(s > ZERO) * i32(2)) - i32(1))
+    return i32(i32(c + i32(fix * step)) & i32(255))
 
 
 @table_math
@@ -143,6 +145,7 @@ def _requantize(out, first, scratch, base, count, top, code, mids, start, negati
     ``s / top``, sign-fixed where ``signed``. Indices are unsigned (no wrap-around selects: the loop
     loads and stores contiguously and is vectorised, the table lookups as gathers)."""
     if fast_search(start) and (negatives >= 0 or not signed):
+        negatives = np.int32(negatives)
         for k in range(count):
             s = scratch[np.uint64(base + k)]
             c = nearest_code(s / top, mids, start)

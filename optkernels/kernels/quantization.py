@@ -388,16 +388,18 @@ def nearest_code(x, mids, start):
     bucket, which the low bits of ``x`` are compared with. No branch, indices unsigned: the loops calling it
     are vectorised."""
     x = x if x == x else NEG_INF  # NaN → code 0, as -inf
+    u32, i32 = np.uint32, np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
     bits = f32_bits(x)
-    magnitude = bits & np.uint32(0x7FFFFFFF)
+    magnitude = u32(bits & u32(0x7FFFFFFF))
     magnitude = magnitude if magnitude > KEY_LOW else KEY_LOW
     magnitude = magnitude if magnitude < KEY_HIGH else KEY_HIGH
-    negative = bits >> np.uint32(31)
-    entry = start[np.uint16(((magnitude - KEY_LOW) >> np.uint32(KEY_SHIFT)) + negative * np.uint32(SIDE))]
-    c = np.int32(entry >> np.uint32(16))
-    mid = np.int32(entry & np.uint32(0xFFFF))
-    low = np.int32((bits & LOW_MASK) ^ (negative * LOW_MASK))
-    return c + (np.int32(low > mid) | (np.int32(low == mid) & (c & np.int32(1))))
+    negative = u32(bits >> u32(31))
+    key = u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative * u32(SIDE)))
+    entry = start[np.uint16(key)]
+    c = i32(entry >> u32(16))
+    mid = i32(entry & u32(0xFFFF))
+    low = i32(u32(bits & LOW_MASK) ^ u32(negative * LOW_MASK))
+    return i32(c + i32(i32(low > mid) | i32(i32(low == mid) & i32(c & i32(1)))))
 
 
 @table_math
