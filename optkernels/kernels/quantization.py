@@ -214,9 +214,10 @@ FINE = np.float32(2.0**-7)
 FINE_SCALE = np.float32(GRID // 2 * 2**7)
 STEPS = 2
 """Midpoint steps after the grid's lower bound: enough for bitsandbytes' maps (checked per table)."""
-KEY_SHIFT = 15
-"""The CPU search's bucket of a float32 ``x`` is ``bits(x) >> KEY_SHIFT``: sign, exponent and the top 8
-bits of the mantissa (buckets 2^-8 wide relative to their values, finer than the maps' spacing)."""
+KEY_SHIFT = 16
+"""The CPU search's bucket of a float32 ``x`` is ``bits(x) >> KEY_SHIFT``: sign, exponent and the top 7
+bits of the mantissa (buckets at most 2^-7 wide relative to their values, finer than the dynamic maps'
+spacing; the table, 24 KiB, stays in the L1 cache)."""
 KEY_LOW = np.uint32(103 << 23)
 """Bits of 2^-24: smaller magnitudes share the first bucket of their sign (the CPU table's clamp)."""
 KEY_HIGH = np.uint32(127 << 23)
@@ -226,6 +227,8 @@ SIDE = ((int(KEY_HIGH) - int(KEY_LOW)) >> KEY_SHIFT) + 1
 LOW_MASK = np.uint32((1 << KEY_SHIFT) - 1)
 NO_MID = 1 << KEY_SHIFT
 """The position of "no midpoint in this bucket" (above every position of a float32 in it)."""
+CODE_SHIFT = KEY_SHIFT + 1
+"""A CPU table entry is ``code << CODE_SHIFT | position`` (positions up to :data:`NO_MID`)."""
 NEG_INF = np.float32(-np.inf)
 SIGNED_DYNAMIC, UNSIGNED_DYNAMIC = 1, 2
 """Kinds of table (:func:`map_kind`) searched by :func:`nearest_dynamic`: the maps of :func:`dynamic_map`."""
@@ -283,7 +286,7 @@ def _bucket_ends(sign: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
     """The CPU start table of :func:`nearest_code`: per bucket (:data:`SIDE` per sign, positive first)
-    ``c << 16 | t``: ``c`` the number of midpoints below every value of the bucket, ``t`` the position in
+    ``c << CODE_SHIFT | t``: ``c`` the number of midpoints below every value of the bucket, ``t`` the position in
     the bucket (low :data:`KEY_SHIFT` bits of the float32, mirrored for negative values) of the one midpoint
     inside it, :data:`NO_MID` where none is. Then the table's ``kind`` (:func:`map_kind`); last, 1 if that
     encodes every bucket (at most one midpoint in each, none in the clamped first and last, no zero
@@ -298,7 +301,7 @@ def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
     position = (mid_bits & LOW_MASK) ^ np.where(sign, LOW_MASK, 0)
     one = steps == 1
     ok = (steps <= 1) & ~(one & ((j == 0) | (j == SIDE - 1) | ((mid_bits & 0x7FFFFFFF) == 0)))
-    entries = (start.astype(np.int64) << 16) | np.where(one, position, NO_MID)
+    entries = (start.astype(np.int64) << CODE_SHIFT) | np.where(one, position, NO_MID)
     flag = _search_flag(0 if ok.all() else 2, 1).astype(np.uint32)
     return np.concatenate([entries.astype(np.uint32), np.array([kind], np.uint32), flag])
 
@@ -383,7 +386,7 @@ def nearest_code(x, mids, start):
     midpoint) go to the even index; below the first midpoint (and NaN) → 0, above the last → 255
     (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
 
-    One lookup: the bucket of ``x``'s bits (sign, exponent, 8 mantissa bits; magnitudes clamped to
+    One lookup: the bucket of ``x``'s bits (sign, exponent, 7 mantissa bits; magnitudes clamped to
     [2^-24, 1]) gives the answer's lower bound ``c`` and the position of the midpoint after it within the
     bucket, which the low bits of ``x`` are compared with. No branch, indices unsigned: the loops calling it
     are vectorised."""
@@ -396,8 +399,8 @@ def nearest_code(x, mids, start):
     negative = u32(bits >> u32(31))
     key = u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative * u32(SIDE)))
     entry = start[np.uint16(key)]
-    c = i32(entry >> u32(16))
-    mid = i32(entry & u32(0xFFFF))
+    c = i32(entry >> u32(CODE_SHIFT))
+    mid = i32(entry & u32(NO_MID | LOW_MASK))
     low = i32(u32(bits & LOW_MASK) ^ u32(negative * LOW_MASK))
     return i32(c + i32(i32(low > mid) | i32(i32(low == mid) & i32(c & i32(1)))))
 
