@@ -125,7 +125,8 @@ _rule_call = numba.njit(**_JIT_OPTIONS)(_rule.py_func)
 def _sign_fixed(c, s, negatives):
     """Code ``c`` of ``s``, moved one step where its sign differs from ``s``'s (bitsandbytes' state-1 sign
     fix; uint8 wrap-around), for a table whose first ``negatives`` entries have the sign bit set and no
-    other does (:func:`.quantization.sign_split`). Without branches (see :func:`.quantization.nearest_code`)."""
+    other does (:func:`.quantization.sign_split`). Without branches, in 32-bit integers (see
+    :func:`.quantization.nearest_code`)."""
     i32 = np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
     fix = i32(i32(c < negatives) ^ i32(sign_bit(s)))
     step = i32(i32(i32(s > ZERO) * i32(2)) - i32(1))

@@ -221,7 +221,8 @@ spacing; the table, 24 KiB, stays in the L1 cache)."""
 KEY_LOW = np.uint32(103 << 23)
 """Bits of 2^-24: smaller magnitudes share the first bucket of their sign (the CPU table's clamp)."""
 KEY_HIGH = np.uint32(127 << 23)
-"""Bits of 1.0: larger magnitudes (infinities and NaN as -inf included) share the last bucket of their sign."""
+"""Bits of 1.0: larger magnitudes (infinities, and NaN taken as -inf) share the last bucket of their
+sign."""
 SIDE = ((int(KEY_HIGH) - int(KEY_LOW)) >> KEY_SHIFT) + 1
 """Buckets per sign of the CPU table (positive first)."""
 LOW_MASK = np.uint32((1 << KEY_SHIFT) - 1)
@@ -286,9 +287,9 @@ def _bucket_ends(sign: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
     """The CPU start table of :func:`nearest_code`: per bucket (:data:`SIDE` per sign, positive first)
-    ``c << CODE_SHIFT | t``: ``c`` the number of midpoints below every value of the bucket, ``t`` the position in
-    the bucket (low :data:`KEY_SHIFT` bits of the float32, mirrored for negative values) of the one midpoint
-    inside it, :data:`NO_MID` where none is. Then the table's ``kind`` (:func:`map_kind`); last, 1 if that
+    ``c << CODE_SHIFT | t``: ``c`` the number of midpoints below every value of the bucket, ``t`` the
+    position in the bucket (low :data:`KEY_SHIFT` bits of the float32, mirrored for negative values) of the
+    one midpoint inside it, :data:`NO_MID` where none is. Then the table's ``kind`` (:func:`map_kind`); last, 1 if that
     encodes every bucket (at most one midpoint in each, none in the clamped first and last, no zero
     midpoint), else 0."""
     keys = np.arange(2 * SIDE)
@@ -302,7 +303,7 @@ def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
     one = steps == 1
     ok = (steps <= 1) & ~(one & ((j == 0) | (j == SIDE - 1) | ((mid_bits & 0x7FFFFFFF) == 0)))
     entries = (start.astype(np.int64) << CODE_SHIFT) | np.where(one, position, NO_MID)
-    flag = _search_flag(0 if ok.all() else 2, 1).astype(np.uint32)
+    flag = np.array([1 if ok.all() else 0], np.uint32)
     return np.concatenate([entries.astype(np.uint32), np.array([kind], np.uint32), flag])
 
 
@@ -329,11 +330,12 @@ def _device_search_tables(code_bytes: bytes) -> tuple[Any, Any]:
 def search_tables(code: Any, device: str) -> tuple[Any, Any]:
     """``(mids, start)`` of the table ``code`` for :func:`nearest_code` on ``device`` (cached per table):
     ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255) and the start table of the search, a lower
-    bound of the nearest code per bucket of values. On the CPU (int32) per bucket ``bits(x) >> 15`` of the
-    float32 ``x``; on CUDA (uint8) per cell k of the coarse grid over [-1, 1], then of the fine grid over
-    [-2^-7, 2^-7] (the midpoints below the start of cell k − 1). Then the table's kind (:func:`map_kind`;
-    on CUDA always 0). Last, 1 if one (CPU) or :data:`STEPS`
-    (CUDA) midpoint steps from the start always reach the answer (true of bitsandbytes' maps), else 0."""
+    bound of the nearest code per bucket of values. On the CPU (uint32, :func:`_build_key_table`) per bucket
+    of the float32 ``x``'s bits, with the position of the midpoint inside the bucket; on CUDA (uint8) per
+    cell k of the coarse grid over [-1, 1], then of the fine grid over [-2^-7, 2^-7] (the midpoints below
+    the start of cell k − 1). Then the table's kind (:func:`map_kind`; on CUDA always 0). Last, 1 if the
+    CPU table encodes every bucket, or :data:`STEPS` (CUDA) midpoint steps from the start always reach the
+    answer (true of bitsandbytes' maps), else 0."""
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     key = host.tobytes()
     return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
