@@ -371,3 +371,32 @@ def test_dynamic_search_is_exact_on_every_float32(signed):
     out = np.zeros(x.size, np.int64)
     nearest_all(x, search_tables(code, "cpu")[0], out)
     assert np.array_equal(out, t)
+
+
+@pytest.mark.parametrize("which", ["dense", "zero signs"])
+def test_step_with_a_map_off_the_fast_search_matches_the_reference(which):
+    # The step's other loops: a map too dense for the CPU buckets (binary search), and one whose sign bits
+    # are not a run of ones then zeros (-0.0 after +0.0: the sign fix looks the code's sign up).
+    from optkernels.kernels.quantization import sign_split
+
+    if which == "dense":
+        q1 = np.unique(np.concatenate([np.linspace(-1e-6, 1e-6, 100), np.linspace(0.5, 0.5005, 100),
+                                       np.linspace(-1, 1, 56)]).astype(f32))
+    else:
+        q1 = dynamic_map(True)
+        q1[127], q1[128] = f32(0.0), f32(-0.0)
+        assert sign_split(q1) == -1 and sign_split(dynamic_map(True)) == 127
+    rng = np.random.default_rng(5)
+    n = 300
+    kernel = _problem("adam", n, rng)
+    reference = tuple(x.copy() for x in kernel)
+    q2 = dynamic_map(False)
+    for t in range(1, 6):
+        g = (0.01 * rng.standard_normal(n)).astype(f32)
+        args = (g, 0.9, 0.999, 0.0, 0.0, 1e-8, t, 1e-3, q1, q2)
+        p, s1, s2, a1, a2 = kernel
+        bo.optimizer_update_8bit_blockwise("adam", g, p, s1, s2, *args[1:8], q1, q2, a1, a2)
+        rp, rs1, rs2, ra1, ra2 = reference
+        reference = ref.optimizer_update_8bit_blockwise("adam", g, rp, rs1, rs2, *args[1:8], q1, q2, ra1, ra2)
+        for got, want in zip(kernel, reference):
+            assert np.array_equal(got, want)

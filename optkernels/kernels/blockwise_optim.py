@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
-from ._elementwise import ZERO, elementwise, scalar_math
+from ._elementwise import _JIT_OPTIONS, ZERO, elementwise, scalar_math
+from ._lowp import f32_bits, f32_from_bits
 from ._upcast import via_float32
 from .quantization import (
     NEG_MAX,
@@ -29,6 +31,7 @@ from .quantization import (
     scratch_block_elementwise,
     search_tables,
     sign_bit,
+    sign_split,
     table_math,
 )
 
@@ -113,50 +116,81 @@ def _rule(
     return p, m1, m2, v
 
 
+# _rule as a call (inlined by LLVM, not into Numba's IR): an inlined function's returned tuple counts as a
+# possible array alias in the parallel loop's analysis, which would cost its arrays their noalias marks.
+_rule_call = numba.njit(**_JIT_OPTIONS)(_rule.py_func)
+
+
 @table_math
-def _sign_fixed(c, s, code):
+def _sign_fixed(c, s, negatives):
     """Code ``c`` of ``s``, moved one step where its sign differs from ``s``'s (bitsandbytes' state-1 sign
-    fix; uint8 wrap-around). Without branches (see :func:`.quantization.nearest_code`)."""
+    fix; uint8 wrap-around), for a table whose first ``negatives`` entries have the sign bit set and no
+    other does (:func:`.quantization.sign_split`). Without branches, in 32-bit integers (see
+    :func:`.quantization.nearest_code`)."""
+    i32 = np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
+    fix = i32(i32(c < negatives) ^ i32(sign_bit(s)))
+    step = i32(i32(i32(s > ZERO) * i32(2)) - i32(1))
+    return i32(i32(c + i32(fix * step)) & i32(255))
+
+
+@table_math
+def _code_sign_fixed(c, s, code):
+    """:func:`_sign_fixed` of any table (the sign of ``code[c]`` looked up)."""
     fix = int(sign_bit(code[c]) != sign_bit(s))
     return (c + fix * (2 * int(s > ZERO) - 1)) & 255
 
 
 @table_math
-def _requantize(out, s, x, count, code, mids, start, signed):
-    """``out[k]`` = the code of ``s[k]`` whose quotient by the block's maximum is ``x[k]``, for k < count:
-    the nearest code of ``x[k]``, sign-fixed where ``signed`` (in a loop of its own: the search's loop is
-    vectorised)."""
-    if fast_search(start):
+def _requantize(out, first, scratch, base, count, top, code, mids, start, negatives, signed):
+    """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
+    ``s / top``, sign-fixed where ``signed``. Indices are unsigned (no wrap-around selects: the loop
+    loads and stores contiguously and is vectorised, the table lookups as gathers)."""
+    if fast_search(start) and (negatives >= 0 or not signed):
+        negatives = np.int32(negatives)
         for k in range(count):
-            out[k] = nearest_code(x[k], mids, start)
+            s = scratch[np.uint64(base + k)]
+            c = nearest_code(s / top, mids, start)
+            if signed:
+                c = _sign_fixed(c, s, negatives)
+            out[np.uint64(first + k)] = c
     else:
         for k in range(count):
-            out[k] = nearest_code_slow(x[k], mids)
-    if signed:
-        for k in range(count):
-            out[k] = _sign_fixed(int(out[k]), s[k], code)
+            s = scratch[np.uint64(base + k)]
+            c = nearest_code_slow(s / top, mids)
+            if signed:
+                c = _code_sign_fixed(c, s, code)
+            out[np.uint64(first + k)] = c
+
+
+def _abs_max_float(x, base, count, top):
+    """CUDA twin of :func:`_abs_max` (the same value)."""
+    for k in range(count):
+        a = abs(x[base + k])
+        top = a if a > top else top
+    return top
+
+
+@table_math(device=_abs_max_float)
+def _abs_max(x, base, count, top):
+    """``max(top, |x[base]|, ..., |x[base + count - 1]|)`` with NaN left out (``fmaxf`` from ``top``, itself
+    -FLT_MAX or an absolute value). On the magnitudes' bits (ordered as the values, NaN's above +inf's): an
+    integer maximum, which is vectorised, with the same result."""
+    most = np.int32(-1)
+    for k in range(count):
+        bits = np.int32(f32_bits(x[np.uint64(base + k)]) & np.uint32(0x7FFFFFFF))
+        bits = bits if bits <= np.int32(0x7F800000) else np.int32(-1)
+        most = bits if bits > most else most
+    if most < 0:
+        return top
+    found = f32_from_bits(most)
+    return found if found > top else top
 
 
 @table_math
-def _abs_max(x, count, top):
-    """``max(top, |x[0]|, ..., |x[count-1]|)`` with NaN left out (``fmaxf`` from ``top``), in four
-    independent chains (the same value: the maximum of a set)."""
-    t0, t1, t2, t3 = top, top, top, top
-    k = 0
-    while k + 4 <= count:
-        a0, a1, a2, a3 = abs(x[k]), abs(x[k + 1]), abs(x[k + 2]), abs(x[k + 3])
-        t0 = a0 if a0 > t0 else t0
-        t1 = a1 if a1 > t1 else t1
-        t2 = a2 if a2 > t2 else t2
-        t3 = a3 if a3 > t3 else t3
-        k += 4
-    while k < count:
-        a0 = abs(x[k])
-        t0 = a0 if a0 > t0 else t0
-        k += 1
-    t0 = t1 if t1 > t0 else t0
-    t2 = t3 if t3 > t2 else t2
-    return t2 if t2 > t0 else t0
+def _dequantize_into(scratch, base, codes, first, count, table, scale):
+    """``scratch[base + k] = table[codes[first + k]]·scale`` for k < count (a vectorised gather)."""
+    for k in range(count):
+        scratch[np.uint64(base + k)] = table[codes[np.uint64(first + k)]] * scale
 
 
 @table_math
@@ -177,6 +211,7 @@ def _block_8bit(
     start1,
     mids2,
     start2,
+    negatives,
     size,
     first,
     decayed,
@@ -186,7 +221,8 @@ def _block_8bit(
 ):
     # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax); hyper: the
     # float32 scalars of step_scalars (an array: a call of more than 30 arguments could not be inlined);
-    # scratch[base:base + 1024] (the driver's): the block's new p, m1, m2, v between the passes.
+    # scratch[base:base + 768] (the driver's): the block's m1, m2, v between the passes. No array views:
+    # the CPU loop then has no aliases, so its arrays are marked noalias and the gathers are vectorised.
     b1, b2, b3, omb1, omb2, omb3, alpha, lr = (
         hyper[0],
         hyper[1],
@@ -208,36 +244,26 @@ def _block_8bit(
     )
     two = algo <= ADEMAMIX
     start = b * 256
-    stop = min(start + 256, size)
-    count = stop - start
-    # The block's own views: loops over distinct views, one job each, are vectorised where they have no
-    # table lookup (the rule); the lookups (dequantize, nearest code) run in loops of their own.
-    pb, gb, cb1, cb2, cb3 = p[start:stop], g[start:stop], c1[start:stop], c2[start:stop], c3[start:stop]
-    sx, sm1, sm2, sv = (
-        scratch[base : base + 256],
-        scratch[base + 256 : base + 512],
-        scratch[base + 512 : base + 768],
-        scratch[base + 768 : base + 1024],
-    )
+    count = min(start + 256, size) - start
+    sm1, sm2, sv = base, base + 256, base + 512
     o1 = a1[b]
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
-    for k in range(count):
-        sm1[k] = q1[cb1[k]] * o1
+    # Pass 1: dequantize (gathers), the rule and the parameter (vectorised), the new states kept.
+    _dequantize_into(scratch, sm1, c1, start, count, q1, o1)
     if two:
-        for k in range(count):
-            sv[k] = q2[cb2[k]] * o2
+        _dequantize_into(scratch, sv, c2, start, count, q2, o2)
     if algo == ADEMAMIX:
-        for k in range(count):
-            sm2[k] = q1[cb3[k]] * o3
+        _dequantize_into(scratch, sm2, c3, start, count, q1, o3)
     for k in range(count):
-        x, m1, m2, v = _rule(
+        i = np.uint64(start + k)
+        x, m1, m2, v = _rule_call(
             algo,
-            pb[k],
-            gb[k],
-            sm1[k],
-            sm2[k],
-            sv[k],
+            p[i],
+            g[i],
+            scratch[np.uint64(sm1 + k)],
+            scratch[np.uint64(sm2 + k)],
+            scratch[np.uint64(sv + k)],
             first,
             decayed,
             b1,
@@ -258,13 +284,13 @@ def _block_8bit(
             False,
             True,
         )
-        sx[k] = x
-        sm1[k] = m1
-        sm2[k] = m2
-        sv[k] = v
+        p[i] = x
+        scratch[np.uint64(sm1 + k)] = m1
+        scratch[np.uint64(sm2 + k)] = m2
+        scratch[np.uint64(sv + k)] = v
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:  # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
-        _, top1, top3, top2 = _rule(
+        _, top1, top3, top2 = _rule_call(
             algo,
             ZERO,
             ZERO,
@@ -294,25 +320,18 @@ def _block_8bit(
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
-    top1 = _abs_max(sm1, count, top1)
+    # Pass 2: the new absmax, then the codes (one vectorised loop per state).
+    top1 = _abs_max(scratch, sm1, count, top1)
     a1[b] = top1
-    for k in range(count):
-        pb[k] = sx[k]
-    for k in range(count):  # the quotients apart: a vectorised division
-        sx[k] = sm1[k] / top1
-    _requantize(cb1, sm1, sx, count, q1, mids1, start1, True)
+    _requantize(c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True)
     if two:
-        top2 = _abs_max(sv, count, top2)
+        top2 = _abs_max(scratch, sv, count, top2)
         a2[b] = top2
-        for k in range(count):
-            sx[k] = sv[k] / top2
-        _requantize(cb2, sv, sx, count, q2, mids2, start2, False)
+        _requantize(c2, start, scratch, sv, count, top2, q2, mids2, start2, negatives, False)
     if algo == ADEMAMIX:
-        top3 = _abs_max(sm2, count, top3)
+        top3 = _abs_max(scratch, sm2, count, top3)
         a3[b] = top3
-        for k in range(count):
-            sx[k] = sm2[k] / top3
-        _requantize(cb3, sm2, sx, count, q1, mids1, start1, True)
+        _requantize(c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True)
 
 
 @scratch_block_elementwise
@@ -332,6 +351,7 @@ def _update_8bit(
     start1,
     mids2,
     start2,
+    negatives,
     size,
     algo,
     first,
@@ -360,6 +380,7 @@ def _update_8bit(
             start1,
             mids2,
             start2,
+            negatives,
             size,
             first,
             decayed,
@@ -385,6 +406,7 @@ def _update_8bit(
             start1,
             mids2,
             start2,
+            negatives,
             size,
             first,
             decayed,
@@ -689,6 +711,7 @@ def optimizer_update_8bit_blockwise(
             q2,
             *search_tables(q1, device),
             *search_tables(q2, device),
+            sign_split(q1),
             n,
             algo,
             *scalars,

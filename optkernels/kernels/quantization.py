@@ -214,10 +214,22 @@ FINE = np.float32(2.0**-7)
 FINE_SCALE = np.float32(GRID // 2 * 2**7)
 STEPS = 2
 """Midpoint steps after the grid's lower bound: enough for bitsandbytes' maps (checked per table)."""
-KEY_SHIFT = 15
-"""The CPU search's bucket of a float32 ``x`` is ``bits(x) >> KEY_SHIFT``: sign, exponent and the top 8
-bits of the mantissa (buckets 2^-8 wide relative to their values, finer than the maps' spacing)."""
-KEYS = 1 << (32 - KEY_SHIFT)
+KEY_SHIFT = 16
+"""The CPU search's bucket of a float32 ``x`` is ``bits(x) >> KEY_SHIFT``: sign, exponent and the top 7
+bits of the mantissa (buckets at most 2^-7 wide relative to their values, finer than the dynamic maps'
+spacing; the table, 24 KiB, stays in the L1 cache)."""
+KEY_LOW = np.uint32(103 << 23)
+"""Bits of 2^-24: smaller magnitudes share the first bucket of their sign (the CPU table's clamp)."""
+KEY_HIGH = np.uint32(127 << 23)
+"""Bits of 1.0: larger magnitudes (infinities, and NaN taken as -inf) share the last bucket of their
+sign."""
+SIDE = ((int(KEY_HIGH) - int(KEY_LOW)) >> KEY_SHIFT) + 1
+"""Buckets per sign of the CPU table (positive first)."""
+LOW_MASK = np.uint32((1 << KEY_SHIFT) - 1)
+NO_MID = 1 << KEY_SHIFT
+"""The position of "no midpoint in this bucket" (above every position of a float32 in it)."""
+CODE_SHIFT = KEY_SHIFT + 1
+"""A CPU table entry is ``code << CODE_SHIFT | position`` (positions up to :data:`NO_MID`)."""
 NEG_INF = np.float32(-np.inf)
 SIGNED_DYNAMIC, UNSIGNED_DYNAMIC = 1, 2
 """Kinds of table (:func:`map_kind`) searched by :func:`nearest_dynamic`: the maps of :func:`dynamic_map`."""
@@ -264,24 +276,35 @@ def _build_search_tables(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.append(mids, np.float32(np.nan)), np.concatenate(starts + [kind, _search_flag(walk, STEPS)])
 
 
+def _bucket_ends(sign: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest and largest float64 value of CPU bucket ``j`` of a sign (the first and last bucket of
+    each sign take every magnitude below :data:`KEY_LOW` and above :data:`KEY_HIGH`)."""
+    low = np.where(j == 0, 0, int(KEY_LOW) + (j << KEY_SHIFT))
+    high = np.where(j == SIDE - 1, 0x7F800000, int(KEY_LOW) + (j << KEY_SHIFT) + int(LOW_MASK))
+    ends = [np.asarray(m, np.uint32).view(np.float32).astype(np.float64) for m in (low, high)]
+    return (np.where(sign, -ends[1], ends[0]), np.where(sign, -ends[0], ends[1]))
+
+
 def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
-    """The CPU start table: per bucket ``key`` of :data:`KEY_SHIFT`, the number of midpoints below every
-    non-NaN float32 of the bucket; then the table's ``kind`` (:func:`map_kind`); last, 1 if one midpoint
-    step from there always reaches the answer."""
-    keys = np.arange(KEYS, dtype=np.uint32)
-    low = (keys << KEY_SHIFT) & 0x7FFFFFFF  # the bucket's magnitudes, NaN left out
-    high = np.minimum(low | ((1 << KEY_SHIFT) - 1), 0x7F800000)
-    real = low <= 0x7F800000
-    sign = np.where(keys >= KEYS // 2, -1.0, 1.0)
-    ends = [
-        sign * np.where(real, m, 0).astype(np.uint32).view(np.float32).astype(np.float64) for m in (low, high)
-    ]
-    smallest, largest = np.minimum(*ends), np.maximum(*ends)
+    """The CPU start table of :func:`nearest_code`: per bucket (:data:`SIDE` per sign, positive first)
+    ``c << CODE_SHIFT | t``: ``c`` the number of midpoints below every value of the bucket, ``t`` the
+    position in the bucket (low :data:`KEY_SHIFT` bits of the float32, mirrored for negative values) of the
+    one midpoint inside it, :data:`NO_MID` where none is. Then the table's ``kind`` (:func:`map_kind`); last, 1 if that
+    encodes every bucket (at most one midpoint in each, none in the clamped first and last, no zero
+    midpoint), else 0."""
+    keys = np.arange(2 * SIDE)
+    sign, j = keys >= SIDE, keys % SIDE
+    smallest, largest = _bucket_ends(sign, j)
     wide = mids[:-1].astype(np.float64)
     start = np.searchsorted(wide, smallest, side="left")
-    steps = np.where(real, np.searchsorted(wide, largest, side="right") - start, 0)
-    flag = _search_flag(int(steps.max()), 1).astype(np.int32)
-    return np.concatenate([start.astype(np.int32), np.array([kind], np.int32), flag])
+    steps = np.searchsorted(wide, largest, side="right") - start
+    mid_bits = mids[np.minimum(start, 254)].view(np.uint32)
+    position = (mid_bits & LOW_MASK) ^ np.where(sign, LOW_MASK, 0)
+    one = steps == 1
+    ok = (steps <= 1) & ~(one & ((j == 0) | (j == SIDE - 1) | ((mid_bits & 0x7FFFFFFF) == 0)))
+    entries = (start.astype(np.int64) << CODE_SHIFT) | np.where(one, position, NO_MID)
+    flag = np.array([1 if ok.all() else 0], np.uint32)
+    return np.concatenate([entries.astype(np.uint32), np.array([kind], np.uint32), flag])
 
 
 def _map_kind(code_bytes: bytes) -> int:
@@ -307,14 +330,29 @@ def _device_search_tables(code_bytes: bytes) -> tuple[Any, Any]:
 def search_tables(code: Any, device: str) -> tuple[Any, Any]:
     """``(mids, start)`` of the table ``code`` for :func:`nearest_code` on ``device`` (cached per table):
     ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255) and the start table of the search, a lower
-    bound of the nearest code per bucket of values. On the CPU (int32) per bucket ``bits(x) >> 15`` of the
-    float32 ``x``; on CUDA (uint8) per cell k of the coarse grid over [-1, 1], then of the fine grid over
-    [-2^-7, 2^-7] (the midpoints below the start of cell k − 1). Then the table's kind (:func:`map_kind`;
-    on CUDA always 0). Last, 1 if one (CPU) or :data:`STEPS`
-    (CUDA) midpoint steps from the start always reach the answer (true of bitsandbytes' maps), else 0."""
+    bound of the nearest code per bucket of values. On the CPU (uint32, :func:`_build_key_table`) per bucket
+    of the float32 ``x``'s bits, with the position of the midpoint inside the bucket; on CUDA (uint8) per
+    cell k of the coarse grid over [-1, 1], then of the fine grid over [-2^-7, 2^-7] (the midpoints below
+    the start of cell k − 1). Then the table's kind (:func:`map_kind`; on CUDA always 0). Last, 1 if the
+    CPU table encodes every bucket, or :data:`STEPS` (CUDA) midpoint steps from the start always reach the
+    answer (true of bitsandbytes' maps), else 0."""
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     key = host.tobytes()
     return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
+
+
+@functools.lru_cache(maxsize=16)
+def _sign_split(code_bytes: bytes) -> int:
+    signs = np.frombuffer(code_bytes, np.uint32) >> 31
+    negatives = int(signs.sum())
+    return negatives if (signs[:negatives] == 1).all() else -1
+
+
+def sign_split(code: Any) -> int:
+    """The number of leading entries of the table ``code`` with the sign bit set, where no later entry has
+    it (true of an ascending table without -0.0 after +0.0); else -1 (cached per table)."""
+    host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
+    return _sign_split(host.tobytes())
 
 
 def _sign_bit_copysign(x):
@@ -350,12 +388,23 @@ def nearest_code(x, mids, start):
     midpoint) go to the even index; below the first midpoint (and NaN) → 0, above the last → 255
     (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
 
-    The bucket of ``x``'s bits (sign, exponent, 8 mantissa bits) gives a lower bound of the answer, then
-    one midpoint step reaches it. No branch: the loops calling it stay free of reference counting."""
+    One lookup: the bucket of ``x``'s bits (sign, exponent, 7 mantissa bits; magnitudes clamped to
+    [2^-24, 1]) gives the answer's lower bound ``c`` and the position of the midpoint after it within the
+    bucket, which the low bits of ``x`` are compared with. No branch, indices unsigned: the loops calling it
+    are vectorised."""
     x = x if x == x else NEG_INF  # NaN → code 0, as -inf
-    c = start[f32_bits(x) >> KEY_SHIFT]
-    m = mids[c]
-    return c + (int(x > m) | (int(x == m) & (c & 1)))
+    u32, i32 = np.uint32, np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
+    bits = f32_bits(x)
+    magnitude = u32(bits & u32(0x7FFFFFFF))
+    magnitude = magnitude if magnitude > KEY_LOW else KEY_LOW
+    magnitude = magnitude if magnitude < KEY_HIGH else KEY_HIGH
+    negative = u32(bits >> u32(31))
+    key = u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative * u32(SIDE)))
+    entry = start[np.uint16(key)]
+    c = i32(entry >> u32(CODE_SHIFT))
+    mid = i32(entry & u32(NO_MID | LOW_MASK))
+    low = i32(u32(bits & LOW_MASK) ^ u32(negative * LOW_MASK))
+    return i32(c + i32(i32(low > mid) | i32(i32(low == mid) & i32(c & i32(1)))))
 
 
 @table_math
