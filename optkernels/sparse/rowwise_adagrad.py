@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from ..kernels import _cuda
@@ -19,42 +20,121 @@ from ..kernels._checks import _array_facts, _flatten, check_arrays, check_range,
 from ..kernels._elementwise import ZERO, elementwise
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
-from .merge import merge_duplicates
+from ._indices import host_indices, out_of_range_error
+from ._rows import JIT_OPTIONS, WholeRowUpdate, launch_cpu
+from .merge import check_merge, merge_duplicates
 from .row_sparse import RowSparse
 
 MODES = ("none", "l2", "decoupled")
 """``weight_decay_mode`` values: FBGEMM's ``WeightDecayMode`` NONE, L2 and DECOUPLE."""
 
 
-@elementwise
-def _row(j, var, momentum, grad, rows, dense, row_len, d, lr, eps, wd, l2, decay, max_norm, one):
-    # Row r = rows[j] (j itself for a dense gradient) with gradient row j.
-    gbase = j * row_len
-    base = gbase
-    if not dense:
-        base = rows[j] * row_len
+#: Distinct rows whose sums of squares the CPU row loop computes together: as many independent chains of
+#: additions (each row's own sum still runs left to right), where one row's chain alone would leave the
+#: floating-point adders waiting on each addition's latency.
+ROW_BLOCK = 8
+
+
+@numba.njit(inline="always", **JIT_OPTIONS)
+def _sum_of_squares(w, g, wd, l2):
+    # sum over c, left to right, of ĝ_c² with ĝ = g + wd·w (l2) or g, in the arrays' dtype
     total = ZERO
-    for c in range(row_len):
-        g = grad[gbase + c]
+    for c in range(g.shape[0]):
+        x = g[c]
         if l2:
-            g = g + wd * var[base + c]
-        total += g * g
-    r = base // row_len
-    h = momentum[r] + total / d
-    momentum[r] = h
-    mult = lr / (math.sqrt(h) + eps)
+            x = x + wd * w[c]
+        total += x * x
+    return total
+
+
+@numba.njit(inline="always", **JIT_OPTIONS)
+def _apply(w, h, g, total, d, lr, eps, wd, l2, decay, max_norm, one):
+    # Row w (1-D) with its accumulator h[0], gradient row g and sum of squares total: the rest of the rule.
+    acc = h[0] + total / d
+    h[0] = acc
+    mult = lr / (math.sqrt(acc) + eps)
     corr = one - mult * wd if l2 else decay
+    clip = max_norm > ZERO
     norm = ZERO
-    for c in range(row_len):
-        w = corr * var[base + c] - mult * grad[gbase + c]
-        var[base + c] = w
-        norm += w * w
-    if max_norm > ZERO:
+    for c in range(w.shape[0]):
+        v = corr * w[c] - mult * g[c]
+        w[c] = v
+        if clip:
+            norm += v * v
+    if clip:
         norm = math.sqrt(norm)
         if norm > max_norm:
             scale = max_norm / norm
-            for c in range(row_len):
-                var[base + c] = var[base + c] * scale
+            for c in range(w.shape[0]):
+                w[c] = w[c] * scale
+
+
+@elementwise
+def _row(j, var, momentum, grad, rows, dense, row_len, d, lr, eps, wd, l2, decay, max_norm, one):
+    # Row r = rows[j] (j itself for a dense gradient) with gradient row j (flat arrays).
+    r = j
+    if not dense:
+        r = rows[j]
+    w = var[r * row_len : (r + 1) * row_len]
+    g = grad[j * row_len : (j + 1) * row_len]
+    _apply(w, momentum[r : r + 1], g, _sum_of_squares(w, g, wd, l2), d, lr, eps, wd, l2, decay, max_norm, one)
+
+
+@numba.njit(inline="always", **JIT_OPTIONS)
+def _block_sums(hats, totals):
+    # totals[k] = sum over c, left to right, of hats[k, c]², for ROW_BLOCK rows at once
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = ZERO
+    for c in range(hats.shape[1]):
+        s0 += hats[0, c] * hats[0, c]
+        s1 += hats[1, c] * hats[1, c]
+        s2 += hats[2, c] * hats[2, c]
+        s3 += hats[3, c] * hats[3, c]
+        s4 += hats[4, c] * hats[4, c]
+        s5 += hats[5, c] * hats[5, c]
+        s6 += hats[6, c] * hats[6, c]
+        s7 += hats[7, c] * hats[7, c]
+    totals[0], totals[1], totals[2], totals[3] = s0, s1, s2, s3
+    totals[4], totals[5], totals[6], totals[7] = s4, s5, s6, s7
+
+
+@numba.njit(**JIT_OPTIONS)
+def _table_rows(
+    r, g, last, n, held, grads, hats, totals, var, momentum, d, lr, eps, wd, l2, decay, max_norm, one
+):
+    # Row r of the 2-D table var (momentum seen as (rows, 1)) joins the held rows with its summed gradient
+    # row g and its ĝ; a full block, or a task's last row, updates every held row.
+    w = var[r]
+    for c in range(g.shape[0]):
+        x = g[c]
+        grads[n, c] = x
+        if l2:
+            x = x + wd * w[c]
+        hats[n, c] = x
+    held[n] = r
+    n += 1
+    if n < ROW_BLOCK and not last:
+        return n
+    if n == ROW_BLOCK:
+        _block_sums(hats, totals)
+    else:
+        for k in range(n):
+            totals[k] = _sum_of_squares(hats[k], hats[k], wd, False)
+    for k in range(n):
+        rk = held[k]
+        _apply(var[rk], momentum[rk], grads[k], totals[k], d, lr, eps, wd, l2, decay, max_norm, one)
+    return 0
+
+
+_table_update = WholeRowUpdate(
+    _table_rows,
+    2,
+    {
+        "held": f"np.empty({ROW_BLOCK}, np.int64)",
+        "grads": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
+        "hats": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
+        "totals": f"np.empty({ROW_BLOCK}, grad.dtype)",
+    },
+)
 
 
 def _check_momentum(momentum: Any, device: str, dtype: np.dtype, rows: int) -> Any:
@@ -166,31 +246,28 @@ def rowwise_adagrad(
     decay = t(1) - lr_ * wd if weight_decay_mode == "decoupled" else t(1)
     l2 = weight_decay_mode == "l2"
     flat_var = batch.flat[0]
+    row_scalars = (t(row_len), lr_, scalars["eps"], wd, l2, decay, scalars["max_norm"], t(1))
     if dense:
         n, flat_grad, unique = rows, batch.flat[1], np.zeros(1, np.int64)
         if batch.device == "cuda":
             unique = _cuda.module().to_device(unique)
     else:
+        drop, _, count, _, _, _ = check_merge(indices, values, rows, out_of_range)
+        if batch.device == "cpu" and count and row_len:
+            # the merge fused into the row loop: each distinct row's gradient summed into a row buffer
+            host = host_indices(indices)
+            arrays = [
+                np.ascontiguousarray(values).reshape(count, row_len),
+                flat_var.reshape(rows, row_len),
+                flat_momentum.reshape(rows, 1),
+            ]
+            bad = launch_cpu(_table_update.cpu, host, rows, drop, arrays, row_scalars)
+            if bad >= 0:
+                raise out_of_range_error("indices", host, bad, rows)
+            return var, momentum
         unique, merged = merge_duplicates(indices, values, rows, out_of_range=out_of_range)
         n = unique.shape[0]
         flat_grad = _flatten(merged, batch.device)
     if n and row_len:
-        _row.launch(
-            batch.device,
-            n,
-            flat_var,
-            flat_momentum,
-            flat_grad,
-            unique,
-            dense,
-            row_len,
-            t(row_len),
-            lr_,
-            scalars["eps"],
-            wd,
-            l2,
-            decay,
-            scalars["max_norm"],
-            t(1),
-        )
+        _row.launch(batch.device, n, flat_var, flat_momentum, flat_grad, unique, dense, row_len, *row_scalars)
     return var, momentum
