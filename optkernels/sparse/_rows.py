@@ -17,6 +17,10 @@ definition, with each distinct row's summed gradient computed on the fly:
   meanwhile (the rows are scattered over the table: each is a cache miss).
 * CUDA: one thread per (distinct row, column): the same sum in the same order, then ``f``.
 
+:class:`WholeRowUpdate` runs the same CPU loop with a function of whole rows instead of ``f`` (an update
+that reduces over a row before it writes, as row-wise Adagrad's mean of squares), which may hold a few rows
+back to update them together.
+
 Each element's sum is computed by one thread in a fixed order, so results are the same bits with any number
 of threads, whichever thread runs which task, and on both targets (up to FMA contraction of ``f`` on a real
 GPU). The drivers' code is attributed to the file that defines ``f`` (as the dense drivers are), so Numba's

@@ -1,10 +1,13 @@
 """Row-wise Adagrad: FBGEMM's ``EXACT_ROWWISE_ADAGRAD`` (LOWBIT.md §8), one accumulator per row, for dense
 and row-sparse gradients, CPU and CUDA.
 
-Each row is one loop iteration (one CUDA thread), which sums its squares left to right in the arrays'
-dtype: the result does not depend on the thread count. Duplicate indices are merged first
-(:func:`~optkernels.sparse.merge_duplicates`), so each distinct row is updated once with its summed gradient
-(FBGEMM's "exact" variant).
+Each row is updated by one thread, which sums its squares left to right in the arrays' dtype: the result
+does not depend on the thread count. Duplicate indices are merged first, each distinct row's gradient rows
+summed in order of appearance (as :func:`~optkernels.sparse.merge_duplicates` sums them), so each distinct
+row is updated once with its summed gradient (FBGEMM's "exact" variant). On the CPU a row-sparse gradient
+takes the sparse ops' row loop (:mod:`._rows`: the merge inside the loop, each row's sum computed into a
+row buffer), which hands rows over in blocks whose sums of squares run side by side; dense gradients and
+CUDA arrays take one loop iteration (one CUDA thread) per row, after :func:`merge_duplicates` for CUDA.
 """
 
 from __future__ import annotations
@@ -35,28 +38,33 @@ MODES = ("none", "l2", "decoupled")
 ROW_BLOCK = 8
 
 
-@numba.njit(inline="always", **JIT_OPTIONS)
-def _sum_of_squares(w, g, wd, l2):
-    # sum over c, left to right, of ĝ_c² with ĝ = g + wd·w (l2) or g, in the arrays' dtype
-    total = ZERO
-    for c in range(g.shape[0]):
-        x = g[c]
-        if l2:
-            x = x + wd * w[c]
-        total += x * x
-    return total
-
-
-@numba.njit(inline="always", **JIT_OPTIONS)
-def _apply(w, h, g, total, d, lr, eps, wd, l2, decay, max_norm, one):
-    # Row w (1-D) with its accumulator h[0], gradient row g and sum of squares total: the rest of the rule.
-    acc = h[0] + total / d
-    h[0] = acc
-    mult = lr / (math.sqrt(acc) + eps)
+@elementwise
+def _row(
+    j, var, momentum, grad, rows, totals, dense, summed, row_len, d, lr, eps, wd, l2, decay, max_norm, one
+):
+    # Row r = rows[j] (j itself for a dense gradient) with gradient row j (flat arrays); its sum of squares is
+    # totals[j] if summed, else computed here. (Row views: indices from 0 up, the loops vectorise.)
+    r = j
+    if not dense:
+        r = rows[j]
+    w = var[r * row_len : (r + 1) * row_len]
+    g = grad[j * row_len : (j + 1) * row_len]
+    if summed:
+        total = totals[j]
+    else:
+        total = ZERO
+        for c in range(row_len):
+            x = g[c]
+            if l2:
+                x = x + wd * w[c]
+            total += x * x
+    h = momentum[r] + total / d
+    momentum[r] = h
+    mult = lr / (math.sqrt(h) + eps)
     corr = one - mult * wd if l2 else decay
     clip = max_norm > ZERO
     norm = ZERO
-    for c in range(w.shape[0]):
+    for c in range(row_len):
         v = corr * w[c] - mult * g[c]
         w[c] = v
         if clip:
@@ -65,24 +73,23 @@ def _apply(w, h, g, total, d, lr, eps, wd, l2, decay, max_norm, one):
         norm = math.sqrt(norm)
         if norm > max_norm:
             scale = max_norm / norm
-            for c in range(w.shape[0]):
+            for c in range(row_len):
                 w[c] = w[c] * scale
 
 
-@elementwise
-def _row(j, var, momentum, grad, rows, dense, row_len, d, lr, eps, wd, l2, decay, max_norm, one):
-    # Row r = rows[j] (j itself for a dense gradient) with gradient row j (flat arrays).
-    r = j
-    if not dense:
-        r = rows[j]
-    w = var[r * row_len : (r + 1) * row_len]
-    g = grad[j * row_len : (j + 1) * row_len]
-    _apply(w, momentum[r : r + 1], g, _sum_of_squares(w, g, wd, l2), d, lr, eps, wd, l2, decay, max_norm, one)
+_row_cpu = numba.njit(inline="always", **JIT_OPTIONS)(_row.py_func)
 
 
 @numba.njit(inline="always", **JIT_OPTIONS)
-def _block_sums(hats, totals):
-    # totals[k] = sum over c, left to right, of hats[k, c]², for ROW_BLOCK rows at once
+def _block_sums(hats, totals, n):
+    # totals[k] = sum over c, left to right, of hats[k, c]², k < n: the ROW_BLOCK rows of a full block at once
+    if n < ROW_BLOCK:
+        for k in range(n):
+            total = ZERO
+            for c in range(hats.shape[1]):
+                total += hats[k, c] * hats[k, c]
+            totals[k] = total
+        return
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = ZERO
     for c in range(hats.shape[1]):
         s0 += hats[0, c] * hats[0, c]
@@ -102,26 +109,44 @@ def _table_rows(
     r, g, last, n, held, grads, hats, totals, var, momentum, d, lr, eps, wd, l2, decay, max_norm, one
 ):
     # Row r of the 2-D table var (momentum seen as (rows, 1)) joins the held rows with its summed gradient
-    # row g and its ĝ; a full block, or a task's last row, updates every held row.
-    w = var[r]
+    # row g and its ĝ (g + wd·var[r] for l2, else g); a full block, or a task's last row, updates every
+    # held row with the element function's row update, given its sum of squares.
     for c in range(g.shape[0]):
         x = g[c]
         grads[n, c] = x
         if l2:
-            x = x + wd * w[c]
+            x = x + wd * var[r, c]
         hats[n, c] = x
     held[n] = r
     n += 1
     if n < ROW_BLOCK and not last:
         return n
-    if n == ROW_BLOCK:
-        _block_sums(hats, totals)
-    else:
-        for k in range(n):
-            totals[k] = _sum_of_squares(hats[k], hats[k], wd, False)
+    _block_sums(hats, totals, n)
+    flat_var, flat_momentum, flat_grads = (
+        var.reshape(var.size),
+        momentum.reshape(momentum.size),
+        grads.reshape(grads.size),
+    )
     for k in range(n):
-        rk = held[k]
-        _apply(var[rk], momentum[rk], grads[k], totals[k], d, lr, eps, wd, l2, decay, max_norm, one)
+        _row_cpu(
+            k,
+            flat_var,
+            flat_momentum,
+            flat_grads,
+            held,
+            totals,
+            False,
+            True,
+            g.shape[0],
+            d,
+            lr,
+            eps,
+            wd,
+            l2,
+            decay,
+            max_norm,
+            one,
+        )
     return 0
 
 
@@ -257,7 +282,7 @@ def rowwise_adagrad(
             # the merge fused into the row loop: each distinct row's gradient summed into a row buffer
             host = host_indices(indices)
             arrays = [
-                np.ascontiguousarray(values).reshape(count, row_len),
+                batch.flat[1].reshape(count, row_len),
                 flat_var.reshape(rows, row_len),
                 flat_momentum.reshape(rows, 1),
             ]
@@ -269,5 +294,17 @@ def rowwise_adagrad(
         n = unique.shape[0]
         flat_grad = _flatten(merged, batch.device)
     if n and row_len:
-        _row.launch(batch.device, n, flat_var, flat_momentum, flat_grad, unique, dense, row_len, *row_scalars)
+        _row.launch(
+            batch.device,
+            n,
+            flat_var,
+            flat_momentum,
+            flat_grad,
+            unique,
+            flat_momentum,  # in place of the sums of squares, which each row computes (summed False)
+            dense,
+            False,
+            row_len,
+            *row_scalars,
+        )
     return var, momentum
