@@ -141,7 +141,8 @@ def rowwise_steps(suite: Suite, rows: int, dim: int, count: int, rounds: int) ->
 def rowwise_targets(rows: list[Row], verdict) -> list[str]:
     """Row-wise Adagrad (the torch drop-in, and its kernel on NumPy views) >= 8x torch's sparse Adagrad:
     the paired ratio of the run's rounds."""
-    theirs = [r for r in rows if r.group == "lowbit" and r.case.startswith(ROWWISE_CASE) and r.impl == TORCH_ADAGRAD]
+    theirs = [r for r in rows
+              if r.group == "lowbit" and r.case.startswith(ROWWISE_CASE) and r.impl == TORCH_ADAGRAD]
     if not theirs:
         return [f"{ROWWISE_TORCH} vs {TORCH_ADAGRAD}: not measured (needs torch; group 'lowbit')"]
     out = []

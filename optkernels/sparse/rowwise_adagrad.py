@@ -82,7 +82,7 @@ _row_cpu = numba.njit(inline="always", **JIT_OPTIONS)(_row.py_func)
 
 @numba.njit(inline="always", **JIT_OPTIONS)
 def _block_sums(hats, totals, n):
-    # totals[k] = sum over c, left to right, of hats[k, c]², k < n: the ROW_BLOCK rows of a full block at once
+    # totals[k] = sum over c, left to right, of hats[k, c]², k < n (a full block's ROW_BLOCK rows at once)
     if n < ROW_BLOCK:
         for k in range(n):
             total = ZERO
