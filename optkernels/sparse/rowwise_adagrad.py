@@ -280,7 +280,7 @@ def rowwise_adagrad(
         drop, _, count, _, _, _ = check_merge(indices, values, rows, out_of_range)
         if batch.device == "cpu" and count and row_len:
             # the merge fused into the row loop: each distinct row's gradient summed into a row buffer
-            host = host_indices(indices)
+            host = host_indices(indices).astype(np.int64, copy=False)  # one compiled loop for both types
             arrays = [
                 batch.flat[1].reshape(count, row_len),
                 flat_var.reshape(rows, row_len),
