@@ -113,6 +113,10 @@ def _check_targets(rows: list[Row]) -> list[str]:
         from modern import targets as modern_targets
 
         out += modern_targets(rows, verdict)
+    if any(r.group == "lowbit" for r in rows):
+        from lowbit import rowwise_targets
+
+        out += rowwise_targets(rows, verdict)
     return out
 
 

@@ -17,6 +17,10 @@ definition, with each distinct row's summed gradient computed on the fly:
   meanwhile (the rows are scattered over the table: each is a cache miss).
 * CUDA: one thread per (distinct row, column): the same sum in the same order, then ``f``.
 
+:class:`WholeRowUpdate` runs the same CPU loop with a function of whole rows instead of ``f`` (an update
+that reduces over a row before it writes, as row-wise Adagrad's mean of squares), which may hold a few rows
+back to update them together.
+
 Each element's sum is computed by one thread in a fixed order, so results are the same bits with any number
 of threads, whichever thread runs which task, and on both targets (up to FMA contraction of ``f`` on a real
 GPU). The drivers' code is attributed to the file that defines ``f`` (as the dense drivers are), so Numba's
@@ -100,6 +104,7 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
                         prefetch_read(grad, k, c)
         n_tasks = fetch_add(sync, 1, 0) - 1
         g = np.empty(row_len, grad.dtype)
+        {scratch}
         while True:
             task = fetch_add(sync, 2, 1)
             if task >= n_tasks:
@@ -109,8 +114,7 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
             k_last = starts[last]
             for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
                 r = rows[j]
-                for c in range(0, row_len, line):
-                    {prefetch_states}
+                {prefetch_states}
             for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
                 src = order[k]
                 for c in range(0, row_len, line):
@@ -118,8 +122,7 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
             for j in range(first, last):
                 if j + PREFETCH_STATE_ROWS < last:
                     r = rows[j + PREFETCH_STATE_ROWS]
-                    for c in range(0, row_len, line):
-                        {prefetch_states}
+                    {prefetch_states}
                 for k in range(starts[j], starts[j + 1]):
                     if k + PREFETCH_GRAD_ROWS < k_last:
                         ahead = order[k + PREFETCH_GRAD_ROWS]
@@ -133,8 +136,7 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
                         for c in range(row_len):
                             g[c] += grad[src, c]
                 r = rows[j]
-                for c in range(row_len):
-                    {targets} = update({targets}, g[c], {scalars})
+                {row_update}
     return fetch_add(sync, 3, 0) - 1
 """
 
@@ -248,36 +250,11 @@ class RowUpdate:
         least Numba's thread count (:func:`worker_count`); each joins the work until no task is left, so
         iterations beyond the threads' first return at once. Returns the position of the first out-of-range
         index (then nothing was written) or -1."""
-        namespace = {
-            "prange": numba.prange,
-            "np": np,
-            "update": self.math,
-            "plan_into": plan_into,
-            "plan_buffers": plan_buffers,
-            "fill_balanced_tasks": fill_balanced_tasks,
-            "fetch_add": fetch_add,
-            "prefetch_read": prefetch_read,
-            "prefetch_write": prefetch_write,
-            "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
-            "TASKS_PER_THREAD": TASKS_PER_THREAD,
-            "STATE_ROW_COST": STATE_ROW_COST,
-            "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
-            "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
-            "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
-        }
         targets = ", ".join(f"{s}[r, c]" for s in self.states)
-        prefetch_states = "; ".join(f"prefetch_write({s}, r, c)" for s in self.states)
-        driver = generate(
-            _CPU_ROWS,
-            f"_cpu_rows_{self.__name__}",
-            self.math.py_func,
-            namespace,
-            targets=targets,
-            prefetch_states=prefetch_states,
-            n_states=len(self.states),
-            **self._fields(),
+        row_update = (
+            f"for c in range(row_len): {targets} = update({targets}, g[c], {', '.join(self.scalars)})"
         )
-        return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
+        return _cpu_driver(self.math, self.states, self.scalars, row_update)
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -306,17 +283,7 @@ class RowUpdate:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.
         """
         if call.device == "cpu" and call.row_len:
-            indices = call.indices
-            with parallel_launch():
-                bad = for_this_process(self.cpu)(
-                    worker_count(),
-                    indices,
-                    call.num_rows,
-                    not call.drop,
-                    position_example(indices.shape[0]),
-                    *call.rows_2d(),
-                    *scalars,
-                )
+            bad = launch_cpu(self.cpu, call.indices, call.num_rows, call.drop, call.rows_2d(), scalars)
             if bad >= 0:
                 raise call.out_of_range_error(bad)
             return
@@ -327,3 +294,104 @@ class RowUpdate:
         n = n_rows * call.row_len
         blocks, threads = launch_config(n)
         self.cuda[blocks, threads](n, rows, starts, order, call.grad, call.row_len, *call.states, *scalars)
+
+
+def launch_cpu(
+    driver: Callable, indices: np.ndarray, num_rows: int, drop: bool, arrays: list, scalars: tuple
+) -> int:
+    """Run a CPU row driver (:attr:`RowUpdate.cpu`, :attr:`WholeRowUpdate.cpu`) over C-contiguous NumPy
+    ``indices`` with ``arrays`` (the 2-D gradient, then the 2-D states) and ``scalars``; return the position
+    of the first out-of-range index (nothing was written then; never with ``drop``) or -1."""
+    with parallel_launch():
+        return int(
+            for_this_process(driver)(
+                worker_count(),
+                indices,
+                num_rows,
+                not drop,
+                position_example(indices.shape[0]),
+                *arrays,
+                *scalars,
+            )
+        )
+
+
+@numba.njit(inline="always", **JIT_OPTIONS)
+def prefetch_row(array, r, line):
+    """Prefetch every cache line of row ``r`` of the 2-D ``array`` for writing (``line`` elements a line)."""
+    for c in range(0, array.shape[1], line):
+        prefetch_write(array, r, c)
+
+
+def _cpu_driver(
+    fn: Any, states: list[str], scalars: list[str], row_update: str, scratch: str = ""
+) -> Callable:
+    """The compiled CPU driver of :data:`_CPU_ROWS` over the state arrays ``states`` and the scalars
+    ``scalars`` (argument names), whose statement ``row_update`` updates row ``r`` from its summed gradient
+    ``g`` by calling ``fn`` (as ``update``); ``scratch``: a statement allocating each worker's buffers."""
+    namespace = {
+        "prange": numba.prange,
+        "np": np,
+        "update": fn,
+        "plan_into": plan_into,
+        "plan_buffers": plan_buffers,
+        "fill_balanced_tasks": fill_balanced_tasks,
+        "fetch_add": fetch_add,
+        "prefetch_read": prefetch_read,
+        "prefetch_row": prefetch_row,
+        "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
+        "TASKS_PER_THREAD": TASKS_PER_THREAD,
+        "STATE_ROW_COST": STATE_ROW_COST,
+        "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
+        "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
+        "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
+    }
+    driver = generate(
+        _CPU_ROWS,
+        f"_cpu_rows_{fn.py_func.__name__}",
+        fn.py_func,
+        namespace,
+        prefetch_states="; ".join(f"prefetch_row({s}, r, line)" for s in states),
+        row_update=row_update,
+        scratch=scratch,
+        n_states=len(states),
+        params=", ".join(states + scalars),
+    )
+    return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
+
+
+class WholeRowUpdate:
+    """An update that needs each distinct row whole (a reduction over the row before anything is written,
+    such as row-wise Adagrad's mean of squares), on the CPU row loop of :class:`RowUpdate` (the same merge
+    plan, prefetching and tasks; the same summed gradient rows, in the same order).
+
+    Args:
+        row_fn: a Numba function ``f(r, g, last, n, scratch_1, ..., state_1, ..., state_k, scalar_1, ...)
+            -> n`` called for each distinct row ``r`` (ascending within a task) with ``g``, the row's summed
+            gradient (1-D, of the gradient's row length; overwritten for the next row); ``last``: whether
+            ``r`` is its task's last row. It may hold rows back in its scratch buffers (``n``: how many it
+            holds, 0 at a task's start; it returns the new count) to update several at once, so that their
+            dependency chains interleave, and must have updated every row it holds when ``last`` is true.
+            The states are 2-D ``(rows, width)`` views, updated in place; a task's rows are never another's.
+        n_states: ``k``, the number of state arrays.
+        scratch: name -> the expression allocating that buffer for each worker, in terms of ``row_len`` and
+            ``grad`` (the 2-D gradient), in ``f``'s order.
+    """
+
+    def __init__(self, row_fn: Any, n_states: int, scratch: dict[str, str]):
+        self.fn = row_fn
+        params = list(inspect.signature(row_fn.py_func).parameters)
+        first = 4 + len(scratch)
+        self.scratch = scratch
+        self.states, self.scalars = params[first : first + n_states], params[first + n_states :]
+
+    @functools.cached_property
+    def cpu(self) -> Callable:
+        """The parallel CPU driver, called as :attr:`RowUpdate.cpu` (2-D gradient and states, whose row
+        widths may differ)."""
+        names = list(self.scratch)
+        call = (
+            f"n_held = update(r, g, j == last - 1, n_held, {', '.join(names + self.states + self.scalars)})"
+        )
+        allocate = "; ".join(["n_held = 0"] + [f"{name} = {expr}" for name, expr in self.scratch.items()])
+        return _cpu_driver(self.fn, self.states, self.scalars, call, allocate)

@@ -111,29 +111,7 @@ def merge_duplicates(
             out_of_range.
         IndexError: an out-of-range index with ``out_of_range="raise"``.
     """
-    drop = drop_out_of_range(out_of_range)
-    index_device, n = check_indices("indices", indices)
-    value_device = array_device("values", values)
-    shape, dtype = array_shape_dtype(values)
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"values must have dtype float32 or float64, got {dtype}")
-    if value_device != index_device:
-        raise TypeError(
-            f"arrays on different devices: indices is on the {index_device} but values on the {value_device}"
-        )
-    if len(shape) < 1 or shape[0] != n:
-        raise ValueError(f"values must have len(indices) = {n} rows, got shape {shape}")
-    if value_device == "cuda" and not _contiguous(values):
-        raise ValueError("values must be C-contiguous")
-    if num_rows is not None:
-        if isinstance(num_rows, (bool, np.bool_)):
-            raise TypeError("num_rows must be an integer or None, got bool")
-        try:
-            num_rows = operator.index(num_rows)
-        except TypeError:
-            raise TypeError(f"num_rows must be an integer or None, got {type(num_rows).__name__}") from None
-        if not 0 <= num_rows <= _MAX_ROWS:
-            raise ValueError(f"num_rows must be in [0, 2**63 - 1], got {num_rows}")
+    drop, index_device, n, shape, dtype, num_rows = check_merge(indices, values, num_rows, out_of_range)
     host = host_indices(indices)
     if drop:
         plan = plan_merge(host, num_rows)
@@ -165,6 +143,37 @@ def merge_duplicates(
             count, cuda.to_device(plan.starts), cuda.to_device(plan.order), flat, row_len, out.reshape(count)
         )
     return cuda.to_device(unique), out
+
+
+def check_merge(
+    indices: Any, values: Any, num_rows: Any, out_of_range: Any
+) -> tuple[bool, str, int, tuple[int, ...], np.dtype, int | None]:
+    """The checks of :func:`merge_duplicates` (its errors), before anything is read or written: ``(drop,
+    device, len(indices), values.shape, values.dtype, num_rows as an int or None)``."""
+    drop = drop_out_of_range(out_of_range)
+    index_device, n = check_indices("indices", indices)
+    value_device = array_device("values", values)
+    shape, dtype = array_shape_dtype(values)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"values must have dtype float32 or float64, got {dtype}")
+    if value_device != index_device:
+        raise TypeError(
+            f"arrays on different devices: indices is on the {index_device} but values on the {value_device}"
+        )
+    if len(shape) < 1 or shape[0] != n:
+        raise ValueError(f"values must have len(indices) = {n} rows, got shape {shape}")
+    if value_device == "cuda" and not _contiguous(values):
+        raise ValueError("values must be C-contiguous")
+    if num_rows is not None:
+        if isinstance(num_rows, (bool, np.bool_)):
+            raise TypeError("num_rows must be an integer or None, got bool")
+        try:
+            num_rows = operator.index(num_rows)
+        except TypeError:
+            raise TypeError(f"num_rows must be an integer or None, got {type(num_rows).__name__}") from None
+        if not 0 <= num_rows <= _MAX_ROWS:
+            raise ValueError(f"num_rows must be in [0, 2**63 - 1], got {num_rows}")
+    return drop, index_device, n, shape, dtype, num_rows
 
 
 def _contiguous(x: Any) -> bool:

@@ -1,10 +1,13 @@
 """Row-wise Adagrad: FBGEMM's ``EXACT_ROWWISE_ADAGRAD`` (LOWBIT.md §8), one accumulator per row, for dense
 and row-sparse gradients, CPU and CUDA.
 
-Each row is one loop iteration (one CUDA thread), which sums its squares left to right in the arrays'
-dtype: the result does not depend on the thread count. Duplicate indices are merged first
-(:func:`~optkernels.sparse.merge_duplicates`), so each distinct row is updated once with its summed gradient
-(FBGEMM's "exact" variant).
+Each row is updated by one thread, which sums its squares left to right in the arrays' dtype: the result
+does not depend on the thread count. Duplicate indices are merged first, each distinct row's gradient rows
+summed in order of appearance (as :func:`~optkernels.sparse.merge_duplicates` sums them), so each distinct
+row is updated once with its summed gradient (FBGEMM's "exact" variant). On the CPU a row-sparse gradient
+takes the sparse ops' row loop (:mod:`._rows`: the merge inside the loop, each row's sum computed into a
+row buffer), which hands rows over in blocks whose sums of squares run side by side; dense gradients and
+CUDA arrays take one loop iteration (one CUDA thread) per row, after :func:`merge_duplicates` for CUDA.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from ..kernels import _cuda
@@ -19,42 +23,143 @@ from ..kernels._checks import _array_facts, _flatten, check_arrays, check_range,
 from ..kernels._elementwise import ZERO, elementwise
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
-from .merge import merge_duplicates
+from ._indices import host_indices, out_of_range_error
+from ._rows import JIT_OPTIONS, WholeRowUpdate, launch_cpu
+from .merge import check_merge, merge_duplicates
 from .row_sparse import RowSparse
 
 MODES = ("none", "l2", "decoupled")
 """``weight_decay_mode`` values: FBGEMM's ``WeightDecayMode`` NONE, L2 and DECOUPLE."""
 
 
+#: Distinct rows whose sums of squares the CPU row loop computes together: as many independent chains of
+#: additions (each row's own sum still runs left to right), where one row's chain alone would leave the
+#: floating-point adders waiting on each addition's latency.
+ROW_BLOCK = 8
+
+
 @elementwise
-def _row(j, var, momentum, grad, rows, dense, row_len, d, lr, eps, wd, l2, decay, max_norm, one):
-    # Row r = rows[j] (j itself for a dense gradient) with gradient row j.
-    gbase = j * row_len
-    base = gbase
+def _row(
+    j, var, momentum, grad, rows, totals, dense, summed, row_len, d, lr, eps, wd, l2, decay, max_norm, one
+):
+    # Row r = rows[j] (j itself for a dense gradient) with gradient row j (flat arrays); its sum of squares is
+    # totals[j] if summed, else computed here. (Row views: indices from 0 up, the loops vectorise.)
+    r = j
     if not dense:
-        base = rows[j] * row_len
-    total = ZERO
-    for c in range(row_len):
-        g = grad[gbase + c]
-        if l2:
-            g = g + wd * var[base + c]
-        total += g * g
-    r = base // row_len
+        r = rows[j]
+    w = var[r * row_len : (r + 1) * row_len]
+    g = grad[j * row_len : (j + 1) * row_len]
+    if summed:
+        total = totals[j]
+    else:
+        total = ZERO
+        for c in range(row_len):
+            x = g[c]
+            if l2:
+                x = x + wd * w[c]
+            total += x * x
     h = momentum[r] + total / d
     momentum[r] = h
     mult = lr / (math.sqrt(h) + eps)
     corr = one - mult * wd if l2 else decay
+    clip = max_norm > ZERO
     norm = ZERO
     for c in range(row_len):
-        w = corr * var[base + c] - mult * grad[gbase + c]
-        var[base + c] = w
-        norm += w * w
-    if max_norm > ZERO:
+        v = corr * w[c] - mult * g[c]
+        w[c] = v
+        if clip:
+            norm += v * v
+    if clip:
         norm = math.sqrt(norm)
         if norm > max_norm:
             scale = max_norm / norm
             for c in range(row_len):
-                var[base + c] = var[base + c] * scale
+                w[c] = w[c] * scale
+
+
+_row_cpu = numba.njit(inline="always", **JIT_OPTIONS)(_row.py_func)
+
+
+@numba.njit(inline="always", **JIT_OPTIONS)
+def _block_sums(hats, totals, n):
+    # totals[k] = sum over c, left to right, of hats[k, c]², k < n (a full block's ROW_BLOCK rows at once)
+    if n < ROW_BLOCK:
+        for k in range(n):
+            total = ZERO
+            for c in range(hats.shape[1]):
+                total += hats[k, c] * hats[k, c]
+            totals[k] = total
+        return
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = ZERO
+    for c in range(hats.shape[1]):
+        s0 += hats[0, c] * hats[0, c]
+        s1 += hats[1, c] * hats[1, c]
+        s2 += hats[2, c] * hats[2, c]
+        s3 += hats[3, c] * hats[3, c]
+        s4 += hats[4, c] * hats[4, c]
+        s5 += hats[5, c] * hats[5, c]
+        s6 += hats[6, c] * hats[6, c]
+        s7 += hats[7, c] * hats[7, c]
+    totals[0], totals[1], totals[2], totals[3] = s0, s1, s2, s3
+    totals[4], totals[5], totals[6], totals[7] = s4, s5, s6, s7
+
+
+@numba.njit(**JIT_OPTIONS)
+def _table_rows(
+    r, g, last, n, held, grads, hats, totals, var, momentum, d, lr, eps, wd, l2, decay, max_norm, one
+):
+    # Row r of the 2-D table var (momentum seen as (rows, 1)) joins the held rows with its summed gradient
+    # row g and its ĝ (g + wd·var[r] for l2, else g); a full block, or a task's last row, updates every
+    # held row with the element function's row update, given its sum of squares.
+    for c in range(g.shape[0]):
+        x = g[c]
+        grads[n, c] = x
+        if l2:
+            x = x + wd * var[r, c]
+        hats[n, c] = x
+    held[n] = r
+    n += 1
+    if n < ROW_BLOCK and not last:
+        return n
+    _block_sums(hats, totals, n)
+    flat_var, flat_momentum, flat_grads = (
+        var.reshape(var.size),
+        momentum.reshape(momentum.size),
+        grads.reshape(grads.size),
+    )
+    for k in range(n):
+        _row_cpu(
+            k,
+            flat_var,
+            flat_momentum,
+            flat_grads,
+            held,
+            totals,
+            False,
+            True,
+            g.shape[0],
+            d,
+            lr,
+            eps,
+            wd,
+            l2,
+            decay,
+            max_norm,
+            one,
+        )
+    return 0
+
+
+_table_update = WholeRowUpdate(
+    _table_rows,
+    2,
+    {
+        "held": f"np.empty({ROW_BLOCK}, np.int64)",
+        "grads": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
+        "hats": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
+        "totals": f"np.empty({ROW_BLOCK}, grad.dtype)",
+    },
+)
 
 
 def _check_momentum(momentum: Any, device: str, dtype: np.dtype, rows: int) -> Any:
@@ -166,11 +271,25 @@ def rowwise_adagrad(
     decay = t(1) - lr_ * wd if weight_decay_mode == "decoupled" else t(1)
     l2 = weight_decay_mode == "l2"
     flat_var = batch.flat[0]
+    row_scalars = (t(row_len), lr_, scalars["eps"], wd, l2, decay, scalars["max_norm"], t(1))
     if dense:
         n, flat_grad, unique = rows, batch.flat[1], np.zeros(1, np.int64)
         if batch.device == "cuda":
             unique = _cuda.module().to_device(unique)
     else:
+        drop, _, count, _, _, _ = check_merge(indices, values, rows, out_of_range)
+        if batch.device == "cpu" and count and row_len:
+            # the merge fused into the row loop: each distinct row's gradient summed into a row buffer
+            host = host_indices(indices).astype(np.int64, copy=False)  # one compiled loop for both types
+            arrays = [
+                batch.flat[1].reshape(count, row_len),
+                flat_var.reshape(rows, row_len),
+                flat_momentum.reshape(rows, 1),
+            ]
+            bad = launch_cpu(_table_update.cpu, host, rows, drop, arrays, row_scalars)
+            if bad >= 0:
+                raise out_of_range_error("indices", host, bad, rows)
+            return var, momentum
         unique, merged = merge_duplicates(indices, values, rows, out_of_range=out_of_range)
         n = unique.shape[0]
         flat_grad = _flatten(merged, batch.device)
@@ -182,15 +301,10 @@ def rowwise_adagrad(
             flat_momentum,
             flat_grad,
             unique,
+            flat_momentum,  # in place of the sums of squares, which each row computes (summed False)
             dense,
+            False,
             row_len,
-            t(row_len),
-            lr_,
-            scalars["eps"],
-            wd,
-            l2,
-            decay,
-            scalars["max_norm"],
-            t(1),
+            *row_scalars,
         )
     return var, momentum
