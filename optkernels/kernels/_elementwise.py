@@ -110,6 +110,10 @@ class Elementwise:
 
     cpu_template = _CPU_LOOP
     cuda_template = _CUDA_LOOP
+    #: Whether the CPU float16/bfloat16 loop is compiled for the values of the call's bool scalars (one loop
+    #: per combination used, each without the branches those flags turn off): for element functions whose
+    #: flags guard costly per-element work that LLVM would otherwise compute and discard.
+    constant_flags = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -539,16 +543,16 @@ def _half_source(target: str, py_func: Callable, kinds: tuple, sr: bool) -> tupl
     return name, source
 
 
-def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool) -> Callable:
+def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tuple = ()) -> Callable:
     drivers = ew.__dict__.setdefault("_half_drivers", {})
-    key = (target, kinds, sr)
+    key = (target, kinds, sr, flags)
     driver = drivers.get(key)
     if driver is not None:
         return driver
     from . import _lowp
 
     if target == "cpu" and not sr:
-        fused = _fused_driver(ew.py_func, kinds)
+        fused = _fused_driver(ew.py_func, kinds, flags) if flags else _fused_driver(ew.py_func, kinds)
         if fused is not None:
             drivers[key] = fused
             return fused
@@ -588,14 +592,16 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool) -> Callab
 _CPU_FUSED = """
 def {name}(n, _workspace, {args}):
     for _i in prange(n):
-        element(_i, {args})
+        element(_i, {call_args})
 """
 
 
-def _fused_driver(py_func: Callable, kinds: tuple) -> Callable | None:
+def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
     """The CPU loop over ``py_func`` rewritten to widen its half arrays' elements into float32 locals and
     round the written ones back once (see ``_lowp.fused_element``): one pass over memory, no scratch. None
-    when the element function indexes a half array otherwise than by its own index."""
+    when the element function indexes a half array otherwise than by its own index. ``flags``: ``(position,
+    value)`` of bool scalars (among the arguments after the index) that the loop passes as constants (the
+    arguments themselves are still taken, and ignored)."""
     from . import _lowp
 
     fused = _lowp.fused_element(py_func, kinds)
@@ -607,9 +613,12 @@ def _fused_driver(py_func: Callable, kinds: tuple) -> Callable | None:
     namespace.update(_lowp.ONE)
     exec(compile(element_source, filename, "exec"), namespace)
     params = list(inspect.signature(py_func).parameters)[1:]
-    digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp))
+    call_args = list(params)
+    for position, value in flags:
+        call_args[position] = repr(bool(value))
+    digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp), ", ".join(call_args))
     name = f"{element_name}_loop_{digest}"
-    source = _CPU_FUSED.format(name=name, args=", ".join(params))
+    source = _CPU_FUSED.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
     loop_namespace = {
         "prange": numba.prange,
         "element": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[element_name]),
@@ -657,7 +666,10 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     stream = _lowp.stochastic_stream()
     views = tuple(a.view(np.uint16) if kind in ("f16", "bf16") else a for a, kind in zip(args, kinds))
     extra = stream.take() if stream is not None else ()
-    driver = _half_driver(ew, device, kinds, stream is not None)
+    flags = ()
+    if ew.constant_flags and device == "cpu":
+        flags = tuple((k, bool(a)) for k, a in enumerate(args) if type(a) in (bool, np.bool_))
+    driver = _half_driver(ew, device, kinds, stream is not None, flags)
     if device == "cpu":
         with parallel_launch():
             for_this_process(driver)(
