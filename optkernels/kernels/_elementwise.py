@@ -210,26 +210,41 @@ class Elementwise:
         if table.shape[0] == 0:
             return
         n_arrays = tensors.addresses.shape[0]
-        with parallel_launch():
+        with parallel_launch(), _SerialBelow(tensors.total):
+            if prologue is None:
+                for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
+            else:
+                for_this_process(self.many(n_arrays, prologue))(
+                    table,
+                    tensors.addresses,
+                    tensors.like,
+                    tensors.workspace(),
+                    *prologue_scalars,
+                    *scalars,
+                )
+
+
+class _SerialBelow:
+    """Inside :func:`parallel_launch`: a parallel loop over fewer than :data:`SERIAL_BELOW` elements runs on
+    the calling thread (this thread's Numba thread count set to 1, restored after), where a parallel
+    region's fork and join would cost more than the loop."""
+
+    __slots__ = ("n", "threads")
+
+    def __init__(self, n: int):
+        self.n = n
+        self.threads = 1
+
+    def __enter__(self) -> None:
+        if self.n < SERIAL_BELOW:
             get_threads, set_threads = thread_mask()
-            threads = get_threads() if tensors.total < SERIAL_BELOW else 1
-            if threads > 1:  # little work: on the calling thread (this thread's mask, restored below)
+            self.threads = get_threads()
+            if self.threads > 1:
                 set_threads(1)
-            try:
-                if prologue is None:
-                    for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
-                else:
-                    for_this_process(self.many(n_arrays, prologue))(
-                        table,
-                        tensors.addresses,
-                        tensors.like,
-                        tensors.workspace(),
-                        *prologue_scalars,
-                        *scalars,
-                    )
-            finally:
-                if threads > 1:
-                    set_threads(threads)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.threads > 1:
+            thread_mask()[1](self.threads)
 
 
 class ChunkedSumsOfSquares(Elementwise):
@@ -661,19 +676,25 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     """Run ``ew`` over arrays some of which are float16/bfloat16 (seen as their uint16 bits)."""
     from . import _lowp
 
-    if any(kind == "f64" for kind in kinds):
-        raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
-    stream = _lowp.stochastic_stream()
-    views = tuple(a.view(np.uint16) if kind in ("f16", "bf16") else a for a, kind in zip(args, kinds))
-    extra = stream.take() if stream is not None else ()
+    plans = ew.__dict__.setdefault("_half_plans", {})
+    plan = plans.get(kinds)
+    if plan is None:
+        if any(kind == "f64" for kind in kinds):
+            raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
+        half = tuple(k for k, kind in enumerate(kinds) if kind in ("f16", "bf16"))
+        plan = plans[kinds] = (half, len(half))
+    half, n_half = plan
+    views = list(args)
+    for k in half:
+        views[k] = args[k].view(np.uint16)
+    sr = _lowp.stochastic_stream()
+    extra = sr.take() if sr is not None else ()
     flags = ()
-    if ew.constant_flags and device == "cpu":
-        flags = tuple((k, bool(a)) for k, a in enumerate(args) if type(a) in (bool, np.bool_))
-    driver = _half_driver(ew, device, kinds, stream is not None, flags)
+    if ew.constant_flags and device == "cpu":  # Python bools only (a NumPy bool stays an argument)
+        flags = tuple((k, a) for k, a in enumerate(args) if a is True or a is False)
+    driver = _half_driver(ew, device, kinds, sr is not None, flags)
     if device == "cpu":
-        with parallel_launch():
-            for_this_process(driver)(
-                n, _workspace(sum(kind in ("f16", "bf16") for kind in kinds)), *views, *extra
-            )
+        with parallel_launch(), _SerialBelow(n):
+            for_this_process(driver)(n, _workspace(n_half), *views, *extra)
         return
     _cuda_launch(driver, n, stream)(n, *views, *extra)
