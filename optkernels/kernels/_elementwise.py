@@ -462,6 +462,7 @@ def {name}(n, {args}{sr}):
 
 
 _PLAIN_SCALARS = frozenset((bool, int, float, np.float32, np.float64, np.bool_))
+_FLOAT_SCALARS = frozenset((float, np.float32, np.float64))
 
 
 def _half_kinds(args: tuple) -> tuple | None:
@@ -682,11 +683,17 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
         if any(kind == "f64" for kind in kinds):
             raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
         half = tuple(k for k, kind in enumerate(kinds) if kind in ("f16", "bf16"))
-        plan = plans[kinds] = (half, len(half))
-    half, n_half = plan
+        pure = all(kind in (None, "bf16") for kind in kinds)
+        scalars = tuple(k for k, kind in enumerate(kinds) if kind is None) if pure else ()
+        plan = plans[kinds] = (half, len(half), scalars)
+    half, n_half, scalars = plan
     views = list(args)
     for k in half:
         views[k] = args[k].view(np.uint16)
+    for k in scalars:  # all-bfloat16 call: a NaN scalar as the default NaN (see _lowp.PURE_BF16)
+        a = args[k]
+        if type(a) in _FLOAT_SCALARS and a != a:
+            views[k] = type(a)(np.nan)
     sr = _lowp.stochastic_stream()
     extra = sr.take() if sr is not None else ()
     flags = ()

@@ -574,7 +574,7 @@ HALF_MARKERS = (types.uint16, types.int16, types.int8)
 #: The marker type of a bfloat16 array in a call whose arrays are all bfloat16. There every NaN an element
 #: function meets has its low 16 bits zero: a loaded value's are, the NaN that x86 and LLVM generate
 #: (0x7FC00000 or 0xFFC00000) has them zero, and an operation on a NaN returns one of its operands' NaN
-#: (quieted, payload kept); the scalars are numbers (torch rejects a NaN hyper-parameter). So
+#: (quieted, payload kept); a NaN scalar is passed as the default NaN (``_elementwise._launch_half``). So
 #: :func:`rounded_as` rounds without a NaN select there (a NaN comes back unchanged; the stores still write
 #: the quiet NaN of its sign), which leaves the vector unit a third less work per rounding.
 PURE_BF16 = types.int8
