@@ -72,3 +72,24 @@ def test_apply_adam_bfloat16_loop_is_vectorised():
     assert re.search(r"\bv?sqrtps\b", asm), "no packed sqrtps in the bfloat16 apply_adam loop"
     assert re.search(r"\bv?divps\b", asm), "no packed divps in the bfloat16 apply_adam loop"
     assert not re.search(r"\bv?(sqrt|div)[sp]d\b", asm), "bfloat16 loop promoted to float64"
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checks x86 instructions")
+def test_torch_adam_bfloat16_loop_is_vectorised():
+    """optkernels.torch.Adam's bfloat16 loop (torch's per-operation rounding and scalar-tail test) keeps packed
+    float32 sqrt and div and converts no index to float64."""
+    from optkernels.kernels import _elementwise
+    from optkernels.kernels import torch_rules as T
+
+    scalars = T.adam_scalars(np.dtype(np.float32), 3, 1.0, 0.9, 0.999, 1e-8, 0.0, False, False)
+    scalars = scalars[:-3] + T.torch_tail_scalars(70000, 2, 32)
+    kinds = ("bf16",) * 4 + (None,) * len(scalars)
+    flags = tuple((4 + k, s) for k, s in enumerate(scalars) if s is True or s is False)
+    loop = numba.njit(parallel=True, cache=False, error_model="numpy")(
+        _elementwise._fused_driver(T._torch_adam.py_func, kinds, flags).py_func)
+    bits = np.full(64, 0x3F80, np.uint16)                          # bfloat16 1.0
+    loop(bits.size, _elementwise._workspace(4), bits, bits.copy(), bits.copy(), bits.copy(), *scalars)
+    assert bits[0] != 0x3F80, "the loop did not update var"
+    asm = loop.inspect_asm(loop.signatures[0])
+    assert re.search(r"\bv?sqrtps\b", asm) and re.search(r"\bv?divps\b", asm), "no packed sqrtps/divps"
+    assert not re.search(r"\bv?(sqrt|div)[sp]d\b|cvtu?qq2pd", asm), "bfloat16 loop promoted to float64"

@@ -157,3 +157,35 @@ def test_division_by_bias_correction_is_the_float32_division():
         got = K.divide_by_constant(s, c, 1.0 / float(c))
         np.testing.assert_array_equal(got.view(np.uint32), (s / c).view(np.uint32), err_msg=f"divisor {c!r}")
         np.testing.assert_array_equal(K.divide_by_constant(special, c, 1.0 / float(c)), special / c)
+
+
+def test_torch_tail_marks_the_scalar_tail_of_each_torch_chunk():
+    """torch_tail (compiled for a bfloat16 array, int32 and int64 scalars) against torch's loop written out:
+    ``min(threads, ⌈n/32768⌉)`` chunks of ``⌈n/that⌉`` elements, each ending in ``length mod width`` scalar
+    elements; sizes around the chunk and vector boundaries, thread counts 1 to 64, widths 16 and 32."""
+    import numba
+
+    from optkernels.kernels._torch_tail import torch_tail, torch_tail_scalars
+
+    @numba.njit
+    def marked(n, tail_from, chunk, chunk_tail, like):
+        out = np.zeros(n, np.bool_)
+        for i in range(np.uint64(n)):
+            out[i] = torch_tail(i, tail_from, chunk, chunk_tail, like)
+        return out
+
+    cases = [(n, t, w) for n in (1, 31, 32, 33, 32768, 32769, 65539, 98307, 1000003) for t in (1, 2, 3, 64)
+             for w in (16, 32)]
+    for n, threads, width in cases:
+        used = max(1, min(threads, -(-n // 32768)))
+        chunk = -(-n // used)
+        expected = np.zeros(n, np.bool_)
+        for start in range(0, n, chunk):
+            stop = min(start + chunk, n)
+            expected[stop - (stop - start) % width:stop] = True
+        scalars = torch_tail_scalars(n, threads, width)
+        assert scalars[0].dtype == np.int32
+        for kind in (np.int32, np.int64):
+            got = marked(n, *(kind(s) for s in scalars), np.uint16(0))
+            np.testing.assert_array_equal(got, expected, err_msg=f"n={n}, threads={threads}, width={width}")
+    assert not marked(100, *torch_tail_scalars(100, 2, 16), np.float32(0)).any()  # float32: never a tail

@@ -110,6 +110,10 @@ class Elementwise:
 
     cpu_template = _CPU_LOOP
     cuda_template = _CUDA_LOOP
+    #: Whether the CPU float16/bfloat16 loop is compiled for the values of the call's bool scalars (one loop
+    #: per combination used, each without the branches those flags turn off): for element functions whose
+    #: flags guard costly per-element work that LLVM would otherwise compute and discard.
+    constant_flags = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -206,26 +210,41 @@ class Elementwise:
         if table.shape[0] == 0:
             return
         n_arrays = tensors.addresses.shape[0]
-        with parallel_launch():
+        with parallel_launch(), _SerialBelow(tensors.total):
+            if prologue is None:
+                for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
+            else:
+                for_this_process(self.many(n_arrays, prologue))(
+                    table,
+                    tensors.addresses,
+                    tensors.like,
+                    tensors.workspace(),
+                    *prologue_scalars,
+                    *scalars,
+                )
+
+
+class _SerialBelow:
+    """Inside :func:`parallel_launch`: a parallel loop over fewer than :data:`SERIAL_BELOW` elements runs on
+    the calling thread (this thread's Numba thread count set to 1, restored after), where a parallel
+    region's fork and join would cost more than the loop."""
+
+    __slots__ = ("n", "threads")
+
+    def __init__(self, n: int):
+        self.n = n
+        self.threads = 1
+
+    def __enter__(self) -> None:
+        if self.n < SERIAL_BELOW:
             get_threads, set_threads = thread_mask()
-            threads = get_threads() if tensors.total < SERIAL_BELOW else 1
-            if threads > 1:  # little work: on the calling thread (this thread's mask, restored below)
+            self.threads = get_threads()
+            if self.threads > 1:
                 set_threads(1)
-            try:
-                if prologue is None:
-                    for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
-                else:
-                    for_this_process(self.many(n_arrays, prologue))(
-                        table,
-                        tensors.addresses,
-                        tensors.like,
-                        tensors.workspace(),
-                        *prologue_scalars,
-                        *scalars,
-                    )
-            finally:
-                if threads > 1:
-                    set_threads(threads)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.threads > 1:
+            thread_mask()[1](self.threads)
 
 
 class ChunkedSumsOfSquares(Elementwise):
@@ -443,6 +462,7 @@ def {name}(n, {args}{sr}):
 
 
 _PLAIN_SCALARS = frozenset((bool, int, float, np.float32, np.float64, np.bool_))
+_FLOAT_SCALARS = frozenset((float, np.float32, np.float64))
 
 
 def _half_kinds(args: tuple) -> tuple | None:
@@ -550,16 +570,16 @@ def _half_source(target: str, py_func: Callable, kinds: tuple, sr: bool) -> tupl
     return name, source
 
 
-def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool) -> Callable:
+def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tuple = ()) -> Callable:
     drivers = ew.__dict__.setdefault("_half_drivers", {})
-    key = (target, kinds, sr)
+    key = (target, kinds, sr, flags)
     driver = drivers.get(key)
     if driver is not None:
         return driver
     from . import _lowp
 
     if target == "cpu" and not sr:
-        fused = _fused_driver(ew.py_func, kinds)
+        fused = _fused_driver(ew.py_func, kinds, flags) if flags else _fused_driver(ew.py_func, kinds)
         if fused is not None:
             drivers[key] = fused
             drivers[("fused", *key)] = True
@@ -600,14 +620,16 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool) -> Callab
 _CPU_FUSED = """
 def {name}(n, _workspace, {args}):
     for _i in prange(n):
-        element(_i, {args})
+        element(_i, {call_args})
 """
 
 
-def _fused_driver(py_func: Callable, kinds: tuple) -> Callable | None:
+def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
     """The CPU loop over ``py_func`` rewritten to widen its half arrays' elements into float32 locals and
     round the written ones back once (see ``_lowp.fused_element``): one pass over memory, no scratch. None
-    when the element function indexes a half array otherwise than by its own index."""
+    when the element function indexes a half array otherwise than by its own index. ``flags``: ``(position,
+    value)`` of bool scalars (among the arguments after the index) that the loop passes as constants (the
+    arguments themselves are still taken, and ignored)."""
     from . import _lowp
 
     fused = _lowp.fused_element(py_func, kinds)
@@ -619,9 +641,12 @@ def _fused_driver(py_func: Callable, kinds: tuple) -> Callable | None:
     namespace.update(_lowp.ONE)
     exec(compile(element_source, filename, "exec"), namespace)
     params = list(inspect.signature(py_func).parameters)[1:]
-    digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp))
+    call_args = list(params)
+    for position, value in flags:
+        call_args[position] = repr(bool(value))
+    digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp), ", ".join(call_args))
     name = f"{element_name}_loop_{digest}"
-    source = _CPU_FUSED.format(name=name, args=", ".join(params))
+    source = _CPU_FUSED.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
     loop_namespace = {
         "prange": numba.prange,
         "element": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[element_name]),
@@ -663,13 +688,20 @@ def _cuda_launch(kernel: Any, n: int, stream: Any) -> Any:
 def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple, stream: Any = None) -> None:
     """Run ``ew`` over arrays some of which are float16/bfloat16 (seen as their uint16 bits)."""
     rounding = _lowp_module().stochastic_stream()
-    driver, half, workspace = _half_plan(ew, device, kinds, rounding is not None)
+    flags = ()
+    if ew.constant_flags and device == "cpu":  # Python bools only (a NumPy bool stays an argument)
+        flags = tuple((k, a) for k, a in enumerate(args) if a is True or a is False)
+    driver, half, scalars, workspace = _half_plan(ew, device, kinds, rounding is not None, flags)
     views = list(args)
     for k in half:
         views[k] = args[k].view(_UINT16)
+    for k in scalars:  # all-bfloat16 call: a NaN scalar as the default NaN (see _lowp.PURE_BF16)
+        a = args[k]
+        if type(a) in _FLOAT_SCALARS and a != a:
+            views[k] = type(a)(np.nan)
     extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
-        with parallel_launch():
+        with parallel_launch(), _SerialBelow(n):
             if workspace is None:
                 workspace = _workspace(len(half))
             for_this_process(driver)(n, workspace, *views, *extra)
@@ -677,20 +709,24 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     _cuda_launch(driver, n, stream)(n, *views, *extra)
 
 
-def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool) -> tuple:
-    """``(driver, positions of the half arrays, workspace)`` of a launch with arrays of ``kinds``: the
-    workspace is a fixed placeholder where the driver is the fused loop (which needs none), None where it
-    is the chunked one (it takes :func:`_workspace`). Kept with the drivers, per kinds."""
+def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tuple = ()) -> tuple:
+    """``(driver, positions of the half arrays, positions of the scalars, workspace)`` of a launch with
+    arrays of ``kinds`` and the constant ``flags``: the scalars' positions only in an all-bfloat16 call (a
+    NaN scalar is passed as the default NaN there); the workspace is a fixed placeholder where the driver is
+    the fused loop (which needs none), None where it is the chunked one (it takes :func:`_workspace`). Kept
+    with the drivers, per kinds and flags."""
     drivers = ew.__dict__.setdefault("_half_drivers", {})
-    key = ("plan", device, kinds, sr)
+    key = ("plan", device, kinds, sr, flags)
     plan = drivers.get(key)
     if plan is None:
         if "f64" in kinds:
             raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
-        driver = _half_driver(ew, device, kinds, sr)
-        fused = drivers.get(("fused", device, kinds, sr), False)
+        driver = _half_driver(ew, device, kinds, sr, flags)
+        fused = drivers.get(("fused", device, kinds, sr, flags), False)
         half = tuple(k for k, kind in enumerate(kinds) if kind in _HALF_KINDS)
-        plan = drivers[key] = (driver, half, _NO_WORKSPACE if fused else None)
+        pure = all(kind in (None, "bf16") for kind in kinds)
+        scalars = tuple(k for k, kind in enumerate(kinds) if kind is None) if pure else ()
+        plan = drivers[key] = (driver, half, scalars, _NO_WORKSPACE if fused else None)
     return plan
 
 

@@ -35,7 +35,7 @@ def torch_nan(x: Any, like: Any, tail: bool) -> Any:
 
 @overload(torch_nan, jit_options=dict(error_model="numpy", fastmath=False))
 def _torch_nan_compiled(x, like, tail):
-    if like == types.uint16:  # bfloat16
+    if like in (types.uint16, types.int8):  # bfloat16 (int8: in an all-bfloat16 call)
 
         def bf16(x, like, tail):
             if x == x:

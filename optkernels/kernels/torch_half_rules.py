@@ -71,11 +71,11 @@ def _nadam_half(
     eps,
     c_grad,
     c_avg,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
-    tail = torch_tail(i, size, chunk, width, param)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, param)
     w = param[i]
     g = _gradient(grad[i], w, wd, maximize, coupled, param, tail)
     if decoupled:
@@ -117,11 +117,11 @@ def _radam_half(
     sqrt_bc2,
     rect,
     one,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
-    tail = torch_tail(i, size, chunk, width, param)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, param)
     w = param[i]
     g = _gradient(grad[i], w, wd, maximize, coupled, param, tail)
     if decoupled:
@@ -157,11 +157,11 @@ def _adadelta_half(
     one_minus_rho,
     eps,
     neg_lr,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
-    tail = torch_tail(i, size, chunk, width, param)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, param)
     w = param[i]
     g = _gradient(grad[i], w, wd, maximize, coupled, param, tail)
     sq = rounded_as(fma(one_minus_rho * g, g, rounded_as(square_avg[i] * rho, param)), param)
@@ -179,8 +179,10 @@ def _adadelta_half(
 
 
 @elementwise
-def _asgd_half(i, param, ax, grad, wd, maximize, coupled, decay, neg_eta, mu, averaging, size, chunk, width):
-    tail = torch_tail(i, size, chunk, width, param)
+def _asgd_half(
+    i, param, ax, grad, wd, maximize, coupled, decay, neg_eta, mu, averaging, tail_from, chunk, chunk_tail
+):
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, param)
     w = param[i]
     g = _gradient(grad[i], w, wd, maximize, coupled, param, tail)
     w = torch_nan(torch_add_alpha(rounded_as(w * decay, param), g, neg_eta, param, tail), param, tail)
@@ -210,11 +212,11 @@ def _rprop_half(
     step_min,
     step_max,
     one,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
-    tail = torch_tail(i, size, chunk, width, param)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, param)
     g = -grad[i] if maximize else grad[i]
     # sign = grad.mul(prev).sign(); sign[sign > 0] = etaplus; sign[sign < 0] = etaminus; sign[sign == 0] = 1
     f = torch_sign(rounded_as(g * prev[i], param), one)
@@ -256,8 +258,10 @@ def _adafactor_update(estimate, g, eps1_sq, one, like, tail):
 
 
 @elementwise
-def _adafactor_vector_half(i, variance, update, grad, maximize, bw, bc, bs, eps1_sq, one, size, chunk, width):
-    tail = torch_tail(i, size, chunk, width, update)
+def _adafactor_vector_half(
+    i, variance, update, grad, maximize, bw, bc, bs, eps1_sq, one, tail_from, chunk, chunk_tail
+):
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, update)
     g = -grad[i] if maximize else grad[i]
     v = rounded_as(torch_lerp(variance[i], rounded_as(g * g, update), bw, bc, bs), update)
     variance[i] = torch_nan(v, update, tail)
@@ -266,9 +270,22 @@ def _adafactor_vector_half(i, variance, update, grad, maximize, bw, bc, bs, eps1
 
 @elementwise
 def _adafactor_factored_half(
-    i, update, grad, row_var, col_var, row_means, n_rows, n_cols, maximize, eps1_sq, one, size, chunk, width
+    i,
+    update,
+    grad,
+    row_var,
+    col_var,
+    row_means,
+    n_rows,
+    n_cols,
+    maximize,
+    eps1_sq,
+    one,
+    tail_from,
+    chunk,
+    chunk_tail,
 ):
-    tail = torch_tail(i, size, chunk, width, update)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, update)
     # row_var, col_var, row_means: float32 copies of the half moments (exact), indexed per row / column
     r = i // n_cols
     b = r // n_rows
@@ -279,9 +296,9 @@ def _adafactor_factored_half(
 
 
 @elementwise
-def _decayed_step_half(i, param, update, decayed, decay, neg_step, size, chunk, width):
+def _decayed_step_half(i, param, update, decayed, decay, neg_step, tail_from, chunk, chunk_tail):
     """``param.mul_(decay)`` (``decayed``) then ``param.add_(update, alpha=neg_step)``, each rounded."""
-    tail = torch_tail(i, size, chunk, width, param)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, param)
     w = param[i]
     if decayed:
         w = rounded_as(w * decay, param)

@@ -34,6 +34,8 @@ from ._intrinsics import fma, rsqrt14, rsqrt_estimate
 from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, rounded_as
 from ._mkl_sqrt64 import mkl_avx2_sqrt64, mkl_avx512_sqrt64, mkl_avx_sqrt64
 from ._torch_nan import torch_max_nan, torch_nan
+from ._torch_tail import NO_TAIL, torch_tail
+from ._torch_tail import torch_tail_scalars as torch_tail_scalars  # optkernels.torch's import
 from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
@@ -42,31 +44,6 @@ __all__ = ["torch_adamax", "torch_rms_prop"]
 # Python under the CUDA simulator, so that float32 stays float32 there (a compiled helper called from Python
 # would return a Python float, and fma needs operands of one type).
 _scalar_helper = register_jitable(inline="always")
-
-
-def torch_tail(i: int, size: int, chunk: int, width: int, like: Any) -> bool:
-    """True where element ``i`` of a half tensor of ``size`` elements lies in the scalar tail of torch's CPU
-    loop: torch splits the elements into threads' chunks of ``chunk`` (``at::parallel_for``), each run as
-    vectors of ``width`` elements then one at a time. Always False for a float32/float64 ``like`` (and
-    from Python)."""
-    return False
-
-
-@overload(torch_tail, jit_options=dict(error_model="numpy", fastmath=False))
-def _torch_tail_compiled(i, size, chunk, width, like):
-    if like in HALF_MARKERS:
-
-        def tail(i, size, chunk, width, like):
-            # the chunk's start without an integer division (which no vector unit has): a float64
-            # quotient, off by at most one below 2**52, then corrected by comparisons
-            start = np.int64(np.float64(i) * (1.0 / np.float64(chunk))) * chunk
-            start = start - chunk if start > i else start
-            start = start + chunk if start + chunk <= i else start
-            length = min(chunk, size - start)
-            return i - start >= length - (length & (width - 1))  # width: a power of two
-
-        return tail
-    return lambda i, size, chunk, width, like: False
 
 
 @register_jitable  # a call, not inlined in Numba's IR (numba-cuda's inliner fails on it); LLVM inlines it
@@ -221,6 +198,20 @@ def divide_by_constant(s, c, inv_c):
     return np.float32(np.float64(np.float32(s)) * inv_c)
 
 
+def torch_div_scalar(s: Any, c: Any, inv_c: Any, like: Any) -> Any:
+    """torch's CPU ``t / c`` of an element ``s`` of ``like`` by the Python scalar ``c``: :func:`divide_by_constant`;
+    for a half ``like``, the float32 quotient (torch divides its float32 value by ``c`` converted to
+    float32), rounded by the caller."""
+    return divide_by_constant(s, c, inv_c)
+
+
+@overload(torch_div_scalar, jit_options=dict(error_model="numpy", fastmath=False))
+def _torch_div_scalar_compiled(s, c, inv_c, like):
+    if like in HALF_MARKERS:
+        return lambda s, c, inv_c, like: s / c
+    return lambda s, c, inv_c, like: divide_by_constant(s, c, inv_c)
+
+
 @_scalar_helper
 def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2, like):
     """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)`` (each op rounded to a half
@@ -233,8 +224,8 @@ def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2
 def torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, like):
     """``denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)``, ``p.addcdiv_(m, denom, value=−step_size)``
     (each op rounded to a half ``like``'s dtype, ``eps`` first too: torch casts an added scalar); the
-    division by :func:`divide_by_constant`."""
-    root = divide_by_constant(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt)
+    division by :func:`torch_div_scalar`."""
+    root = torch_div_scalar(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, like)
     denom = torch_add_eps(rounded_as(root, like), eps, like)
     return rounded_as(p + neg_step_size * m / denom, like)
 
@@ -261,14 +252,14 @@ def _torch_adam(
     eps,
     neg_step_size,
     mkl,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
     if decoupled:
         p = rounded_as(p * decay, var)
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     m, v = torch_adam_moments(
         exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2, var
@@ -303,14 +294,14 @@ def _torch_adam_amsgrad(
     eps,
     neg_step_size,
     mkl,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
     if decoupled:
         p = rounded_as(p * decay, var)
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     m, v = torch_adam_moments(
         exp_avg[i], exp_avg_sq[i], g, w1, w1_minus_one, small1, beta2, one_minus_beta2, var
@@ -343,12 +334,12 @@ def _torch_adamax(
     beta2,
     eps,
     neg_clr,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     m = torch_lerp(exp_avg[i], g, w1, w1_minus_one, small1, var)
     # torch.maximum(exp_inf.mul_(β2), grad.abs().add_(eps)): the added scalar is cast to the dtype first
@@ -363,10 +354,10 @@ def _torch_adamax(
 
 @elementwise
 def _torch_adagrad(
-    i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr, mkl, size, chunk, width
+    i, var, state_sum, grad, negate, coupled, weight_decay, eps, neg_clr, mkl, tail_from, chunk, chunk_tail
 ):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     s = rounded_as(fma(g, g, state_sum[i]), var)
     state_sum[i] = torch_nan(s, var, tail)
@@ -408,12 +399,12 @@ def _torch_rms_prop(
     momentum,
     neg_lr,
     mkl,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     square_avg[i] = torch_nan(sa, var, tail)
@@ -440,12 +431,12 @@ def _torch_rms_prop_momentum(
     momentum,
     neg_lr,
     mkl,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     square_avg[i] = torch_nan(sa, var, tail)
@@ -473,12 +464,12 @@ def _torch_centered_rms_prop(
     momentum,
     neg_lr,
     mkl,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small, var)
@@ -508,12 +499,12 @@ def _torch_centered_rms_prop_momentum(
     momentum,
     neg_lr,
     mkl,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     sa = torch_square_avg(square_avg[i], g, alpha, one_minus_alpha, var)
     ga = torch_lerp(grad_avg[i], g, one_minus_alpha, oma_minus_one, small, var)
@@ -530,9 +521,9 @@ def _torch_centered_rms_prop_momentum(
 
 
 @elementwise
-def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr, size, chunk, width):
+def _torch_sgd(i, var, grad, negate, coupled, weight_decay, neg_lr, tail_from, chunk, chunk_tail):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     var[i] = torch_nan(torch_add_alpha(p, g, neg_lr, var, tail), var, tail)
 
@@ -551,12 +542,12 @@ def _torch_sgd_momentum(
     one_minus_dampening,
     nesterov,
     neg_lr,
-    size,
+    tail_from,
     chunk,
-    width,
+    chunk_tail,
 ):
     p = var[i]
-    tail = torch_tail(i, size, chunk, width, var)
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
     g = torch_grad(grad[i], p, negate, coupled, weight_decay, var, tail)
     if first:
         buf = g
@@ -631,21 +622,6 @@ def torch_sqrt_array(x: np.ndarray, mkl: int) -> np.ndarray:
 # ------------------------------------------------------------------------------ host-side scalars (float64)
 # ``lr`` is a Python float, or a NumPy scalar where torch's lr is a Tensor: torch's host arithmetic on it
 # then runs in the tensor's dtype, and so does NumPy's on the scalar (a Python float operand is rounded to it).
-
-
-#: The last scalars ``(n, chunk, width)`` of the element functions that take :func:`torch_tail`'s, for
-#: float32/float64 arrays (unused there); a half launch gives :func:`torch_tail_scalars`'s instead.
-NO_TAIL = (np.int64(1), np.int64(1), np.int64(1))
-
-
-def torch_tail_scalars(n: int, threads: int, width: int) -> tuple:
-    """``(n, chunk, width)`` of :func:`torch_tail` for a tensor of ``n`` elements stepped by torch with
-    ``threads`` threads (``torch.get_num_threads()``) and half vectors of ``width`` elements: torch's
-    ``at::parallel_for`` uses ``min(threads, ⌈n / 32768⌉)`` threads, in chunks of ``⌈n / that⌉``."""
-    if width < 1 or width & (width - 1):
-        raise ValueError(f"width must be a power of two, got {width}")
-    used = max(1, min(threads, -(-n // 32768)))
-    return np.int64(n), np.int64(max(1, -(-n // used))), np.int64(width)
 
 
 #: The element functions whose last scalars are :data:`NO_TAIL` (see :func:`torch_tail_scalars`).
@@ -952,3 +928,5 @@ TAKES_TAIL.update(
     )
 )
 KEEPS_NAN_PAYLOAD.update(f.py_func for f in TAKES_TAIL)  # their writes pass through torch_nan
+for _kernel in TAKES_TAIL:  # their flags guard the half tail's rounding and whole update terms
+    _kernel.constant_flags = True

@@ -1,0 +1,116 @@
+"""Where torch's CPU loop over a float16/bfloat16 tensor runs one element at a time (its scalar tail).
+
+torch splits a tensor's ``n`` elements into threads' chunks (``at::parallel_for``: ``min(threads, ⌈n /
+32768⌉)`` threads, chunks of ``⌈n / that⌉``) and runs each chunk as vectors of ``width`` elements, then the
+last ``chunk length mod width`` one at a time. Some operations round differently there (``add(alpha=)``:
+see :func:`optkernels.kernels.torch_rules.torch_add_alpha`), so an element function that reproduces torch
+needs to know, per element, whether it lies in such a tail. :func:`torch_tail_scalars` describes the tails
+by three integers, and :func:`torch_tail` tests an index against them without an integer division, in
+32-bit lanes where the tensor has fewer than 2³⁰ elements, so that the element loop keeps its full vector
+width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, overload
+
+from ._lowp import HALF_MARKERS
+
+#: torch's ``at::internal::GRAIN_SIZE``: fewer elements than this per thread are not split further.
+GRAIN = 32768
+
+
+def torch_tail(i: int, tail_from: Any, chunk: Any, chunk_tail: Any, like: Any) -> bool:
+    """True where element ``i`` of a half tensor lies in the scalar tail of torch's CPU loop, described by
+    :func:`torch_tail_scalars`: ``i ≥ tail_from`` (the last chunk's tail) or ``(i + chunk_tail) mod chunk <
+    chunk_tail`` (the last ``chunk_tail`` elements of a whole chunk). Always False for a float32/float64
+    ``like`` (and from Python).
+
+    Parameters
+    ----------
+    i : int
+        The element's index (below 2³⁰ where the other three are int32).
+    tail_from, chunk, chunk_tail : int
+        :func:`torch_tail_scalars`'s values, all int32 or all int64.
+    like : array or marker
+        The array the element belongs to (see :func:`optkernels.kernels._lowp.rounded_as`).
+    """
+    return False
+
+
+def _tail_codegen(context, builder, signature, args):
+    """``i ≥ tail_from or (i + r) mod chunk < r`` in the scalars' integer width: the quotient by a float
+    multiplication (float32 for int32, float64 for int64), off by at most one since ``(i + r)/chunk`` is
+    below torch's thread count + 1, then corrected by two comparisons."""
+    i, tail_from, chunk, r = args
+    itype = tail_from.type
+    ftype = ir.FloatType() if itype.width == 32 else ir.DoubleType()
+    width = signature.args[0].bitwidth
+    if width > itype.width:
+        i = builder.trunc(i, itype)
+    elif width < itype.width:
+        i = builder.zext(i, itype)
+    u = builder.add(i, r)
+    inverse = builder.fdiv(ir.Constant(ftype, 1.0), builder.sitofp(chunk, ftype))  # hoisted out of the loop
+    k = builder.fptosi(builder.fmul(builder.sitofp(u, ftype), inverse), itype)
+    rem = builder.sub(u, builder.mul(k, chunk))
+    rem = builder.select(builder.icmp_signed("<", rem, ir.Constant(itype, 0)), builder.add(rem, chunk), rem)
+    rem = builder.select(builder.icmp_signed(">=", rem, chunk), builder.sub(rem, chunk), rem)
+    inside = builder.icmp_signed("<", rem, r)
+    return builder.or_(builder.icmp_signed(">=", i, tail_from), inside)
+
+
+@intrinsic
+def _tail(typingctx, i, tail_from, chunk, chunk_tail):
+    scalars = (tail_from, chunk, chunk_tail)
+    if not (
+        isinstance(i, types.Integer)
+        and all(isinstance(s, types.Integer) and s.signed and s.bitwidth in (32, 64) for s in scalars)
+        and len({s.bitwidth for s in scalars}) == 1
+    ):
+        return None
+    return types.boolean(i, tail_from, chunk, chunk_tail), _tail_codegen
+
+
+@overload(torch_tail, jit_options=dict(error_model="numpy", fastmath=False))
+def _torch_tail_compiled(i, tail_from, chunk, chunk_tail, like):
+    if like in HALF_MARKERS:
+        return lambda i, tail_from, chunk, chunk_tail, like: _tail(i, tail_from, chunk, chunk_tail)
+    return lambda i, tail_from, chunk, chunk_tail, like: False
+
+
+#: The last scalars ``(tail_from, chunk, chunk_tail)`` of the element functions that take
+#: :func:`torch_tail`'s where no tail is wanted (float32/float64 arrays, or a kernel called directly):
+#: no element is in a tail.
+NO_TAIL = (np.int64(2**62), np.int64(1), np.int64(0))
+
+
+def torch_tail_scalars(n: int, threads: int, width: int) -> tuple:
+    """``(tail_from, chunk, chunk_tail)`` of :func:`torch_tail` for a tensor of ``n`` elements stepped by
+    torch with ``threads`` threads (``torch.get_num_threads()``) and half vectors of ``width`` elements (a
+    power of two): torch uses ``min(threads, ⌈n / 32768⌉)`` threads, in chunks of ``⌈n / that⌉``;
+    ``chunk_tail`` is a whole chunk's tail length, ``tail_from`` the first element of the last chunk's
+    tail. int32 where their arithmetic fits (``n + width < 2³⁰``), else int64.
+
+    Parameters
+    ----------
+    n : int
+        The tensor's number of elements.
+    threads : int
+        torch's thread count.
+    width : int
+        Elements per vector of torch's half loops (32 with AVX-512, 16 with AVX2).
+    """
+    if width < 1 or width & (width - 1):
+        raise ValueError(f"width must be a power of two, got {width}")
+    used = max(1, min(threads, -(-n // GRAIN)))
+    chunk = max(1, -(-n // used))
+    last_start = (max(n, 1) - 1) // chunk * chunk
+    tail_from = n - ((n - last_start) & (width - 1))
+    kind = np.int32 if n + width < 2**30 else np.int64
+    return kind(tail_from), kind(chunk), kind(chunk & (width - 1))
