@@ -206,6 +206,10 @@ class Elementwise:
         if table.shape[0] == 0:
             return
         n_arrays = tensors.addresses.shape[0]
+        if prologue is None and tensors.total >= SERIAL_BELOW:  # the common case: all threads, as set
+            with parallel_launch():
+                for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
+            return
         with parallel_launch():
             get_threads, set_threads = thread_mask()
             threads = get_threads() if tensors.total < SERIAL_BELOW else 1
