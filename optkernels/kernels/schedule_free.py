@@ -90,15 +90,31 @@ def schedule_free_weight(
     return lr_t, lr_max, weight_sum, c
 
 
+_PLAIN = (float, int)
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
 def _common(dtype: Any, lr: Scalar, beta: Scalar, weight_decay: Scalar, c: Scalar, beta_name: str) -> tuple:
-    lr_, b, wd, c_ = (
-        float(to_scalar(name, value, _FLOAT64))
-        for name, value in (("lr", lr), (beta_name, beta), ("weight_decay", weight_decay), ("c", c))
-    )
-    check_range("lr", lr_, 0.0)
-    check_range(beta_name, b, 0.0, 1.0, high_open=True)
-    check_range("weight_decay", wd, 0.0)
-    check_range("c", c_, 0.0, 1.0)
+    if (
+        type(lr) in _PLAIN
+        and type(beta) in _PLAIN
+        and type(weight_decay) in _PLAIN
+        and type(c) in _PLAIN
+        and 0.0 <= lr <= _FLOAT_MAX
+        and 0.0 <= beta < 1.0
+        and 0.0 <= weight_decay <= _FLOAT_MAX
+        and 0.0 <= c <= 1.0
+    ):  # the common case, checked in a few comparisons: Python numbers in range (an int within float range)
+        lr_, b, wd, c_ = float(lr), float(beta), float(weight_decay), float(c)
+    else:
+        lr_, b, wd, c_ = (
+            float(to_scalar(name, value, _FLOAT64))
+            for name, value in (("lr", lr), (beta_name, beta), ("weight_decay", weight_decay), ("c", c))
+        )
+        check_range("lr", lr_, 0.0)
+        check_range(beta_name, b, 0.0, 1.0, high_open=True)
+        check_range("weight_decay", wd, 0.0)
+        check_range("c", c_, 0.0, 1.0)
     t = np.dtype(dtype).type
     return (t(lr_), t(lr_ * (b * (1.0 - c_) - 1.0)), *lerp_scalars(dtype, c_)), t(wd)
 

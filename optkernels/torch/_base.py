@@ -143,7 +143,7 @@ class _Work:
         self.index, self.group = index, group
         self.dense: list = []  # parameters the kernels update from a dense gradient
         self.grads: list = []  # their gradients (as found: laid out at run time)
-        self.ptrs: list | None = None  # the gradients' addresses (fast path: laid out already)
+        self.ptrs: np.ndarray | None = None  # the gradients' addresses (fast path: laid out already)
         self.sparse: list = []  # parameters the kernels update from a sparse gradient
         self.by_torch: list = []  # parameters torch's own step updates
         self.plan: _Plan | None = None
@@ -382,13 +382,14 @@ class KernelOptimizer(torch.optim.Optimizer):
         ):
             members, grads = params, list(map(_GRAD, params))
             try:
-                # raises for a missing gradient (TypeError) and for one without strided storage (sparse)
-                ptrs = list(map(_DATA_PTR, grads))
+                # raises for a missing gradient (TypeError) and for one without strided storage (sparse);
+                # read straight into an int64 array: the launch table's row is then one copy
+                ptrs = np.fromiter(map(_DATA_PTR, grads), np.int64, len(grads))
             except TypeError:  # parameters without gradients (frozen) are left out
                 members = [p for p, g in zip(params, grads) if g is not None]
                 grads = [g for g in grads if g is not None]
                 try:
-                    ptrs = list(map(_DATA_PTR, grads))
+                    ptrs = np.fromiter(map(_DATA_PTR, grads), np.int64, len(grads))
                 except RuntimeError:
                     ptrs = None
             except RuntimeError:

@@ -25,7 +25,6 @@ from ._base import KernelOptimizer, _Plan
 
 __all__ = ["AdamWScheduleFree", "SGDScheduleFree"]
 
-_HOST = ("k", "lr_max", "weight_sum", "scheduled_lr")
 _FOREACH = hasattr(torch, "_foreach_mul_")
 
 
@@ -53,8 +52,8 @@ class _ScheduleFree(KernelOptimizer):
     def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.param_groups[0]["train_mode"]:
             raise Exception(NOT_IN_TRAIN_MODE)
-        saved = [{key: group[key] for key in _HOST} for group in self.param_groups]
-        self._weights = {}
+        weights: dict[int, tuple] = {}
+        self._weights = weights
         for group in self.param_groups:
             k = group["k"]
             lr_t, lr_max, weight_sum, c = schedule_free_weight(
@@ -66,17 +65,16 @@ class _ScheduleFree(KernelOptimizer):
                 group["lr_max"],
                 group["weight_sum"],
             )
-            group.update(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k + 1)
-            self._weights[id(group)] = (lr_t, c, k + 1)
-        try:
-            return super()._step(closure)
-        except BaseException:
-            for group, values in zip(self.param_groups, saved):  # a failed step changes nothing
-                group.update(values)
-            raise
+            weights[id(group)] = (lr_t, c, k + 1, lr_max, weight_sum)
+        loss = super()._step(closure)
+        # the groups' entries change only with a step that ran (a failed step changes nothing)
+        for group in self.param_groups:
+            lr_t, _c, k1, lr_max, weight_sum = weights[id(group)]
+            group.update(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k1)
+        return loss
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        lr_t, c, k1 = self._weights[id(group)]
+        lr_t, c, k1 = self._weights[id(group)][:3]
         return self._kernel_scalars(group, dtype, lr_t, c, k1)
 
     @torch.no_grad()
