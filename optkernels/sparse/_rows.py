@@ -39,7 +39,7 @@ from ..kernels import _cuda, _intrinsics
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
 from ..kernels._threading import for_this_process, parallel_launch
-from ._plan import plan_buffers, plan_into, position_example
+from ._plan import MAX_PASSES, RADIX_BITS, plan_into, position_example
 
 JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -63,80 +63,126 @@ WAIT_PREFETCH_ROWS = 8
 #: times per state array (a state row is read and written).
 STATE_ROW_COST = 4
 
-# The CPU driver. The first thread to arrive computes the merge plan (claimed with an atomic add, so it is
-# always a running thread: no thread ever waits for one that has not started) while the others -- often just
-# woken from sleep -- join; once the plan is published they all take tasks. A bad index publishes no tasks:
-# nothing is written.
+#: The row loop's shared counters: [plan claimed, n_tasks + 1 once published, next task, first bad position
+#: + 1, next gradient row to prefetch while waiting], only ever read and written by ``fetch_add`` inside the
+#: loop (Numba does not see the intrinsic's writes: a plain read there may see a stale value).
+SYNC_SLOTS = 5
+
+# The CPU row worker, run once by every iteration of :func:`drive_rows`' parallel loop (a plain compiled C
+# function, see RowUpdate.cpu_worker). The first worker to arrive computes the merge plan (claimed with an
+# atomic add, so it is always a running thread: no thread ever waits for one that has not started) while
+# the others -- often just woken from sleep -- join; once the plan is published they all take tasks. A bad
+# index publishes no tasks: nothing is written.
 _CPU_ROWS = """
-def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params}):
+def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, {params}):
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
-    order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
-    bounds = np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64)
-    # [plan claimed, n_tasks + 1 once published, next task, bad position + 1, next gradient row to
-    # prefetch], only ever read and written by fetch_add (Numba does not see the intrinsic's writes: a plain
-    # read after the loop may see 0). Set element by element: np.zeros would be a parallel loop of its own, a
-    # second launch whose end waits for every thread to wake (about 0.1 ms when they sleep).
-    sync = np.empty(5, np.int64)
-    for i in range(5):
-        sync[i] = 0
-    for _ in prange(n_workers):
-        if fetch_add(sync, 0, 1) == 0:
-            bad, _kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
-            n_tasks = 0
-            if bad >= 0:
-                fetch_add(sync, 3, bad + 1)
-            else:
-                n_tasks = fill_balanced_tasks(starts, n_rows, bounds, STATE_ROW_COST * {n_states})
-            fetch_add(sync, 1, n_tasks + 1)
-        else:
-            # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
-            # counter (no two threads fetch the same rows): the row loop then gathers it from cache
-            while fetch_add(sync, 1, 0) == 0:
-                ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
-                for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-                    for c in range(0, row_len, line):
-                        prefetch_read(grad, k, c)
-        n_tasks = fetch_add(sync, 1, 0) - 1
-        g = np.empty(row_len, grad.dtype)
-        while True:
-            task = fetch_add(sync, 2, 1)
-            if task >= n_tasks:
-                break
-            first = bounds[task]
-            last = bounds[task + 1]
-            k_last = starts[last]
-            for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
-                r = rows[j]
+    if fetch_add(sync, 0, 1) == 0:
+        plan(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds,
+             STATE_ROW_COST * {n_states}, sync)
+    else:
+        # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
+        # counter (no two threads fetch the same rows): the row loop then gathers it from cache
+        while fetch_add(sync, 1, 0) == 0:
+            ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
+            for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
+                for c in range(0, row_len, line):
+                    prefetch_read(grad, k, c)
+    n_tasks = fetch_add(sync, 1, 0) - 1
+    g = np.empty(row_len, grad.dtype)
+    while True:
+        task = fetch_add(sync, 2, 1)
+        if task >= n_tasks:
+            break
+        first = bounds[task]
+        last = bounds[task + 1]
+        k_last = starts[last]
+        for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
+            r = rows[j]
+            for c in range(0, row_len, line):
+                {prefetch_states}
+        for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
+            src = order[k]
+            for c in range(0, row_len, line):
+                prefetch_read(grad, src, c)
+        for j in range(first, last):
+            if j + PREFETCH_STATE_ROWS < last:
+                r = rows[j + PREFETCH_STATE_ROWS]
                 for c in range(0, row_len, line):
                     {prefetch_states}
-            for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
-                src = order[k]
-                for c in range(0, row_len, line):
-                    prefetch_read(grad, src, c)
-            for j in range(first, last):
-                if j + PREFETCH_STATE_ROWS < last:
-                    r = rows[j + PREFETCH_STATE_ROWS]
+            for k in range(starts[j], starts[j + 1]):
+                if k + PREFETCH_GRAD_ROWS < k_last:
+                    ahead = order[k + PREFETCH_GRAD_ROWS]
                     for c in range(0, row_len, line):
-                        {prefetch_states}
-                for k in range(starts[j], starts[j + 1]):
-                    if k + PREFETCH_GRAD_ROWS < k_last:
-                        ahead = order[k + PREFETCH_GRAD_ROWS]
-                        for c in range(0, row_len, line):
-                            prefetch_read(grad, ahead, c)
-                    src = order[k]
-                    if k == starts[j]:
-                        for c in range(row_len):
-                            g[c] = grad[src, c]
-                    else:
-                        for c in range(row_len):
-                            g[c] += grad[src, c]
-                r = rows[j]
-                for c in range(row_len):
-                    {targets} = update({targets}, g[c], {scalars})
-    return fetch_add(sync, 3, 0) - 1
+                        prefetch_read(grad, ahead, c)
+                src = order[k]
+                if k == starts[j]:
+                    for c in range(row_len):
+                        g[c] = grad[src, c]
+                else:
+                    for c in range(row_len):
+                        g[c] += grad[src, c]
+            r = rows[j]
+            for c in range(row_len):
+                {targets} = update({targets}, g[c], {scalars})
 """
+
+
+@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
+def drive_rows(n_workers, worker, plan, args):
+    """``worker(*args)`` once on each of ``n_workers`` iterations of a parallel loop: ``worker`` a row worker
+    (:meth:`RowUpdate.cpu_worker`), ``plan`` its merge plan (:func:`plan_tasks_worker`, ``args[1]``), both
+    compiled C functions passed as arguments (Numba's first-class function type). So this parallel loop is
+    small and compiled once per argument types, and the row code is compiled once, outside Numba's
+    parallel-loop machinery (which would lower and optimise it again in each function it generates)."""
+    for _ in numba.prange(n_workers):
+        worker(args[0], plan, *args[1:])
+
+
+def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, row_cost, sync):
+    """Build the merge plan (:func:`~optkernels.sparse._plan.plan_into`) and cut its rows into tasks
+    (:func:`fill_balanced_tasks`); publish in ``sync`` the first bad position + 1 (``sync[3]``) and the
+    number of tasks + 1 (``sync[1]``, 1 when an index is bad: no tasks)."""
+    bad, _kept, n_rows = inline_plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
+    n_tasks = 0
+    if bad >= 0:
+        fetch_add(sync, 3, bad + 1)
+    else:
+        n_tasks = inline_fill_balanced_tasks(starts, n_rows, bounds, row_cost)
+    fetch_add(sync, 1, n_tasks + 1)
+
+
+_INT64S = numba.types.int64[::1]
+
+
+def _readonly(dtype: Any, ndim: int) -> Any:
+    return numba.types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C", readonly=True)
+
+
+def _plan_signature(index_dtype: Any, position_dtype: Any) -> tuple:
+    positions = numba.types.Array(numba.from_dtype(np.dtype(position_dtype)), 1, "C")
+    return (
+        _readonly(index_dtype, 1),
+        numba.types.int64,
+        numba.types.boolean,
+        positions,
+        positions,
+        numba.types.int64[:, ::1],
+        _INT64S,
+        _INT64S,
+        _INT64S,
+        numba.types.int64,
+        _INT64S,
+    )
+
+
+@functools.cache
+def plan_tasks_worker(index_dtype: Any, position_dtype: Any) -> Any:
+    """:func:`_plan_tasks` compiled as a C function (``numba.cfunc``, cached on disk) for one index and one
+    position dtype: one for every row update and float dtype."""
+    signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
+    return numba.cfunc(signature, cache=True, **JIT_OPTIONS)(_plan_tasks)
 
 
 @numba.njit(cache=True)
@@ -158,6 +204,11 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
         bounds[t] = j
     bounds[n_tasks] = n_rows
     return n_tasks
+
+
+# Copies inlined (as Numba IR) into :func:`_plan_tasks`: one compiled function instead of three.
+inline_plan_into = numba.njit(inline="always", **JIT_OPTIONS)(plan_into.py_func)
+inline_fill_balanced_tasks = numba.njit(inline="always", **JIT_OPTIONS)(fill_balanced_tasks.py_func)
 
 
 @numba.njit(cache=True)
@@ -235,31 +286,21 @@ class RowUpdate:
         split = params.index("g")
         self.states, self.scalars = params[:split], params[split + 1 :]
         self.__name__ = py_func.__name__
+        self._workers: dict[tuple, Any] = {}
 
     def _fields(self) -> dict:
         return dict(params=", ".join(self.states + self.scalars), scalars=", ".join(self.scalars))
 
     @functools.cached_property
-    def cpu(self) -> Callable:
-        """The parallel CPU driver, merge plan included: ``cpu(n_workers, indices, limit, stop_at_bad,
-        positions_like, grad, *states, *scalars)`` on 2-D ``(rows, row_len)`` views of the gradient and the
-        states (see :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``positions_like``:
-        an empty array of the positions' integer type). ``n_workers``: iterations of the parallel loop, at
-        least Numba's thread count (:func:`worker_count`); each joins the work until no task is left, so
-        iterations beyond the threads' first return at once. Returns the position of the first out-of-range
-        index (then nothing was written) or -1."""
+    def _cpu_source(self) -> Callable:
+        """The Python function of the CPU row worker (:data:`_CPU_ROWS` filled in for this update)."""
         namespace = {
-            "prange": numba.prange,
             "np": np,
             "update": self.math,
-            "plan_into": plan_into,
-            "plan_buffers": plan_buffers,
-            "fill_balanced_tasks": fill_balanced_tasks,
             "fetch_add": fetch_add,
             "prefetch_read": prefetch_read,
             "prefetch_write": prefetch_write,
             "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
-            "TASKS_PER_THREAD": TASKS_PER_THREAD,
             "STATE_ROW_COST": STATE_ROW_COST,
             "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
             "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
@@ -267,7 +308,7 @@ class RowUpdate:
         }
         targets = ", ".join(f"{s}[r, c]" for s in self.states)
         prefetch_states = "; ".join(f"prefetch_write({s}, r, c)" for s in self.states)
-        driver = generate(
+        return generate(
             _CPU_ROWS,
             f"_cpu_rows_{self.__name__}",
             self.math.py_func,
@@ -277,7 +318,30 @@ class RowUpdate:
             n_states=len(self.states),
             **self._fields(),
         )
-        return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
+
+    def cpu_worker(self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple) -> Any:
+        """The CPU row worker for these dtypes and scalars' types, compiled on first use (or loaded from
+        Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, plan, indices, limit, stop_at_bad,
+        order, order_tmp, counts, rows, starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows,
+        row_len)`` C-contiguous views of the gradient and the states (see
+        :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``plan``:
+        :func:`plan_tasks_worker`). The first worker to arrive builds the merge plan; each then takes tasks
+        until none is left (see :func:`drive_rows`)."""
+        key = (index_dtype, position_dtype, dtype, *map(type, scalars))
+        worker = self._workers.get(key)
+        if worker is None:
+            rows = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "C")
+            plan_signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
+            head = (_INT64S, numba.types.FunctionType(plan_signature)) + plan_signature.args[:-2]
+            signature = numba.types.void(
+                *head,
+                _readonly(dtype, 2),
+                *[rows] * len(self.states),
+                *map(numba.typeof, scalars),
+            )
+            compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(self._cpu_source)
+            worker = self._workers.setdefault(key, compiled)
+        return worker
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -307,18 +371,32 @@ class RowUpdate:
         """
         if call.device == "cpu" and call.row_len:
             indices = call.indices
+            n = indices.shape[0]
+            positions = position_example(n).dtype
+            worker = self.cpu_worker(indices.dtype, positions, call.dtype, scalars)
+            n_workers = worker_count()
+            sync = np.zeros(SYNC_SLOTS, np.int64)
+            args = (
+                sync,
+                indices,
+                call.num_rows,
+                not call.drop,
+                np.empty(n, positions),
+                np.empty(n, positions),
+                np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
+                np.empty(n, np.int64),
+                np.empty(n + 1, np.int64),
+                np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64),
+                *call.rows_2d(),
+                *scalars,
+            )
             with parallel_launch():
-                bad = for_this_process(self.cpu)(
-                    worker_count(),
-                    indices,
-                    call.num_rows,
-                    not call.drop,
-                    position_example(indices.shape[0]),
-                    *call.rows_2d(),
-                    *scalars,
+                for_this_process(drive_rows)(
+                    n_workers, worker, plan_tasks_worker(indices.dtype, positions), args
                 )
+            bad = sync[3] - 1
             if bad >= 0:
-                raise call.out_of_range_error(bad)
+                raise call.out_of_range_error(int(bad))
             return
         n_rows = call.plan.rows.shape[0]
         if n_rows == 0 or call.row_len == 0:
