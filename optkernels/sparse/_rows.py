@@ -37,9 +37,9 @@ import numpy as np
 
 from ..kernels import _cuda, _intrinsics
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
-from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
+from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
 from ..kernels._threading import for_this_process, parallel_launch
-from ._plan import MAX_PASSES, RADIX_BITS, plan_into, position_example
+from ._plan import MAX_PASSES, RADIX_BITS, inline_plan_into, position_example
 
 JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -79,8 +79,8 @@ def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, ro
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
     if fetch_add(sync, 0, 1) == 0:
-        plan(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds,
-             STATE_ROW_COST * {n_states}, sync)
+        call_cfunc(plan, (indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds,
+                          np.int64(STATE_ROW_COST * {n_states}), sync))
     else:
         # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
         # counter (no two threads fetch the same rows): the row loop then gathers it from cache
@@ -130,14 +130,55 @@ def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, ro
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_rows(n_workers, worker, plan, args):
-    """``worker(*args)`` once on each of ``n_workers`` iterations of a parallel loop: ``worker`` a row worker
-    (:meth:`RowUpdate.cpu_worker`), ``plan`` its merge plan (:func:`plan_tasks_worker`, ``args[1]``), both
-    compiled C functions passed as arguments (Numba's first-class function type). So this parallel loop is
-    small and compiled once per argument types, and the row code is compiled once, outside Numba's
-    parallel-loop machinery (which would lower and optimise it again in each function it generates)."""
+def drive_rows(n_workers, worker, args):
+    """Call the C function at address ``worker`` (a row worker, :meth:`RowUpdate.cpu_worker`) with ``args``
+    once on each of ``n_workers`` iterations of a parallel loop (:func:`~optkernels.kernels._intrinsics.
+    call_cfunc`). The row code is then compiled once, as a plain function, outside Numba's parallel-loop
+    machinery (which would lower and optimise it again in each function it generates), and this loop is
+    compiled once per argument types."""
     for _ in numba.prange(n_workers):
-        worker(args[0], plan, *args[1:])
+        call_cfunc(worker, args)
+
+
+@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
+def drive_tasks(n_tasks, worker, args):
+    """Call the C function at address ``worker`` with ``(task, *args)`` for every ``task`` in ``0 .. n_tasks
+    - 1``, on the threads of a parallel loop (see :func:`task_worker`)."""
+    for task in numba.prange(n_tasks):
+        call_cfunc(worker, (np.int64(task),) + args)
+
+
+_task_workers: dict[tuple, tuple[Any, int]] = {}
+
+
+def _type_key(value: Any) -> Any:
+    """What Numba's type of an argument depends on, found faster than :func:`numba.typeof`."""
+    if isinstance(value, np.ndarray):
+        flags = value.flags
+        return value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
+    return type(value)
+
+
+def task_worker(py_func: Callable, args: tuple) -> tuple[Any, int]:
+    """``(cfunc, its address)``: ``py_func(task, *args)`` (returning nothing) compiled as a C function
+    (``numba.cfunc``, cached on disk) for ``int64`` tasks and the Numba types of ``args``, on first use."""
+    key = (py_func, *map(_type_key, args))
+    found = _task_workers.get(key)
+    if found is None:
+        signature = numba.types.void(numba.types.int64, *map(numba.typeof, args))
+        compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(py_func)
+        found = _task_workers.setdefault(key, (compiled, compiled.address))
+    return found
+
+
+def run_tasks(n_tasks: int, py_func: Callable, args: tuple) -> None:
+    """``py_func(task, *args)`` for every task in ``0 .. n_tasks - 1``, on the threads of one parallel loop
+    (:func:`drive_tasks`; ``py_func`` compiled by :func:`task_worker`), in
+    :func:`~optkernels.kernels._threading.parallel_launch`. The task code is compiled once, outside Numba's
+    parallel-loop machinery."""
+    worker = task_worker(py_func, args)[1]
+    with parallel_launch():
+        for_this_process(drive_tasks)(n_tasks, worker, args)
 
 
 def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, row_cost, sync):
@@ -177,12 +218,19 @@ def _plan_signature(index_dtype: Any, position_dtype: Any) -> tuple:
     )
 
 
-@functools.cache
-def plan_tasks_worker(index_dtype: Any, position_dtype: Any) -> Any:
-    """:func:`_plan_tasks` compiled as a C function (``numba.cfunc``, cached on disk) for one index and one
-    position dtype: one for every row update and float dtype."""
-    signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
-    return numba.cfunc(signature, cache=True, **JIT_OPTIONS)(_plan_tasks)
+_plan_workers: dict[tuple, tuple[Any, int]] = {}
+
+
+def plan_tasks_worker(index_dtype: Any, position_dtype: Any) -> int:
+    """The address of :func:`_plan_tasks` compiled as a C function (``numba.cfunc``, cached on disk) for one
+    index and one position dtype: one for every row update and float dtype."""
+    key = (index_dtype, position_dtype)
+    found = _plan_workers.get(key)
+    if found is None:
+        signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
+        compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(_plan_tasks)
+        found = _plan_workers.setdefault(key, (compiled, compiled.address))
+    return found[1]
 
 
 @numba.njit(cache=True)
@@ -206,8 +254,7 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
     return n_tasks
 
 
-# Copies inlined (as Numba IR) into :func:`_plan_tasks`: one compiled function instead of three.
-inline_plan_into = numba.njit(inline="always", **JIT_OPTIONS)(plan_into.py_func)
+# A copy inlined (as Numba IR) into :func:`_plan_tasks`, with :func:`~._plan.inline_plan_into`.
 inline_fill_balanced_tasks = numba.njit(inline="always", **JIT_OPTIONS)(fill_balanced_tasks.py_func)
 
 
@@ -286,7 +333,7 @@ class RowUpdate:
         split = params.index("g")
         self.states, self.scalars = params[:split], params[split + 1 :]
         self.__name__ = py_func.__name__
-        self._workers: dict[tuple, Any] = {}
+        self._workers: dict[tuple, tuple[Any, int]] = {}  # key -> (the cfunc, kept alive; its address)
 
     def _fields(self) -> dict:
         return dict(params=", ".join(self.states + self.scalars), scalars=", ".join(self.scalars))
@@ -297,6 +344,7 @@ class RowUpdate:
         namespace = {
             "np": np,
             "update": self.math,
+            "call_cfunc": call_cfunc,
             "fetch_add": fetch_add,
             "prefetch_read": prefetch_read,
             "prefetch_write": prefetch_write,
@@ -319,12 +367,14 @@ class RowUpdate:
             **self._fields(),
         )
 
-    def cpu_worker(self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple) -> Any:
-        """The CPU row worker for these dtypes and scalars' types, compiled on first use (or loaded from
-        Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, plan, indices, limit, stop_at_bad,
+    def cpu_worker(
+        self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple
+    ) -> tuple[Any, int]:
+        """``(cfunc, its address)``: the CPU row worker for these dtypes and scalars' types, compiled on first
+        use (or loaded from Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, plan, indices, limit, stop_at_bad,
         order, order_tmp, counts, rows, starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows,
         row_len)`` C-contiguous views of the gradient and the states (see
-        :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``plan``:
+        :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``plan``: the address of
         :func:`plan_tasks_worker`). The first worker to arrive builds the merge plan; each then takes tasks
         until none is left (see :func:`drive_rows`)."""
         key = (index_dtype, position_dtype, dtype, *map(type, scalars))
@@ -332,7 +382,7 @@ class RowUpdate:
         if worker is None:
             rows = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "C")
             plan_signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
-            head = (_INT64S, numba.types.FunctionType(plan_signature)) + plan_signature.args[:-2]
+            head = (_INT64S, numba.types.int64) + plan_signature.args[:-2]
             signature = numba.types.void(
                 *head,
                 _readonly(dtype, 2),
@@ -340,7 +390,7 @@ class RowUpdate:
                 *map(numba.typeof, scalars),
             )
             compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(self._cpu_source)
-            worker = self._workers.setdefault(key, compiled)
+            worker = self._workers.setdefault(key, (compiled, compiled.address))
         return worker
 
     @functools.cached_property
@@ -360,6 +410,33 @@ class RowUpdate:
             )
         )
 
+    def cpu_arguments(
+        self, indices: np.ndarray, limit: int, stop_at_bad: bool, arrays: list, scalars: tuple
+    ) -> tuple[int, tuple]:
+        """``(worker, args)`` of :func:`drive_rows` for the row update of ``arrays`` (the gradient, then the
+        states, 2-D C-contiguous ``(rows, row_len)``) over ``indices`` (see
+        :func:`~optkernels.sparse._plan.plan_into` for ``limit`` and ``stop_at_bad``): the worker's address
+        and its arguments, with new plan buffers and counters (``args[0]``: after the call, ``args[0][3] -
+        1`` is the position of the first out-of-range index, or -1)."""
+        n = indices.shape[0]
+        positions = position_example(n).dtype
+        args = (
+            np.zeros(SYNC_SLOTS, np.int64),
+            plan_tasks_worker(indices.dtype, positions),
+            indices,
+            limit,
+            stop_at_bad,
+            np.empty(n, positions),
+            np.empty(n, positions),
+            np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
+            np.empty(n, np.int64),
+            np.empty(n + 1, np.int64),
+            np.empty(worker_count() * TASKS_PER_THREAD + 1, np.int64),
+            *arrays,
+            *scalars,
+        )
+        return self.cpu_worker(indices.dtype, positions, arrays[0].dtype, scalars)[1], args
+
     def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
 
@@ -370,31 +447,12 @@ class RowUpdate:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.
         """
         if call.device == "cpu" and call.row_len:
-            indices = call.indices
-            n = indices.shape[0]
-            positions = position_example(n).dtype
-            worker = self.cpu_worker(indices.dtype, positions, call.dtype, scalars)
-            n_workers = worker_count()
-            sync = np.zeros(SYNC_SLOTS, np.int64)
-            args = (
-                sync,
-                indices,
-                call.num_rows,
-                not call.drop,
-                np.empty(n, positions),
-                np.empty(n, positions),
-                np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
-                np.empty(n, np.int64),
-                np.empty(n + 1, np.int64),
-                np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64),
-                *call.rows_2d(),
-                *scalars,
+            worker, args = self.cpu_arguments(
+                call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
             )
             with parallel_launch():
-                for_this_process(drive_rows)(
-                    n_workers, worker, plan_tasks_worker(indices.dtype, positions), args
-                )
-            bad = sync[3] - 1
+                for_this_process(drive_rows)(worker_count(), worker, args)
+            bad = args[0][3] - 1
             if bad >= 0:
                 raise call.out_of_range_error(int(bad))
             return
