@@ -6,7 +6,11 @@ A row update is a :func:`~optkernels.kernels._elementwise.scalar_math` function
 kernels call, where the math is the same). :class:`RowUpdate` generates its two drivers from that one
 definition, with each distinct row's summed gradient computed on the fly:
 
-* CPU: one parallel region per call. The first thread to arrive builds the merge plan
+* CPU: one parallel region per call (:func:`drive_rows`, a one-line parallel loop), each of whose threads
+  runs the update's row worker, a C function (``numba.cfunc``) called through its address
+  (:func:`~optkernels.kernels._intrinsics.call_cfunc`): the row code is compiled once per update and dtype
+  as a plain function, not lowered again inside Numba's parallel-loop machinery, and the merge plan's code
+  (:func:`plan_tasks_worker`) once for every update. The first thread to arrive builds the merge plan
   (:func:`~optkernels.sparse._plan.plan_into`: range check, stable radix sort of the positions) while the
   others wake up and stream the gradient into the caches; the distinct rows are then cut into runs of about
   equal cost (:func:`fill_balanced_tasks`),
