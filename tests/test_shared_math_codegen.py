@@ -73,7 +73,7 @@ def _sparse_asm(driver, *args):
 def test_sparse_adam_row_loops_are_vectorised(which):
     """The per-row loops of the sparse kernels (2-D row views, indices from 0 up) use packed float32 sqrt, and
     the lazy loop prefetches (its rows are scattered over the table)."""
-    from optkernels.sparse._rows import task_worker
+    from optkernels.sparse._rows import compile_worker
     from optkernels.sparse.adam import _fused_adam_task, _lazy_adam
 
     f = np.float32
@@ -81,11 +81,13 @@ def test_sparse_adam_row_loops_are_vectorised(which):
     grad = np.ones((2, 64), f)
     states = [np.ones((5, 64), f) for _ in range(3)]
     scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
-    if which == "lazy":  # C functions (numba.cfunc): their optimised LLVM IR
-        worker = _lazy_adam.cpu_worker(np.dtype(np.int64), np.dtype(np.int32), np.dtype(f), scalars)[0]
+    if which == "lazy":  # C functions (numba.cfunc), compiled afresh: their optimised LLVM IR
+        signature = _lazy_adam.worker_signature(np.dtype(np.int32), np.dtype(f), scalars)
+        ir = compile_worker(_lazy_adam.cpu_source, signature, cache=False).inspect_llvm()
     else:
-        worker = task_worker(_fused_adam_task, (4, *plan, grad, *states, *scalars))[0]
-    ir = worker.inspect_llvm()
+        args = (4, *plan, grad, *states, *scalars)
+        signature = numba.types.void(numba.types.int64, *map(numba.typeof, args))
+        ir = compile_worker(_fused_adam_task, signature, cache=False).inspect_llvm()
     assert re.search(r"@llvm\.sqrt\.v\d+f32\b", ir), f"no packed float32 sqrt in the {which} sparse Adam loop"
     if which == "lazy":
         assert "@llvm.prefetch" in ir, "no prefetch instructions in the lazy row loop"

@@ -78,21 +78,17 @@ SYNC_SLOTS = 5
 # the others -- often just woken from sleep -- join; once the plan is published they all take tasks. A bad
 # index publishes no tasks: nothing is written.
 _CPU_ROWS = """
-def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, {params}):
-    n = indices.shape[0]
+def {name}(sync, order, rows, starts, bounds, grad, {params}):
+    n = grad.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
-    if fetch_add(sync, 0, 1) == 0:
-        call_cfunc(plan, (indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds,
-                          np.int64(STATE_ROW_COST * {n_states}), sync))
-    else:
-        # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
-        # counter (no two threads fetch the same rows): the row loop then gathers it from cache
-        while fetch_add(sync, 1, 0) == 0:
-            ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
-            for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-                for c in range(0, row_len, line):
-                    prefetch_read(grad, k, c)
+    # until the plan is published, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from
+    # a shared counter (no two threads fetch the same rows): the row loop then gathers it from cache
+    while fetch_add(sync, 1, 0) == 0:
+        ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
+        for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
+            for c in range(0, row_len, line):
+                prefetch_read(grad, k, c)
     n_tasks = fetch_add(sync, 1, 0) - 1
     g = np.empty(row_len, grad.dtype)
     while True:
@@ -134,14 +130,19 @@ def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, ro
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_rows(n_workers, worker, args):
-    """Call the C function at address ``worker`` (a row worker, :meth:`RowUpdate.cpu_worker`) with ``args``
-    once on each of ``n_workers`` iterations of a parallel loop (:func:`~optkernels.kernels._intrinsics.
-    call_cfunc`). The row code is then compiled once, as a plain function, outside Numba's parallel-loop
-    machinery (which would lower and optimise it again in each function it generates), and this loop is
-    compiled once per argument types."""
+def drive_rows(n_workers, plan, plan_args, worker, worker_args):
+    """On each of ``n_workers`` iterations of a parallel loop, call the C function at address ``worker`` (a
+    row worker, :meth:`RowUpdate.cpu_worker`) with ``worker_args`` (whose first element is the shared
+    counters); the first iteration to arrive calls ``plan`` (:func:`plan_tasks_worker`) with ``plan_args``
+    first, claimed with an atomic add, so that it is always a running thread: the others prefetch the
+    gradient meanwhile (:func:`~optkernels.kernels._intrinsics.call_cfunc` makes the calls). The row code
+    is then compiled once, as a plain function, outside Numba's parallel-loop machinery (which would lower
+    and optimise it again in each function it generates), and this loop is compiled once per argument
+    types."""
     for _ in numba.prange(n_workers):
-        call_cfunc(worker, args)
+        if fetch_add(worker_args[0], 0, 1) == 0:
+            call_cfunc(plan, plan_args)
+        call_cfunc(worker, worker_args)
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
@@ -163,6 +164,12 @@ def _type_key(value: Any) -> Any:
     return type(value)
 
 
+def compile_worker(py_func: Callable, signature: Any, cache: bool = True) -> Any:
+    """``py_func`` compiled as a C function (``numba.cfunc``) for ``signature`` (returning void), cached on
+    disk unless ``cache`` is False (a fresh compile keeps its LLVM IR for :meth:`inspect_llvm`)."""
+    return numba.cfunc(signature, cache=cache, **JIT_OPTIONS)(py_func)
+
+
 def task_worker(py_func: Callable, args: tuple) -> tuple[Any, int]:
     """``(cfunc, its address)``: ``py_func(task, *args)`` (returning nothing) compiled as a C function
     (``numba.cfunc``, cached on disk) for ``int64`` tasks and the Numba types of ``args``, on first use."""
@@ -170,7 +177,7 @@ def task_worker(py_func: Callable, args: tuple) -> tuple[Any, int]:
     found = _task_workers.get(key)
     if found is None:
         signature = numba.types.void(numba.types.int64, *map(numba.typeof, args))
-        compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(py_func)
+        compiled = compile_worker(py_func, signature)
         found = _task_workers.setdefault(key, (compiled, compiled.address))
     return found
 
@@ -343,12 +350,11 @@ class RowUpdate:
         return dict(params=", ".join(self.states + self.scalars), scalars=", ".join(self.scalars))
 
     @functools.cached_property
-    def _cpu_source(self) -> Callable:
+    def cpu_source(self) -> Callable:
         """The Python function of the CPU row worker (:data:`_CPU_ROWS` filled in for this update)."""
         namespace = {
             "np": np,
             "update": self.math,
-            "call_cfunc": call_cfunc,
             "fetch_add": fetch_add,
             "prefetch_read": prefetch_read,
             "prefetch_write": prefetch_write,
@@ -371,29 +377,33 @@ class RowUpdate:
             **self._fields(),
         )
 
-    def cpu_worker(
-        self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple
-    ) -> tuple[Any, int]:
+    def worker_signature(self, position_dtype: Any, dtype: Any, scalars: tuple) -> Any:
+        """The C signature of :meth:`cpu_worker` for these dtypes and scalars."""
+        rows = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "C")
+        positions = numba.types.Array(numba.from_dtype(np.dtype(position_dtype)), 1, "C")
+        return numba.types.void(
+            _INT64S,
+            positions,
+            _INT64S,
+            _INT64S,
+            _INT64S,
+            _readonly(dtype, 2),
+            *[rows] * len(self.states),
+            *map(numba.typeof, scalars),
+        )
+
+    def cpu_worker(self, position_dtype: Any, dtype: Any, scalars: tuple) -> tuple[Any, int]:
         """``(cfunc, its address)``: the CPU row worker for these dtypes and scalars' types, compiled on first
-        use (or loaded from Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, plan, indices, limit, stop_at_bad,
-        order, order_tmp, counts, rows, starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows,
-        row_len)`` C-contiguous views of the gradient and the states (see
-        :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``plan``: the address of
-        :func:`plan_tasks_worker`). The first worker to arrive builds the merge plan; each then takes tasks
-        until none is left (see :func:`drive_rows`)."""
-        key = (index_dtype, position_dtype, dtype, *map(type, scalars))
+        use (or loaded from Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, order, rows,
+        starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows, row_len)`` C-contiguous views of the
+        gradient and the states (see :func:`~optkernels.sparse._plan.plan_into` for the plan's arrays). It
+        waits (prefetching the gradient) until the merge plan is published in ``sync``, then takes tasks
+        until none is left (see :func:`drive_rows`). The index dtype is not part of it: one worker serves
+        int32 and int64 indices."""
+        key = (position_dtype, dtype, *map(type, scalars))
         worker = self._workers.get(key)
         if worker is None:
-            rows = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "C")
-            plan_signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
-            head = (_INT64S, numba.types.int64) + plan_signature.args[:-2]
-            signature = numba.types.void(
-                *head,
-                _readonly(dtype, 2),
-                *[rows] * len(self.states),
-                *map(numba.typeof, scalars),
-            )
-            compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(self._cpu_source)
+            compiled = compile_worker(self.cpu_source, self.worker_signature(position_dtype, dtype, scalars))
             worker = self._workers.setdefault(key, (compiled, compiled.address))
         return worker
 
@@ -416,30 +426,23 @@ class RowUpdate:
 
     def cpu_arguments(
         self, indices: np.ndarray, limit: int, stop_at_bad: bool, arrays: list, scalars: tuple
-    ) -> tuple[int, tuple]:
-        """``(worker, args)`` of :func:`drive_rows` for the row update of ``arrays`` (the gradient, then the
-        states, 2-D C-contiguous ``(rows, row_len)``) over ``indices`` (see
-        :func:`~optkernels.sparse._plan.plan_into` for ``limit`` and ``stop_at_bad``): the worker's address
-        and its arguments, with new plan buffers and counters (``args[0]``: after the call, ``args[0][3] -
-        1`` is the position of the first out-of-range index, or -1)."""
+    ) -> tuple[int, tuple, int, tuple]:
+        """``(plan, plan_args, worker, worker_args)`` of :func:`drive_rows` for the row update of ``arrays``
+        (the gradient, then the states, 2-D C-contiguous ``(rows, row_len)``) over ``indices`` (see
+        :func:`~optkernels.sparse._plan.plan_into` for ``limit`` and ``stop_at_bad``): the functions'
+        addresses and their arguments, with new plan buffers and counters (``worker_args[0]``: after the
+        call, ``worker_args[0][3] - 1`` is the position of the first out-of-range index, or -1)."""
         n = indices.shape[0]
         positions = position_example(n).dtype
-        args = (
-            np.zeros(SYNC_SLOTS, np.int64),
-            plan_tasks_worker(indices.dtype, positions),
-            indices,
-            limit,
-            stop_at_bad,
-            np.empty(n, positions),
-            np.empty(n, positions),
-            np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
-            np.empty(n, np.int64),
-            np.empty(n + 1, np.int64),
-            np.empty(worker_count() * TASKS_PER_THREAD + 1, np.int64),
-            *arrays,
-            *scalars,
-        )
-        return self.cpu_worker(indices.dtype, positions, arrays[0].dtype, scalars)[1], args
+        sync = np.zeros(SYNC_SLOTS, np.int64)
+        order, rows, starts = np.empty(n, positions), np.empty(n, np.int64), np.empty(n + 1, np.int64)
+        bounds = np.empty(worker_count() * TASKS_PER_THREAD + 1, np.int64)
+        counts = np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64)
+        plan_args = (indices, limit, stop_at_bad, order, np.empty(n, positions), counts, rows, starts, bounds)
+        plan_args += (STATE_ROW_COST * len(self.states), sync)
+        worker_args = (sync, order, rows, starts, bounds, *arrays, *scalars)
+        plan = plan_tasks_worker(indices.dtype, positions)
+        return plan, plan_args, self.cpu_worker(positions, arrays[0].dtype, scalars)[1], worker_args
 
     def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
@@ -451,12 +454,12 @@ class RowUpdate:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.
         """
         if call.device == "cpu" and call.row_len:
-            worker, args = self.cpu_arguments(
+            arguments = self.cpu_arguments(
                 call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
             )
             with parallel_launch():
-                for_this_process(drive_rows)(worker_count(), worker, args)
-            bad = args[0][3] - 1
+                for_this_process(drive_rows)(worker_count(), *arguments)
+            bad = arguments[3][0][3] - 1
             if bad >= 0:
                 raise call.out_of_range_error(int(bad))
             return
