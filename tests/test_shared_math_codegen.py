@@ -82,7 +82,7 @@ def test_sparse_adam_row_loops_are_vectorised(which):
     states = [np.ones((5, 64), f) for _ in range(3)]
     scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
     if which == "lazy":  # C functions (numba.cfunc), compiled afresh: their optimised LLVM IR
-        signature = _lazy_adam.worker_signature(np.dtype(np.int32), np.dtype(f), scalars)
+        signature = _lazy_adam.worker_signature(np.dtype(np.int64), np.dtype(np.int32), np.dtype(f), scalars)
         ir = compile_worker(_lazy_adam.cpu_source, signature, cache=False).inspect_llvm()
     else:
         args = (4, *plan, grad, *states, *scalars)

@@ -133,8 +133,8 @@ def test_sparse_cpu_drivers_are_one_parallel_loop():
     grad = np.ones((3, 4), f)
     states = [np.ones((5, 4), f) for _ in range(3)]
     scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
-    arguments = _lazy_adam.cpu_arguments(indices, 5, True, [grad, *states], scalars)
-    assert _parallel_loops(drive_rows.py_func, 2, *arguments) == 1
+    worker, args = _lazy_adam.cpu_arguments(indices, 5, True, [grad, *states], scalars)
+    assert _parallel_loops(drive_rows.py_func, 2, worker, args) == 1
     worker = task_worker(_fused_adam_task, (4, rows, starts, order, grad, *states, *scalars))[1]
     assert _parallel_loops(drive_tasks.py_func, 2, worker, (4, rows, starts, order, grad, *states, *scalars)) == 1
     assert _parallel_loops(_segment_sums_cpu.py_func, 2, starts, order, grad, np.empty((2, 4), f)) == 1

@@ -78,17 +78,21 @@ SYNC_SLOTS = 5
 # the others -- often just woken from sleep -- join; once the plan is published they all take tasks. A bad
 # index publishes no tasks: nothing is written.
 _CPU_ROWS = """
-def {name}(sync, order, rows, starts, bounds, grad, {params}):
-    n = grad.shape[0]
+def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, {params}):
+    n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
-    # until the plan is published, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from
-    # a shared counter (no two threads fetch the same rows): the row loop then gathers it from cache
-    while fetch_add(sync, 1, 0) == 0:
-        ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
-        for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-            for c in range(0, row_len, line):
-                prefetch_read(grad, k, c)
+    if fetch_add(sync, 0, 1) == 0:
+        call_cfunc(plan, (indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds,
+                          np.int64(STATE_ROW_COST * {n_states}), sync))
+    else:
+        # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
+        # counter (no two threads fetch the same rows): the row loop then gathers it from cache
+        while fetch_add(sync, 1, 0) == 0:
+            ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
+            for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
+                for c in range(0, row_len, line):
+                    prefetch_read(grad, k, c)
     n_tasks = fetch_add(sync, 1, 0) - 1
     g = np.empty(row_len, grad.dtype)
     while True:
@@ -130,19 +134,14 @@ def {name}(sync, order, rows, starts, bounds, grad, {params}):
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_rows(n_workers, plan, plan_args, worker, worker_args):
-    """On each of ``n_workers`` iterations of a parallel loop, call the C function at address ``worker`` (a
-    row worker, :meth:`RowUpdate.cpu_worker`) with ``worker_args`` (whose first element is the shared
-    counters); the first iteration to arrive calls ``plan`` (:func:`plan_tasks_worker`) with ``plan_args``
-    first, claimed with an atomic add, so that it is always a running thread: the others prefetch the
-    gradient meanwhile (:func:`~optkernels.kernels._intrinsics.call_cfunc` makes the calls). The row code
-    is then compiled once, as a plain function, outside Numba's parallel-loop machinery (which would lower
-    and optimise it again in each function it generates), and this loop is compiled once per argument
-    types."""
+def drive_rows(n_workers, worker, args):
+    """Call the C function at address ``worker`` (a row worker, :meth:`RowUpdate.cpu_worker`) with ``args``
+    once on each of ``n_workers`` iterations of a parallel loop (:func:`~optkernels.kernels._intrinsics.
+    call_cfunc`). The row code is then compiled once, as a plain function, outside Numba's parallel-loop
+    machinery (which would lower and optimise it again in each function it generates), and this loop is
+    compiled once per argument types."""
     for _ in numba.prange(n_workers):
-        if fetch_add(worker_args[0], 0, 1) == 0:
-            call_cfunc(plan, plan_args)
-        call_cfunc(worker, worker_args)
+        call_cfunc(worker, args)
 
 
 @numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
@@ -355,6 +354,7 @@ class RowUpdate:
         namespace = {
             "np": np,
             "update": self.math,
+            "call_cfunc": call_cfunc,
             "fetch_add": fetch_add,
             "prefetch_read": prefetch_read,
             "prefetch_write": prefetch_write,
@@ -377,33 +377,30 @@ class RowUpdate:
             **self._fields(),
         )
 
-    def worker_signature(self, position_dtype: Any, dtype: Any, scalars: tuple) -> Any:
+    def worker_signature(self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple) -> Any:
         """The C signature of :meth:`cpu_worker` for these dtypes and scalars."""
         rows = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "C")
-        positions = numba.types.Array(numba.from_dtype(np.dtype(position_dtype)), 1, "C")
+        plan_signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
+        head = (_INT64S, numba.types.int64) + plan_signature.args[:-2]
         return numba.types.void(
-            _INT64S,
-            positions,
-            _INT64S,
-            _INT64S,
-            _INT64S,
-            _readonly(dtype, 2),
-            *[rows] * len(self.states),
-            *map(numba.typeof, scalars),
+            *head, _readonly(dtype, 2), *[rows] * len(self.states), *map(numba.typeof, scalars)
         )
 
-    def cpu_worker(self, position_dtype: Any, dtype: Any, scalars: tuple) -> tuple[Any, int]:
+    def cpu_worker(
+        self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple
+    ) -> tuple[Any, int]:
         """``(cfunc, its address)``: the CPU row worker for these dtypes and scalars' types, compiled on first
-        use (or loaded from Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, order, rows,
-        starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows, row_len)`` C-contiguous views of the
-        gradient and the states (see :func:`~optkernels.sparse._plan.plan_into` for the plan's arrays). It
-        waits (prefetching the gradient) until the merge plan is published in ``sync``, then takes tasks
-        until none is left (see :func:`drive_rows`). The index dtype is not part of it: one worker serves
-        int32 and int64 indices."""
-        key = (position_dtype, dtype, *map(type, scalars))
+        use (or loaded from Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, plan, indices,
+        limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows,
+        row_len)`` C-contiguous views of the gradient and the states (see
+        :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``plan``: the address of
+        :func:`plan_tasks_worker`). The first worker to arrive builds the merge plan; each then takes tasks
+        until none is left (see :func:`drive_rows`)."""
+        key = (index_dtype, position_dtype, dtype, *map(type, scalars))
         worker = self._workers.get(key)
         if worker is None:
-            compiled = compile_worker(self.cpu_source, self.worker_signature(position_dtype, dtype, scalars))
+            signature = self.worker_signature(index_dtype, position_dtype, dtype, scalars)
+            compiled = compile_worker(self.cpu_source, signature)
             worker = self._workers.setdefault(key, (compiled, compiled.address))
         return worker
 
@@ -426,23 +423,30 @@ class RowUpdate:
 
     def cpu_arguments(
         self, indices: np.ndarray, limit: int, stop_at_bad: bool, arrays: list, scalars: tuple
-    ) -> tuple[int, tuple, int, tuple]:
-        """``(plan, plan_args, worker, worker_args)`` of :func:`drive_rows` for the row update of ``arrays``
-        (the gradient, then the states, 2-D C-contiguous ``(rows, row_len)``) over ``indices`` (see
-        :func:`~optkernels.sparse._plan.plan_into` for ``limit`` and ``stop_at_bad``): the functions'
-        addresses and their arguments, with new plan buffers and counters (``worker_args[0]``: after the
-        call, ``worker_args[0][3] - 1`` is the position of the first out-of-range index, or -1)."""
+    ) -> tuple[int, tuple]:
+        """``(worker, args)`` of :func:`drive_rows` for the row update of ``arrays`` (the gradient, then the
+        states, 2-D C-contiguous ``(rows, row_len)``) over ``indices`` (see
+        :func:`~optkernels.sparse._plan.plan_into` for ``limit`` and ``stop_at_bad``): the worker's address
+        and its arguments, with new plan buffers and counters (``args[0]``: after the call, ``args[0][3] -
+        1`` is the position of the first out-of-range index, or -1)."""
         n = indices.shape[0]
         positions = position_example(n).dtype
-        sync = np.zeros(SYNC_SLOTS, np.int64)
-        order, rows, starts = np.empty(n, positions), np.empty(n, np.int64), np.empty(n + 1, np.int64)
-        bounds = np.empty(worker_count() * TASKS_PER_THREAD + 1, np.int64)
-        counts = np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64)
-        plan_args = (indices, limit, stop_at_bad, order, np.empty(n, positions), counts, rows, starts, bounds)
-        plan_args += (STATE_ROW_COST * len(self.states), sync)
-        worker_args = (sync, order, rows, starts, bounds, *arrays, *scalars)
-        plan = plan_tasks_worker(indices.dtype, positions)
-        return plan, plan_args, self.cpu_worker(positions, arrays[0].dtype, scalars)[1], worker_args
+        args = (
+            np.zeros(SYNC_SLOTS, np.int64),
+            plan_tasks_worker(indices.dtype, positions),
+            indices,
+            limit,
+            stop_at_bad,
+            np.empty(n, positions),
+            np.empty(n, positions),
+            np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
+            np.empty(n, np.int64),
+            np.empty(n + 1, np.int64),
+            np.empty(worker_count() * TASKS_PER_THREAD + 1, np.int64),
+            *arrays,
+            *scalars,
+        )
+        return self.cpu_worker(indices.dtype, positions, arrays[0].dtype, scalars)[1], args
 
     def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
@@ -454,12 +458,12 @@ class RowUpdate:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.
         """
         if call.device == "cpu" and call.row_len:
-            arguments = self.cpu_arguments(
+            worker, args = self.cpu_arguments(
                 call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
             )
             with parallel_launch():
-                for_this_process(drive_rows)(worker_count(), *arguments)
-            bad = arguments[3][0][3] - 1
+                for_this_process(drive_rows)(worker_count(), worker, args)
+            bad = args[0][3] - 1
             if bad >= 0:
                 raise call.out_of_range_error(int(bad))
             return
