@@ -73,23 +73,25 @@ def _sparse_asm(driver, *args):
 def test_sparse_adam_row_loops_are_vectorised(which):
     """The per-row loops of the sparse kernels (2-D row views, indices from 0 up) use packed float32 sqrt, and
     the lazy loop prefetches (its rows are scattered over the table)."""
-    from optkernels.sparse.adam import _fused_adam_cpu, _lazy_adam
+    from optkernels.sparse._rows import compile_worker
+    from optkernels.sparse.adam import _fused_adam_task, _lazy_adam
 
     f = np.float32
     plan = (np.array([0, 2], np.int64), np.array([0, 1, 2], np.int64), np.array([0, 1], np.int64))
     grad = np.ones((2, 64), f)
     states = [np.ones((5, 64), f) for _ in range(3)]
     scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
-    if which == "lazy":
-        indices = np.array([0, 2], np.int64)
-        asm = _sparse_asm(_lazy_adam.cpu, 2, indices, 5, True, np.zeros(0, np.int32), grad, *states,
-                          *scalars)
+    if which == "lazy":  # C functions (numba.cfunc), compiled afresh: their optimised LLVM IR
+        signature = _lazy_adam.worker_signature(np.dtype(np.int64), np.dtype(np.int32), np.dtype(f), scalars)
+        ir = compile_worker(_lazy_adam.cpu_source, signature, cache=False).inspect_llvm()
     else:
-        asm = _sparse_asm(_fused_adam_cpu, 4, *plan, grad, *states, *scalars)
-    assert re.search(r"\bv?sqrtps\b", asm), f"no packed sqrtps in the {which} sparse Adam loop"
+        args = (4, *plan, grad, *states, *scalars)
+        signature = numba.types.void(numba.types.int64, *map(numba.typeof, args))
+        ir = compile_worker(_fused_adam_task, signature, cache=False).inspect_llvm()
+    assert re.search(r"@llvm\.sqrt\.v\d+f32\b", ir), f"no packed float32 sqrt in the {which} sparse Adam loop"
     if which == "lazy":
-        assert re.search(r"\bprefetch\w*\s", asm), "no prefetch instructions in the lazy row loop"
-    assert not re.search(r"\bv?(sqrt|div)[sp]d\b", asm), "float32 loop promoted to float64"
+        assert "@llvm.prefetch" in ir, "no prefetch instructions in the lazy row loop"
+    assert not re.search(r"@llvm\.sqrt\.(v\d+)?f64\b|fdiv (<\d+ x )?double", ir), "float32 loop promoted"
 
 
 def test_merge_duplicates_sum_loop_is_vectorised():

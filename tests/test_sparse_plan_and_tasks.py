@@ -123,7 +123,8 @@ def _parallel_loops(py_func, *args):
 def test_sparse_cpu_drivers_are_one_parallel_loop():
     """Each call launches the thread team once: an array initialiser such as np.zeros inside a parallel
     function becomes a parallel loop of its own, whose end waits for every thread to wake up."""
-    from optkernels.sparse.adam import _fused_adam_cpu, _lazy_adam
+    from optkernels.sparse._rows import drive_rows, drive_tasks, task_worker
+    from optkernels.sparse.adam import _fused_adam_task, _lazy_adam
     from optkernels.sparse.merge import _segment_sums_cpu
 
     f = np.float32
@@ -132,7 +133,8 @@ def test_sparse_cpu_drivers_are_one_parallel_loop():
     grad = np.ones((3, 4), f)
     states = [np.ones((5, 4), f) for _ in range(3)]
     scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
-    assert _parallel_loops(_lazy_adam.cpu.py_func, 2, indices, 5, True, np.zeros(0, np.int32), grad,
-                           *states, *scalars) == 1
-    assert _parallel_loops(_fused_adam_cpu.py_func, 4, rows, starts, order, grad, *states, *scalars) == 1
+    worker, args = _lazy_adam.cpu_arguments(indices, 5, True, [grad, *states], scalars)
+    assert _parallel_loops(drive_rows.py_func, 2, worker, args) == 1
+    worker = task_worker(_fused_adam_task, (4, rows, starts, order, grad, *states, *scalars))[1]
+    assert _parallel_loops(drive_tasks.py_func, 2, worker, (4, rows, starts, order, grad, *states, *scalars)) == 1
     assert _parallel_loops(_segment_sums_cpu.py_func, 2, starts, order, grad, np.empty((2, 4), f)) == 1

@@ -10,6 +10,9 @@
   changes what the task computes, so results stay the same bits. Numba's analysis does not see this write:
   read such a counter with ``fetch_add(a, i, 0)`` too (a plain read after a parallel loop may see the value
   from before it).
+* :func:`call_cfunc`: call a C function compiled by ``numba.cfunc`` through its address (``.address``, an
+  integer argument), so that a small parallel loop can run large compiled code without Numba lowering and
+  optimising that code again inside the loop (and with no per-call typing of a function object).
 * :func:`fma`: ``a*b + c`` rounded once (LLVM's ``llvm.fma``), for element functions that reproduce
   torch's CPU rounding, whose vector loops fuse multiply-adds. Compiled code (CPU and CUDA) calls the
   intrinsic; from Python (the CUDA simulator's element functions) it is computed exactly and rounded once.
@@ -110,6 +113,25 @@ def fetch_add(typingctx, array, i, value):
         return builder.atomic_rmw("add", pointer, addend, "seq_cst")
 
     return types.int64(array, i, value), codegen
+
+
+@intrinsic
+def call_cfunc(typingctx, address, args):
+    """Call the ``numba.cfunc`` whose ``.address`` is ``address`` (an integer) with the values of the tuple
+    ``args``; it returns nothing. The function must have been compiled for ``void(*types of args)`` (the C
+    signature of a cfunc: each argument as Numba's value of its type, an array as its structure, which is
+    the same whatever its layout flags); nothing checks that at run time."""
+    if not (isinstance(address, types.Integer) and isinstance(args, types.BaseTuple)):
+        raise TypingError("call_cfunc takes an integer address and a tuple of arguments")
+
+    def codegen(context, builder, signature, llargs):
+        arg_types = signature.args[1].types
+        function_type = ir.FunctionType(ir.VoidType(), [context.get_value_type(t) for t in arg_types])
+        function = builder.inttoptr(llargs[0], function_type.as_pointer())
+        builder.call(function, cgutils.unpack_tuple(builder, llargs[1], len(arg_types)))
+        return context.get_dummy_value()
+
+    return types.void(address, args), codegen
 
 
 @intrinsic

@@ -132,11 +132,17 @@ def plan_buffers(n, positions_like):
     )
 
 
+# Copies of plan_into and plan_buffers inlined (as Numba IR) into the functions that call them: one
+# compiled function each, not three (each with its own wrappers, and linked and optimised again).
+inline_plan_into = numba.njit(inline="always", **_JIT)(plan_into.py_func)
+inline_plan_buffers = numba.njit(inline="always", **_JIT)(plan_buffers.py_func)
+
+
 @numba.njit(**_JIT)
 def _plan(indices, limit, stop_at_bad, positions_like):
     """``(bad, rows, starts, order)``: :func:`plan_into` on new buffers, the plan cut to its length."""
-    order, order_tmp, counts, rows, starts = plan_buffers(indices.shape[0], positions_like)
-    bad, kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
+    order, order_tmp, counts, rows, starts = inline_plan_buffers(indices.shape[0], positions_like)
+    bad, kept, n_rows = inline_plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
     return bad, rows[:n_rows], starts[: n_rows + 1], order[:kept]
 
 

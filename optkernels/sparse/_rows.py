@@ -6,7 +6,11 @@ A row update is a :func:`~optkernels.kernels._elementwise.scalar_math` function
 kernels call, where the math is the same). :class:`RowUpdate` generates its two drivers from that one
 definition, with each distinct row's summed gradient computed on the fly:
 
-* CPU: one parallel region per call. The first thread to arrive builds the merge plan
+* CPU: one parallel region per call (:func:`drive_rows`, a one-line parallel loop), each of whose threads
+  runs the update's row worker, a C function (``numba.cfunc``) called through its address
+  (:func:`~optkernels.kernels._intrinsics.call_cfunc`): the row code is compiled once per update and dtype
+  as a plain function, not lowered again inside Numba's parallel-loop machinery, and the merge plan's code
+  (:func:`plan_tasks_worker`) once for every update. The first thread to arrive builds the merge plan
   (:func:`~optkernels.sparse._plan.plan_into`: range check, stable radix sort of the positions) while the
   others wake up and stream the gradient into the caches; the distinct rows are then cut into runs of about
   equal cost (:func:`fill_balanced_tasks`),
@@ -16,10 +20,6 @@ definition, with each distinct row's summed gradient computed on the fly:
   :data:`PREFETCH_GRAD_ROWS` ahead and the state rows :data:`PREFETCH_STATE_ROWS` ahead are prefetched
   meanwhile (the rows are scattered over the table: each is a cache miss).
 * CUDA: one thread per (distinct row, column): the same sum in the same order, then ``f``.
-
-:class:`WholeRowUpdate` runs the same CPU loop with a function of whole rows instead of ``f`` (an update
-that reduces over a row before it writes, as row-wise Adagrad's mean of squares), which may hold a few rows
-back to update them together.
 
 Each element's sum is computed by one thread in a fixed order, so results are the same bits with any number
 of threads, whichever thread runs which task, and on both targets (up to FMA contraction of ``f`` on a real
@@ -41,9 +41,9 @@ import numpy as np
 
 from ..kernels import _cuda, _intrinsics
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
-from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
+from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
 from ..kernels._threading import for_this_process, parallel_launch
-from ._plan import plan_buffers, plan_into, position_example
+from ._plan import MAX_PASSES, RADIX_BITS, inline_plan_into, position_example
 
 JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -67,78 +67,180 @@ WAIT_PREFETCH_ROWS = 8
 #: times per state array (a state row is read and written).
 STATE_ROW_COST = 4
 
-# The CPU driver. The first thread to arrive computes the merge plan (claimed with an atomic add, so it is
-# always a running thread: no thread ever waits for one that has not started) while the others -- often just
-# woken from sleep -- join; once the plan is published they all take tasks. A bad index publishes no tasks:
-# nothing is written.
+#: The row loop's shared counters: [plan claimed, n_tasks + 1 once published, next task, first bad position
+#: + 1, next gradient row to prefetch while waiting], only ever read and written by ``fetch_add`` inside the
+#: loop (Numba does not see the intrinsic's writes: a plain read there may see a stale value).
+SYNC_SLOTS = 5
+
+# The CPU row worker, run once by every iteration of :func:`drive_rows`' parallel loop (a plain compiled C
+# function, see RowUpdate.cpu_worker). The first worker to arrive computes the merge plan (claimed with an
+# atomic add, so it is always a running thread: no thread ever waits for one that has not started) while
+# the others -- often just woken from sleep -- join; once the plan is published they all take tasks. A bad
+# index publishes no tasks: nothing is written.
 _CPU_ROWS = """
-def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params}):
+def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, {params}):
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
-    order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
-    bounds = np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64)
-    # [plan claimed, n_tasks + 1 once published, next task, bad position + 1, next gradient row to
-    # prefetch], only ever read and written by fetch_add (Numba does not see the intrinsic's writes: a plain
-    # read after the loop may see 0). Set element by element: np.zeros would be a parallel loop of its own, a
-    # second launch whose end waits for every thread to wake (about 0.1 ms when they sleep).
-    sync = np.empty(5, np.int64)
-    for i in range(5):
-        sync[i] = 0
-    for _ in prange(n_workers):
-        if fetch_add(sync, 0, 1) == 0:
-            bad, _kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
-            n_tasks = 0
-            if bad >= 0:
-                fetch_add(sync, 3, bad + 1)
-            else:
-                n_tasks = fill_balanced_tasks(starts, n_rows, bounds, STATE_ROW_COST * {n_states})
-            fetch_add(sync, 1, n_tasks + 1)
-        else:
-            # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
-            # counter (no two threads fetch the same rows): the row loop then gathers it from cache
-            while fetch_add(sync, 1, 0) == 0:
-                ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
-                for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-                    for c in range(0, row_len, line):
-                        prefetch_read(grad, k, c)
-        n_tasks = fetch_add(sync, 1, 0) - 1
-        g = np.empty(row_len, grad.dtype)
-        {scratch}
-        while True:
-            task = fetch_add(sync, 2, 1)
-            if task >= n_tasks:
-                break
-            first = bounds[task]
-            last = bounds[task + 1]
-            k_last = starts[last]
-            for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
-                r = rows[j]
-                {prefetch_states}
-            for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
-                src = order[k]
+    if fetch_add(sync, 0, 1) == 0:
+        call_cfunc(plan, (indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds,
+                          np.int64(STATE_ROW_COST * {n_states}), sync))
+    else:
+        # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
+        # counter (no two threads fetch the same rows): the row loop then gathers it from cache
+        while fetch_add(sync, 1, 0) == 0:
+            ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
+            for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
                 for c in range(0, row_len, line):
-                    prefetch_read(grad, src, c)
-            for j in range(first, last):
-                if j + PREFETCH_STATE_ROWS < last:
-                    r = rows[j + PREFETCH_STATE_ROWS]
+                    prefetch_read(grad, k, c)
+    n_tasks = fetch_add(sync, 1, 0) - 1
+    g = np.empty(row_len, grad.dtype)
+    while True:
+        task = fetch_add(sync, 2, 1)
+        if task >= n_tasks:
+            break
+        first = bounds[task]
+        last = bounds[task + 1]
+        k_last = starts[last]
+        for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
+            r = rows[j]
+            for c in range(0, row_len, line):
+                {prefetch_states}
+        for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
+            src = order[k]
+            for c in range(0, row_len, line):
+                prefetch_read(grad, src, c)
+        for j in range(first, last):
+            if j + PREFETCH_STATE_ROWS < last:
+                r = rows[j + PREFETCH_STATE_ROWS]
+                for c in range(0, row_len, line):
                     {prefetch_states}
-                for k in range(starts[j], starts[j + 1]):
-                    if k + PREFETCH_GRAD_ROWS < k_last:
-                        ahead = order[k + PREFETCH_GRAD_ROWS]
-                        for c in range(0, row_len, line):
-                            prefetch_read(grad, ahead, c)
-                    src = order[k]
-                    if k == starts[j]:
-                        for c in range(row_len):
-                            g[c] = grad[src, c]
-                    else:
-                        for c in range(row_len):
-                            g[c] += grad[src, c]
-                r = rows[j]
-                {row_update}
-    return fetch_add(sync, 3, 0) - 1
+            for k in range(starts[j], starts[j + 1]):
+                if k + PREFETCH_GRAD_ROWS < k_last:
+                    ahead = order[k + PREFETCH_GRAD_ROWS]
+                    for c in range(0, row_len, line):
+                        prefetch_read(grad, ahead, c)
+                src = order[k]
+                if k == starts[j]:
+                    for c in range(row_len):
+                        g[c] = grad[src, c]
+                else:
+                    for c in range(row_len):
+                        g[c] += grad[src, c]
+            r = rows[j]
+            for c in range(row_len):
+                {targets} = update({targets}, g[c], {scalars})
 """
+
+
+@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
+def drive_rows(n_workers, worker, args):
+    """Call the C function at address ``worker`` (a row worker, :meth:`RowUpdate.cpu_worker`) with ``args``
+    once on each of ``n_workers`` iterations of a parallel loop (:func:`~optkernels.kernels._intrinsics.
+    call_cfunc`). The row code is then compiled once, as a plain function, outside Numba's parallel-loop
+    machinery (which would lower and optimise it again in each function it generates), and this loop is
+    compiled once per argument types."""
+    for _ in numba.prange(n_workers):
+        call_cfunc(worker, args)
+
+
+@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
+def drive_tasks(n_tasks, worker, args):
+    """Call the C function at address ``worker`` with ``(task, *args)`` for every ``task`` in ``0 .. n_tasks
+    - 1``, on the threads of a parallel loop (see :func:`task_worker`)."""
+    for task in numba.prange(n_tasks):
+        call_cfunc(worker, (np.int64(task),) + args)
+
+
+_task_workers: dict[tuple, tuple[Any, int]] = {}
+
+
+def _type_key(value: Any) -> Any:
+    """What Numba's type of an argument depends on, found faster than :func:`numba.typeof`."""
+    if isinstance(value, np.ndarray):
+        flags = value.flags
+        return value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
+    return type(value)
+
+
+def compile_worker(py_func: Callable, signature: Any, cache: bool = True) -> Any:
+    """``py_func`` compiled as a C function (``numba.cfunc``) for ``signature`` (returning void), cached on
+    disk unless ``cache`` is False (a fresh compile keeps its LLVM IR for :meth:`inspect_llvm`)."""
+    return numba.cfunc(signature, cache=cache, **JIT_OPTIONS)(py_func)
+
+
+def task_worker(py_func: Callable, args: tuple) -> tuple[Any, int]:
+    """``(cfunc, its address)``: ``py_func(task, *args)`` (returning nothing) compiled as a C function
+    (``numba.cfunc``, cached on disk) for ``int64`` tasks and the Numba types of ``args``, on first use."""
+    key = (py_func, *map(_type_key, args))
+    found = _task_workers.get(key)
+    if found is None:
+        signature = numba.types.void(numba.types.int64, *map(numba.typeof, args))
+        compiled = compile_worker(py_func, signature)
+        found = _task_workers.setdefault(key, (compiled, compiled.address))
+    return found
+
+
+def run_tasks(n_tasks: int, py_func: Callable, args: tuple) -> None:
+    """``py_func(task, *args)`` for every task in ``0 .. n_tasks - 1``, on the threads of one parallel loop
+    (:func:`drive_tasks`; ``py_func`` compiled by :func:`task_worker`), in
+    :func:`~optkernels.kernels._threading.parallel_launch`. The task code is compiled once, outside Numba's
+    parallel-loop machinery."""
+    worker = task_worker(py_func, args)[1]
+    with parallel_launch():
+        for_this_process(drive_tasks)(n_tasks, worker, args)
+
+
+def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, row_cost, sync):
+    """Build the merge plan (:func:`~optkernels.sparse._plan.plan_into`) and cut its rows into tasks
+    (:func:`fill_balanced_tasks`); publish in ``sync`` the first bad position + 1 (``sync[3]``) and the
+    number of tasks + 1 (``sync[1]``, 1 when an index is bad: no tasks)."""
+    bad, _kept, n_rows = inline_plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
+    n_tasks = 0
+    if bad >= 0:
+        fetch_add(sync, 3, bad + 1)
+    else:
+        n_tasks = inline_fill_balanced_tasks(starts, n_rows, bounds, row_cost)
+    fetch_add(sync, 1, n_tasks + 1)
+
+
+_INT64S = numba.types.int64[::1]
+
+
+def _readonly(dtype: Any, ndim: int) -> Any:
+    return numba.types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C", readonly=True)
+
+
+def _plan_signature(index_dtype: Any, position_dtype: Any) -> tuple:
+    positions = numba.types.Array(numba.from_dtype(np.dtype(position_dtype)), 1, "C")
+    return (
+        _readonly(index_dtype, 1),
+        numba.types.int64,
+        numba.types.boolean,
+        positions,
+        positions,
+        numba.types.int64[:, ::1],
+        _INT64S,
+        _INT64S,
+        _INT64S,
+        numba.types.int64,
+        _INT64S,
+    )
+
+
+_plan_workers: dict[tuple, tuple[Any, int]] = {}
+
+
+def plan_tasks_worker(index_dtype: Any, position_dtype: Any) -> int:
+    """The address of :func:`_plan_tasks` compiled as a C function (``numba.cfunc``, cached on disk) for one
+    index and one position dtype: one for every row update and float dtype."""
+    key = (index_dtype, position_dtype)
+    found = _plan_workers.get(key)
+    if found is None:
+        signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
+        compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(_plan_tasks)
+        found = _plan_workers.setdefault(key, (compiled, compiled.address))
+    return found[1]
 
 
 @numba.njit(cache=True)
@@ -160,6 +262,10 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
         bounds[t] = j
     bounds[n_tasks] = n_rows
     return n_tasks
+
+
+# A copy inlined (as Numba IR) into :func:`_plan_tasks`, with :func:`~._plan.inline_plan_into`.
+inline_fill_balanced_tasks = numba.njit(inline="always", **JIT_OPTIONS)(fill_balanced_tasks.py_func)
 
 
 @numba.njit(cache=True)
@@ -237,24 +343,66 @@ class RowUpdate:
         split = params.index("g")
         self.states, self.scalars = params[:split], params[split + 1 :]
         self.__name__ = py_func.__name__
+        self._workers: dict[tuple, tuple[Any, int]] = {}  # key -> (the cfunc, kept alive; its address)
 
     def _fields(self) -> dict:
         return dict(params=", ".join(self.states + self.scalars), scalars=", ".join(self.scalars))
 
     @functools.cached_property
-    def cpu(self) -> Callable:
-        """The parallel CPU driver, merge plan included: ``cpu(n_workers, indices, limit, stop_at_bad,
-        positions_like, grad, *states, *scalars)`` on 2-D ``(rows, row_len)`` views of the gradient and the
-        states (see :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``positions_like``:
-        an empty array of the positions' integer type). ``n_workers``: iterations of the parallel loop, at
-        least Numba's thread count (:func:`worker_count`); each joins the work until no task is left, so
-        iterations beyond the threads' first return at once. Returns the position of the first out-of-range
-        index (then nothing was written) or -1."""
+    def cpu_source(self) -> Callable:
+        """The Python function of the CPU row worker (:data:`_CPU_ROWS` filled in for this update)."""
+        namespace = {
+            "np": np,
+            "update": self.math,
+            "call_cfunc": call_cfunc,
+            "fetch_add": fetch_add,
+            "prefetch_read": prefetch_read,
+            "prefetch_write": prefetch_write,
+            "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
+            "STATE_ROW_COST": STATE_ROW_COST,
+            "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
+            "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
+            "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
+        }
         targets = ", ".join(f"{s}[r, c]" for s in self.states)
-        row_update = (
-            f"for c in range(row_len): {targets} = update({targets}, g[c], {', '.join(self.scalars)})"
+        prefetch_states = "; ".join(f"prefetch_write({s}, r, c)" for s in self.states)
+        return generate(
+            _CPU_ROWS,
+            f"_cpu_rows_{self.__name__}",
+            self.math.py_func,
+            namespace,
+            targets=targets,
+            prefetch_states=prefetch_states,
+            n_states=len(self.states),
+            **self._fields(),
         )
-        return _cpu_driver(self.math, self.states, self.scalars, row_update)
+
+    def worker_signature(self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple) -> Any:
+        """The C signature of :meth:`cpu_worker` for these dtypes and scalars."""
+        rows = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "C")
+        plan_signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
+        head = (_INT64S, numba.types.int64) + plan_signature.args[:-2]
+        return numba.types.void(
+            *head, _readonly(dtype, 2), *[rows] * len(self.states), *map(numba.typeof, scalars)
+        )
+
+    def cpu_worker(
+        self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple
+    ) -> tuple[Any, int]:
+        """``(cfunc, its address)``: the CPU row worker for these dtypes and scalars' types, compiled on first
+        use (or loaded from Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, plan, indices,
+        limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows,
+        row_len)`` C-contiguous views of the gradient and the states (see
+        :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``plan``: the address of
+        :func:`plan_tasks_worker`). The first worker to arrive builds the merge plan; each then takes tasks
+        until none is left (see :func:`drive_rows`)."""
+        key = (index_dtype, position_dtype, dtype, *map(type, scalars))
+        worker = self._workers.get(key)
+        if worker is None:
+            signature = self.worker_signature(index_dtype, position_dtype, dtype, scalars)
+            compiled = compile_worker(self.cpu_source, signature)
+            worker = self._workers.setdefault(key, (compiled, compiled.address))
+        return worker
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -273,6 +421,33 @@ class RowUpdate:
             )
         )
 
+    def cpu_arguments(
+        self, indices: np.ndarray, limit: int, stop_at_bad: bool, arrays: list, scalars: tuple
+    ) -> tuple[int, tuple]:
+        """``(worker, args)`` of :func:`drive_rows` for the row update of ``arrays`` (the gradient, then the
+        states, 2-D C-contiguous ``(rows, row_len)``) over ``indices`` (see
+        :func:`~optkernels.sparse._plan.plan_into` for ``limit`` and ``stop_at_bad``): the worker's address
+        and its arguments, with new plan buffers and counters (``args[0]``: after the call, ``args[0][3] -
+        1`` is the position of the first out-of-range index, or -1)."""
+        n = indices.shape[0]
+        positions = position_example(n).dtype
+        args = (
+            np.zeros(SYNC_SLOTS, np.int64),
+            plan_tasks_worker(indices.dtype, positions),
+            indices,
+            limit,
+            stop_at_bad,
+            np.empty(n, positions),
+            np.empty(n, positions),
+            np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
+            np.empty(n, np.int64),
+            np.empty(n + 1, np.int64),
+            np.empty(worker_count() * TASKS_PER_THREAD + 1, np.int64),
+            *arrays,
+            *scalars,
+        )
+        return self.cpu_worker(indices.dtype, positions, arrays[0].dtype, scalars)[1], args
+
     def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
 
@@ -283,9 +458,14 @@ class RowUpdate:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.
         """
         if call.device == "cpu" and call.row_len:
-            bad = launch_cpu(self.cpu, call.indices, call.num_rows, call.drop, call.rows_2d(), scalars)
+            worker, args = self.cpu_arguments(
+                call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
+            )
+            with parallel_launch():
+                for_this_process(drive_rows)(worker_count(), worker, args)
+            bad = args[0][3] - 1
             if bad >= 0:
-                raise call.out_of_range_error(bad)
+                raise call.out_of_range_error(int(bad))
             return
         n_rows = call.plan.rows.shape[0]
         if n_rows == 0 or call.row_len == 0:
@@ -294,104 +474,3 @@ class RowUpdate:
         n = n_rows * call.row_len
         blocks, threads = launch_config(n)
         self.cuda[blocks, threads](n, rows, starts, order, call.grad, call.row_len, *call.states, *scalars)
-
-
-def launch_cpu(
-    driver: Callable, indices: np.ndarray, num_rows: int, drop: bool, arrays: list, scalars: tuple
-) -> int:
-    """Run a CPU row driver (:attr:`RowUpdate.cpu`, :attr:`WholeRowUpdate.cpu`) over C-contiguous NumPy
-    ``indices`` with ``arrays`` (the 2-D gradient, then the 2-D states) and ``scalars``; return the position
-    of the first out-of-range index (nothing was written then; never with ``drop``) or -1."""
-    with parallel_launch():
-        return int(
-            for_this_process(driver)(
-                worker_count(),
-                indices,
-                num_rows,
-                not drop,
-                position_example(indices.shape[0]),
-                *arrays,
-                *scalars,
-            )
-        )
-
-
-@numba.njit(inline="always", **JIT_OPTIONS)
-def prefetch_row(array, r, line):
-    """Prefetch every cache line of row ``r`` of the 2-D ``array`` for writing (``line`` elements a line)."""
-    for c in range(0, array.shape[1], line):
-        prefetch_write(array, r, c)
-
-
-def _cpu_driver(
-    fn: Any, states: list[str], scalars: list[str], row_update: str, scratch: str = ""
-) -> Callable:
-    """The compiled CPU driver of :data:`_CPU_ROWS` over the state arrays ``states`` and the scalars
-    ``scalars`` (argument names), whose statement ``row_update`` updates row ``r`` from its summed gradient
-    ``g`` by calling ``fn`` (as ``update``); ``scratch``: a statement allocating each worker's buffers."""
-    namespace = {
-        "prange": numba.prange,
-        "np": np,
-        "update": fn,
-        "plan_into": plan_into,
-        "plan_buffers": plan_buffers,
-        "fill_balanced_tasks": fill_balanced_tasks,
-        "fetch_add": fetch_add,
-        "prefetch_read": prefetch_read,
-        "prefetch_row": prefetch_row,
-        "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
-        "TASKS_PER_THREAD": TASKS_PER_THREAD,
-        "STATE_ROW_COST": STATE_ROW_COST,
-        "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
-        "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
-        "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
-    }
-    driver = generate(
-        _CPU_ROWS,
-        f"_cpu_rows_{fn.py_func.__name__}",
-        fn.py_func,
-        namespace,
-        prefetch_states="; ".join(f"prefetch_row({s}, r, line)" for s in states),
-        row_update=row_update,
-        scratch=scratch,
-        n_states=len(states),
-        params=", ".join(states + scalars),
-    )
-    return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
-
-
-class WholeRowUpdate:
-    """An update that needs each distinct row whole (a reduction over the row before anything is written,
-    such as row-wise Adagrad's mean of squares), on the CPU row loop of :class:`RowUpdate` (the same merge
-    plan, prefetching and tasks; the same summed gradient rows, in the same order).
-
-    Args:
-        row_fn: a Numba function ``f(r, g, last, n, scratch_1, ..., state_1, ..., state_k, scalar_1, ...)
-            -> n`` called for each distinct row ``r`` (ascending within a task) with ``g``, the row's summed
-            gradient (1-D, of the gradient's row length; overwritten for the next row); ``last``: whether
-            ``r`` is its task's last row. It may hold rows back in its scratch buffers (``n``: how many it
-            holds, 0 at a task's start; it returns the new count) to update several at once, so that their
-            dependency chains interleave, and must have updated every row it holds when ``last`` is true.
-            The states are 2-D ``(rows, width)`` views, updated in place; a task's rows are never another's.
-        n_states: ``k``, the number of state arrays.
-        scratch: name -> the expression allocating that buffer for each worker, in terms of ``row_len`` and
-            ``grad`` (the 2-D gradient), in ``f``'s order.
-    """
-
-    def __init__(self, row_fn: Any, n_states: int, scratch: dict[str, str]):
-        self.fn = row_fn
-        params = list(inspect.signature(row_fn.py_func).parameters)
-        first = 4 + len(scratch)
-        self.scratch = scratch
-        self.states, self.scalars = params[first : first + n_states], params[first + n_states :]
-
-    @functools.cached_property
-    def cpu(self) -> Callable:
-        """The parallel CPU driver, called as :attr:`RowUpdate.cpu` (2-D gradient and states, whose row
-        widths may differ)."""
-        names = list(self.scratch)
-        call = (
-            f"n_held = update(r, g, j == last - 1, n_held, {', '.join(names + self.states + self.scalars)})"
-        )
-        allocate = "; ".join(["n_held = 0"] + [f"{name} = {expr}" for name, expr in self.scratch.items()])
-        return _cpu_driver(self.fn, self.states, self.scalars, call, allocate)

@@ -19,18 +19,16 @@ import functools
 import math
 from typing import Any
 
-import numba
 import numpy as np
 
 from ..kernels import _cuda
 from ..kernels._checks import attr_bool
 from ..kernels._elementwise import scalar_math
-from ..kernels._threading import for_this_process, parallel_launch
 from ..kernels._upcast import via_float32
 from ..kernels.adam import Scalar, _betas_epsilon, _bias_corrected_lr
 from ._call import SparseCall, check_sparse_call
 from ._half_rows import half_rows
-from ._rows import JIT_OPTIONS, RowUpdate, generate, launch_config
+from ._rows import RowUpdate, generate, launch_config, run_tasks
 
 FLT_EPSILON = float(np.finfo(np.float32).eps)
 
@@ -74,8 +72,8 @@ def fused_adam_decay_math(w, m, v, lr_t, beta1, beta2, epsilon, use_nesterov):
 _lazy_adam = RowUpdate(lazy_adam_math)
 
 
-@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def _fused_adam_cpu(
+def _fused_adam_task(
+    task,
     rows_per_task,
     rows,
     starts,
@@ -92,52 +90,52 @@ def _fused_adam_cpu(
     epsilon,
     use_nesterov,
 ):
-    """Every row of the table (2-D ``(rows, row_len)`` views): the indexed rows (sorted ``rows``) get their
-    summed gradient; the runs of rows in between only decay. Each task walks its own block of rows."""
+    """One task of the non-lazy update: the block of ``rows_per_task`` table rows from ``task *
+    rows_per_task`` (2-D ``(rows, row_len)`` views): the indexed rows (sorted ``rows``) get their summed
+    gradient; the runs of rows in between only decay. Run by :func:`~optkernels.sparse._rows.drive_tasks`
+    as a C function (see :func:`~optkernels.sparse._rows.task_worker`)."""
     n_table, row_len = var.shape
     n_hit = rows.shape[0]
-    n_tasks = (n_table + rows_per_task - 1) // rows_per_task
-    for task in numba.prange(n_tasks):
-        first = task * rows_per_task
-        last = min(first + rows_per_task, n_table)
-        j = np.searchsorted(rows, first)
-        g = np.empty(row_len, grad.dtype)
-        r = first
-        while r < last:
-            if j < n_hit and rows[j] == r:
-                src = order[starts[j]]
+    first = task * rows_per_task
+    last = min(first + rows_per_task, n_table)
+    j = np.searchsorted(rows, first)
+    g = np.empty(row_len, grad.dtype)
+    r = first
+    while r < last:
+        if j < n_hit and rows[j] == r:
+            src = order[starts[j]]
+            for c in range(row_len):
+                g[c] = grad[src, c]
+            for k in range(starts[j] + 1, starts[j + 1]):
+                src = order[k]
                 for c in range(row_len):
-                    g[c] = grad[src, c]
-                for k in range(starts[j] + 1, starts[j + 1]):
-                    src = order[k]
-                    for c in range(row_len):
-                        g[c] += grad[src, c]
-                for c in range(row_len):
-                    var[r, c], m[r, c], v[r, c] = fused_adam_indexed_math(
-                        var[r, c],
-                        m[r, c],
-                        v[r, c],
-                        g[c],
-                        lr_t,
-                        beta1,
-                        one_minus_beta1,
-                        beta2,
-                        one_minus_beta2,
-                        epsilon,
-                        use_nesterov,
-                    )
-                j += 1
-                r += 1
-            else:
-                stop = min(last, rows[j]) if j < n_hit else last
-                run_var = var[r:stop].ravel()
-                run_m = m[r:stop].ravel()
-                run_v = v[r:stop].ravel()
-                for i in range(run_var.shape[0]):
-                    run_var[i], run_m[i], run_v[i] = fused_adam_decay_math(
-                        run_var[i], run_m[i], run_v[i], lr_t, beta1, beta2, epsilon, use_nesterov
-                    )
-                r = stop
+                    g[c] += grad[src, c]
+            for c in range(row_len):
+                var[r, c], m[r, c], v[r, c] = fused_adam_indexed_math(
+                    var[r, c],
+                    m[r, c],
+                    v[r, c],
+                    g[c],
+                    lr_t,
+                    beta1,
+                    one_minus_beta1,
+                    beta2,
+                    one_minus_beta2,
+                    epsilon,
+                    use_nesterov,
+                )
+            j += 1
+            r += 1
+        else:
+            stop = min(last, rows[j]) if j < n_hit else last
+            run_var = var[r:stop].ravel()
+            run_m = m[r:stop].ravel()
+            run_v = v[r:stop].ravel()
+            for i in range(run_var.shape[0]):
+                run_var[i], run_m[i], run_v[i] = fused_adam_decay_math(
+                    run_var[i], run_m[i], run_v[i], lr_t, beta1, beta2, epsilon, use_nesterov
+                )
+            r = stop
 
 
 _CUDA_FUSED_ADAM = """
@@ -260,8 +258,8 @@ def fused_sparse_adam(
         return var, m, v
     if call.device == "cpu":
         rows_per_task = max(1, ELEMENTS_PER_TASK // call.row_len)
-        with parallel_launch():
-            for_this_process(_fused_adam_cpu)(rows_per_task, *plan, *call.rows_2d(), *scalars)
+        n_tasks = -(-call.num_rows // rows_per_task)
+        run_tasks(n_tasks, _fused_adam_task, (rows_per_task, *plan, *call.rows_2d(), *scalars))
     else:
         blocks, threads = launch_config(total)
         _fused_adam_cuda()[blocks, threads](

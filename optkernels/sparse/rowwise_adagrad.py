@@ -24,7 +24,8 @@ from ..kernels._elementwise import ZERO, elementwise
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
 from ._indices import host_indices, out_of_range_error
-from ._rows import JIT_OPTIONS, WholeRowUpdate, launch_cpu
+from ._rows import JIT_OPTIONS
+from ._whole_rows import WholeRowUpdate, launch_cpu
 from .merge import check_merge, merge_duplicates
 from .row_sparse import RowSparse
 
