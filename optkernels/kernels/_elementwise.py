@@ -183,7 +183,8 @@ class Elementwise:
     ) -> None:
         """Run the update over every tensor of ``tensors`` (a :class:`._multi_tensor.TensorList` whose
         address table has one row per array argument, in the element function's order) in one parallel CPU
-        loop, with the same scalars for all; ``chunks``: a subset of its chunk table (default: all of it).
+        loop, with the same scalars for all; ``chunks``: a subset of its chunk table (default: all of it, in
+        the list's balanced table for the launch's thread count).
 
         The element function is called for element ``i`` of tensor ``t`` exactly as :meth:`launch` calls it
         for that tensor alone, so the results are the same bits as one :meth:`launch` per tensor. CPU only
@@ -202,15 +203,17 @@ class Elementwise:
             raise ValueError(
                 f"{self.__name__}: the multi-tensor loop runs on the CPU only, got device {device!r}"
             )
-        table = tensors.chunks if chunks is None else chunks
-        if table.shape[0] == 0:
+        if (tensors.chunks if chunks is None else chunks).shape[0] == 0:
             return
         n_arrays = tensors.addresses.shape[0]
         with parallel_launch():
             get_threads, set_threads = thread_mask()
-            threads = get_threads() if tensors.total < SERIAL_BELOW else 1
-            if threads > 1:  # little work: on the calling thread (this thread's mask, restored below)
+            threads = get_threads()
+            serial = threads > 1 and tensors.total < SERIAL_BELOW
+            if serial:  # little work: on the calling thread (this thread's mask, restored below)
                 set_threads(1)
+            # the whole list: its rows in one block of equal elements per thread
+            table = chunks if chunks is not None else tensors.balanced(1 if serial else threads)
             try:
                 if prologue is None:
                     for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
@@ -224,7 +227,7 @@ class Elementwise:
                         *scalars,
                     )
             finally:
-                if threads > 1:
+                if serial:
                     set_threads(threads)
 
 
