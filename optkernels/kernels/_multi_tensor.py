@@ -74,10 +74,11 @@ def chunk_table(sizes: Sequence[int], chunk: int = CHUNK) -> np.ndarray:
 
 def balanced_table(sizes: Sequence[int], chunk: int, parts: int) -> np.ndarray:
     """A chunk table (rows ``(tensor, start, stop, size)``, as :func:`chunk_table`'s) of ``parts`` blocks of
-    equal row count: the concatenated elements of the tensors are cut into ``parts`` slices of equal size
-    (within one element), block ``k`` holds slice ``k``, each tensor's part of it in pieces of at most
-    ``chunk`` elements and of equal size (within one element), then empty rows ``(0, 0, 0, sizes[0])`` up to
-    the longest block's length. Every element is in exactly one row; no row spans two tensors.
+    equal row count: the concatenated elements of the tensors are cut into ``parts`` slices of equal size,
+    block ``k`` holds slice ``k``, each tensor's part of it in pieces of at most ``chunk`` elements and of
+    equal size, every bound inside a tensor rounded down to a multiple of :data:`ALIGN` where ``chunk`` is
+    at least twice that (so sizes are equal within ``ALIGN`` elements), then empty rows ``(0, 0, 0, sizes[0])`` up to the longest block's
+    length. Every element is in exactly one row; no row spans two tensors.
 
     Args:
         sizes: element counts, >= 0, with a positive sum.
@@ -87,6 +88,9 @@ def balanced_table(sizes: Sequence[int], chunk: int, parts: int) -> np.ndarray:
     sizes = [int(s) for s in sizes]
     total = sum(sizes)
     cuts = [total * k // parts for k in range(parts + 1)]
+    # pieces of at most `step` elements, whose bounds then move down by less than `align`: at most `chunk`
+    align = ALIGN if chunk >= 2 * ALIGN else 1
+    step = chunk - align + 1
     blocks: list[list[tuple[int, int, int, int]]] = [[] for _ in range(parts)]
     offset = 0  # the first element of tensor t in the concatenation
     for t, size in enumerate(sizes):
@@ -94,13 +98,24 @@ def balanced_table(sizes: Sequence[int], chunk: int, parts: int) -> np.ndarray:
             lo, hi = max(cuts[k], offset) - offset, min(cuts[k + 1], offset + size) - offset
             if hi <= lo:
                 continue
-            pieces = -(-(hi - lo) // chunk)
-            bounds = [lo + (hi - lo) * j // pieces for j in range(pieces + 1)]
-            blocks[k] += [(t, a, b, size) for a, b in zip(bounds[:-1], bounds[1:])]
+            pieces = -(-(hi - lo) // step)
+            bounds = [_aligned(lo + (hi - lo) * j // pieces, size, align) for j in range(pieces + 1)]
+            blocks[k] += [(t, a, b, size) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         offset += size
     rows = max(map(len, blocks))
     padded = [row for block in blocks for row in block + [(0, 0, 0, sizes[0])] * (rows - len(block))]
     return np.asarray(padded, np.int64).reshape(-1, 4)
+
+
+#: Row bounds inside a tensor of the balanced table are multiples of this many elements (64 bytes of
+#: float32): each row's vector loop meets its arrays at the alignment the plain table's rows have, and two
+#: threads never write one cache line.
+ALIGN = 16
+
+
+def _aligned(x: int, size: int, align: int) -> int:
+    """``x`` rounded down to a multiple of ``align`` (a tensor's end, ``size``, stays)."""
+    return x if x == size else x - x % align
 
 
 class TensorList:
