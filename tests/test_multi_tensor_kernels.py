@@ -105,6 +105,29 @@ def test_chunk_table_errors_and_default_chunk():
     assert MT.chunk_table([]).shape == (0, 4)
 
 
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=6).filter(sum), st.integers(1, 70), st.integers(1, 5))
+def test_balanced_table_gives_each_thread_its_share_of_the_elements(sizes, chunk, threads):
+    """Numba gives each of ``threads`` threads an equal, contiguous block of the rows: each block then holds
+    the same number of elements (within the rounding of two cuts to 16-element bounds)."""
+    table = MT.balanced_table(sizes, chunk, threads)
+    assert table.dtype == np.int64 and len(table) % threads == 0
+    seen = [np.zeros(s, int) for s in sizes]
+    for tensor, start, stop, size in table.tolist():
+        assert size == sizes[tensor] and 0 <= start <= stop <= size and stop - start <= chunk
+        assert chunk < 32 or start == stop or start % 16 == 0
+        seen[tensor][start:stop] += 1
+    assert all((s == 1).all() for s in seen)               # every element exactly once
+    shares = (table[:, 2] - table[:, 1]).reshape(threads, -1).sum(axis=1)
+    assert shares.max() - shares.min() <= (31 if chunk >= 32 else 1)
+
+
+def test_balanced_table_of_one_tensor_on_two_threads():
+    """1e5 elements: 7 chunks of the plain table (4 rows against 3), 8 rows of 16-element bounds here."""
+    assert MT.balanced_table([100_000], MT.CHUNK, 2)[:, 1:3].tolist() == [
+        [0, 12496], [12496, 24992], [24992, 37488], [37488, 50000],
+        [50000, 62496], [62496, 74992], [74992, 87488], [87488, 100_000]]
+
+
 def test_tensor_list_checks_the_arrays_of_a_row():
     tensors = MT.TensorList([3, 2], np.float32, 2)
     with pytest.raises(ValueError, match="got 1 arrays for 2 tensors"):

@@ -187,7 +187,8 @@ class Elementwise:
     ) -> None:
         """Run the update over every tensor of ``tensors`` (a :class:`._multi_tensor.TensorList` whose
         address table has one row per array argument, in the element function's order) in one parallel CPU
-        loop, with the same scalars for all; ``chunks``: a subset of its chunk table (default: all of it).
+        loop, with the same scalars for all; ``chunks``: a subset of its chunk table (default: all of it, in
+        the list's balanced table for the launch's thread count).
 
         The element function is called for element ``i`` of tensor ``t`` exactly as :meth:`launch` calls it
         for that tensor alone, so the results are the same bits as one :meth:`launch` per tensor. CPU only
@@ -206,11 +207,12 @@ class Elementwise:
             raise ValueError(
                 f"{self.__name__}: the multi-tensor loop runs on the CPU only, got device {device!r}"
             )
-        table = tensors.chunks if chunks is None else chunks
-        if table.shape[0] == 0:
+        if (tensors.chunks if chunks is None else chunks).shape[0] == 0:
             return
         n_arrays = tensors.addresses.shape[0]
-        with parallel_launch(), _SerialBelow(tensors.total):
+        with parallel_launch(), _SerialBelow(tensors.total) as threads:
+            # the whole list: its rows in one block of equal elements per thread
+            table = chunks if chunks is not None else tensors.balanced(threads)
             if prologue is None:
                 for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
             else:
@@ -235,12 +237,15 @@ class _SerialBelow:
         self.n = n
         self.threads = 1
 
-    def __enter__(self) -> None:
-        if self.n < SERIAL_BELOW:
-            get_threads, set_threads = thread_mask()
-            self.threads = get_threads()
-            if self.threads > 1:
-                set_threads(1)
+    def __enter__(self) -> int:
+        """The number of threads the loop runs on: 1 below :data:`SERIAL_BELOW`, else the calling thread's."""
+        get_threads, set_threads = thread_mask()
+        threads = get_threads()
+        if self.n < SERIAL_BELOW and threads > 1:
+            set_threads(1)
+            self.threads = threads
+            return 1
+        return threads
 
     def __exit__(self, *exc: object) -> None:
         if self.threads > 1:

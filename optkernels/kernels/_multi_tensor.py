@@ -10,6 +10,12 @@ updates all of them in ONE parallel loop:
   ``chunk`` elements that never span two tensors: row ``c`` is ``(tensor, start, stop, size)``, the
   chunk covering elements ``start..stop-1`` of tensor ``tensor`` (of ``size`` elements). Zero-size tensors
   have no chunk. It depends only on the sizes: built once per list.
+* the **balanced table** (:meth:`TensorList.balanced`) is the same cover cut for ``threads`` threads:
+  Numba gives each thread an equal share of a ``prange``'s iterations, in contiguous blocks, so rows are
+  laid out in ``threads`` blocks of equal row count, block ``k`` covering the ``k``-th of ``threads`` equal
+  slices of the concatenated elements (padded with empty rows): every thread gets the same number of
+  elements, where the plain table, cut by row count, can give one thread a whole extra chunk (a single
+  tensor of 7 chunks on 2 threads: 4 against 3).
 * the **address table** holds, for every array argument ``j`` of the element function and every tensor
   ``t``, the address of the first element of that tensor's (flat, C-contiguous) array: ``addresses[j,
   t]``. Rows of arrays that live as long as the list (parameters, optimizer slots) are set once with
@@ -32,7 +38,7 @@ import numpy as np
 
 from ._pointers import data_addresses
 
-__all__ = ["CHUNK", "TensorList", "chunk_table"]
+__all__ = ["CHUNK", "TensorList", "balanced_table", "chunk_table"]
 
 #: Elements per chunk: large enough that a chunk's loop runs at full speed, small enough that a model of
 #: many 10k-100k tensors gives every thread many chunks.
@@ -66,6 +72,52 @@ def chunk_table(sizes: Sequence[int], chunk: int = CHUNK) -> np.ndarray:
     return np.stack([tensor, start, np.minimum(start + chunk, size), size], axis=1)
 
 
+def balanced_table(sizes: Sequence[int], chunk: int, parts: int) -> np.ndarray:
+    """A chunk table (rows ``(tensor, start, stop, size)``, as :func:`chunk_table`'s) of ``parts`` blocks of
+    equal row count: the concatenated elements of the tensors are cut into ``parts`` slices of equal size,
+    block ``k`` holds slice ``k``, each tensor's part of it in pieces of at most ``chunk`` elements and of
+    equal size, every bound inside a tensor rounded down to a multiple of :data:`ALIGN` where ``chunk`` is
+    at least twice that (so sizes are equal within ``ALIGN`` elements), then empty rows ``(0, 0, 0, sizes[0])`` up to the longest block's
+    length. Every element is in exactly one row; no row spans two tensors.
+
+    Args:
+        sizes: element counts, >= 0, with a positive sum.
+        chunk: the largest piece, >= 1.
+        parts: the number of blocks (threads), >= 1.
+    """
+    sizes = [int(s) for s in sizes]
+    total = sum(sizes)
+    cuts = [total * k // parts for k in range(parts + 1)]
+    # pieces of at most `step` elements, whose bounds then move down by less than `align`: at most `chunk`
+    align = ALIGN if chunk >= 2 * ALIGN else 1
+    step = chunk - align + 1
+    blocks: list[list[tuple[int, int, int, int]]] = [[] for _ in range(parts)]
+    offset = 0  # the first element of tensor t in the concatenation
+    for t, size in enumerate(sizes):
+        for k in range(parts):
+            lo, hi = max(cuts[k], offset) - offset, min(cuts[k + 1], offset + size) - offset
+            if hi <= lo:
+                continue
+            pieces = -(-(hi - lo) // step)
+            bounds = [_aligned(lo + (hi - lo) * j // pieces, size, align) for j in range(pieces + 1)]
+            blocks[k] += [(t, a, b, size) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        offset += size
+    rows = max(map(len, blocks))
+    padded = [row for block in blocks for row in block + [(0, 0, 0, sizes[0])] * (rows - len(block))]
+    return np.asarray(padded, np.int64).reshape(-1, 4)
+
+
+#: Row bounds inside a tensor of the balanced table are multiples of this many elements (64 bytes of
+#: float32): each row's vector loop meets its arrays at the alignment the plain table's rows have, and two
+#: threads never write one cache line.
+ALIGN = 16
+
+
+def _aligned(x: int, size: int, align: int) -> int:
+    """``x`` rounded down to a multiple of ``align`` (a tensor's end, ``size``, stays)."""
+    return x if x == size else x - x % align
+
+
 class TensorList:
     """T tensors of one dtype, described for multi-tensor launches (see the module docstring).
 
@@ -95,6 +147,7 @@ class TensorList:
         self.like = np.empty(0, self.dtype)
         self._kept: list[Any] = [None] * n_arrays
         self._subsets: dict[tuple, np.ndarray] = {}
+        self._balanced: dict[int, np.ndarray] = {}
         self._workspace: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -127,6 +180,16 @@ class TensorList:
         if table is None:
             table = self.chunks[~np.isin(self.chunks[:, 0], np.asarray(excluded, np.int64))]
             self._subsets[excluded] = table = np.ascontiguousarray(table)
+        return table
+
+    def balanced(self, threads: int) -> np.ndarray:
+        """The chunk table for a launch on ``threads`` threads (:func:`balanced_table`, cached per count):
+        equal elements per thread. ``chunks`` itself for one thread or an empty list."""
+        if threads <= 1 or not self.total:
+            return self.chunks
+        table = self._balanced.get(threads)
+        if table is None:
+            table = self._balanced[threads] = balanced_table(self.sizes, self.chunk, threads)
         return table
 
     def workspace(self) -> np.ndarray:

@@ -647,9 +647,18 @@ def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:
     return bool(maximize), weight_decay != 0, dtype.type(weight_decay)
 
 
-def adam_scalars(
+def adam_scalars(dtype: np.dtype, step: int, *hyper: Any, **named: Any) -> tuple:
+    """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
+    ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
+    ``−lr/bias_correction1``; for float32, the float64 ``1/bias_correction2**0.5`` that
+    :func:`divide_by_constant` divides by. ``hyper``/``named``: :func:`adam_group_scalars`'s arguments
+    after ``dtype`` (``lr, beta1, beta2, eps, weight_decay, decoupled, maximize, mkl_sqrt``); the same as
+    ``adam_step_scalars(adam_group_scalars(dtype, ...), step)``."""
+    return adam_step_scalars(adam_group_scalars(dtype, *hyper, **named), step)
+
+
+def adam_group_scalars(
     dtype: np.dtype,
-    step: int,
     lr: Any,
     beta1: float,
     beta2: float,
@@ -659,14 +668,11 @@ def adam_scalars(
     maximize: bool,
     mkl_sqrt: int = IEEE_SQRT,
 ) -> tuple:
-    """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
-    ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
-    ``−lr/bias_correction1``; for float32, the float64 ``1/bias_correction2**0.5`` that
-    :func:`divide_by_constant` divides by; ``mkl_sqrt``: see :func:`mkl_flag`."""
-    t = float(step)
+    """The part of :func:`adam_scalars` that does not depend on the step, for :func:`adam_step_scalars`: an
+    opaque tuple, computed once per group and its hyper-parameters (torch's ``lr``, ``betas``, ``eps``,
+    ``weight_decay``; ``decoupled``: AdamW's decay; ``maximize``; ``mkl_sqrt``: see :func:`mkl_flag`)."""
     coupled = weight_decay != 0 and not decoupled
-    bc2_sqrt = dtype.type((1 - beta2**t) ** 0.5)
-    return (
+    head = (
         bool(maximize),
         coupled,
         dtype.type(weight_decay),
@@ -675,13 +681,19 @@ def adam_scalars(
         *lerp_weight(dtype, 1 - beta1),
         dtype.type(beta2),
         dtype.type(1 - beta2),
-        bc2_sqrt,
-        1.0 / float(bc2_sqrt) if dtype == np.float32 else None,
-        dtype.type(eps),
-        dtype.type(-(lr / (1 - beta1**t))),
-        mkl_flag(dtype, mkl_sqrt),
-        *NO_TAIL,
     )
+    last = (mkl_flag(dtype, mkl_sqrt), *NO_TAIL)
+    return dtype.type, beta1, beta2, dtype == np.float32, head, dtype.type(eps), -lr, last
+
+
+def adam_step_scalars(group: tuple, step: int) -> tuple:
+    """:func:`adam_scalars` for step ``step`` (from 1) from ``group``, :func:`adam_group_scalars`'s tuple
+    (torch's host arithmetic: ``bias_correction2**0.5`` and ``−lr/bias_correction1``)."""
+    convert, beta1, beta2, single, head, eps, neg_lr, last = group
+    t = float(step)
+    bc2_sqrt = convert((1 - beta2**t) ** 0.5)
+    inv = 1.0 / float(bc2_sqrt) if single else None
+    return (*head, bc2_sqrt, inv, eps, convert(neg_lr / (1 - beta1**t)), *last)
 
 
 def adamax_scalars(

@@ -142,10 +142,11 @@ class LaunchPlan:
         del kept
 
 
-def _chunks(group: Any, excluded: tuple) -> np.ndarray:
-    """The group's chunk table without the members in ``excluded`` (indices of the optimizer's plans)."""
+def _chunks(group: Any, excluded: tuple) -> np.ndarray | None:
+    """The group's chunk table without the members in ``excluded`` (indices of the optimizer's plans);
+    None for the whole group (``launch_many`` then balances its chunks over the launch's threads)."""
     if not excluded:
-        return group.tensors.chunks
+        return None
     local = tuple(group.local[k] for k in excluded if k in group.local)
     return group.tensors.chunks_without(local)
 

@@ -42,6 +42,7 @@ from ..kernels._multi_tensor import TensorList
 from ..kernels.axpy import _axpy_scal
 from ..kernels.torch_rules import TAKES_TAIL, torch_tail_scalars
 from . import _delegate, _memory, _views
+from ._sqrt import sqrt_kernel
 
 __all__ = ["KernelOptimizer"]
 
@@ -58,6 +59,7 @@ _IS_CONTIGUOUS = torch.Tensor.is_contiguous
 _NUMEL = torch.Tensor.numel
 _IS_CPU = operator.attrgetter("is_cpu")
 _FLOAT32 = np.dtype(np.float32)
+_MEMO_SIZE = 64
 _MISFIT = "gradient or state tensors of another shape, dtype, device or layout than their parameter"
 
 
@@ -106,7 +108,7 @@ class _Plan:
         self.whole = False  # the group's parameters with gradients, none copied, none elsewhere
         self.steps: torch.Tensor | None = None  # float32 [T]; state['step'] are its 0-d views
         self.steps_np: np.ndarray | None = None
-        self.step_now: int | None = None  # the steps' common value, where they are equal
+        self.step_now: int | None = None  # the steps' common value, where they are equal (then kept here)
         self.cpu: list = []  # (dtype, positions array, TensorList, parameters)
         self.single: list = []  # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
         self.kept: list = []  # the state tensors whose addresses the tables hold (kept alive)
@@ -173,6 +175,8 @@ class KernelOptimizer(torch.optim.Optimizer):
         self._plans: dict[int, _Plan] = {}
         self._pre_buffers: dict[int, torch.Tensor] = {}
         self._said: set = set()
+        self._memo: dict = {}
+        self._sqrt_kernels: dict = {}
         self._runner: _delegate.TorchRunner | None = None
         params = _delegate.materialize(params)
         torch_cls = _delegate.torch_class(type(self))
@@ -202,6 +206,31 @@ class KernelOptimizer(torch.optim.Optimizer):
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         """The kernel's scalars for a step numbered ``step`` (from 1), converted to ``dtype``."""
         raise NotImplementedError
+
+    def _remembered(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, remembered under ``key`` (the values ``make`` computes from, such as a group's
+        hyper-parameters and a dtype) for the next call with an equal key: scalars are then not recomputed
+        every step. A key holding a tensor (whose value can change in place) is not remembered."""
+        memo = self._memo
+        try:
+            return memo[key]
+        except KeyError:
+            value = make()
+            if not any(isinstance(k, torch.Tensor) for k in key):
+                if len(memo) >= _MEMO_SIZE:  # a schedule changing lr every step: keep it small
+                    memo.clear()
+                memo[key] = value
+            return value
+        except TypeError:  # an unhashable value
+            return make()
+
+    def _sqrt_kernel(self, dtype: np.dtype) -> int:
+        """:func:`~optkernels.torch._sqrt.sqrt_kernel` of ``dtype``, its environment variable read once per
+        optimizer and dtype (at the first step of parameters of that dtype), not at every step."""
+        kernel = self._sqrt_kernels.get(dtype)
+        if kernel is None:
+            kernel = self._sqrt_kernels[dtype] = sqrt_kernel(dtype)
+        return kernel
 
     def _prestep(self, group: dict) -> tuple[float, float] | None:
         """``(α, β)`` of the gradient pre-step ``g' = (α·w + g)·β``, or None for none (torch: ``maximize``
@@ -237,6 +266,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         only): launch plans are rebuilt from the new tensors on the next step."""
         super().__setstate__(state)
         self._plans, self._pre_buffers, self._said, self._runner = {}, {}, set(), None
+        self._memo, self._sqrt_kernels = {}, {}
         if self.counts_steps and self.tensor_steps:
             for s in self.state.values():  # an older state's number: a float32 tensor, as torch makes it
                 step = s.get("step")
@@ -354,10 +384,11 @@ class KernelOptimizer(torch.optim.Optimizer):
         """``torch.amp.GradScaler``'s protocol of torch's fused optimizers: False when ``found_inf`` (set by
         the scaler) is non-zero (the step is skipped), else the gradients divided by ``grad_scale`` (in
         place, as torch's fused kernels leave them) and True."""
-        found_inf = getattr(self, "found_inf", None)
+        attributes = self.__dict__  # set on the instance by the scaler (a miss of getattr costs an exception)
+        found_inf = attributes.get("found_inf")
         if found_inf is not None and bool(found_inf.ne(0).any()):
             return False
-        scale = getattr(self, "grad_scale", None)
+        scale = attributes.get("grad_scale")
         if scale is not None:
             for w in works:
                 for p in chain(w.dense, w.by_torch):
@@ -594,14 +625,16 @@ class KernelOptimizer(torch.optim.Optimizer):
             grads = [_laid_out(p, g) for p, g in zip(params, grads)]
         for p, copy in plan.copies:
             copy.copy_(p.detach())
-        if plan.steps_np is not None:
-            plan.steps_np += 1  # the state's 'step' tensors are views of it
+        steps: Any = None
+        if plan.step_now is not None:  # a plan's parameters step together: equal steps stay equal
+            plan.step_now += 1
+            first, uniform = plan.step_now, True
+            if plan.steps_np is not None:
+                plan.steps_np.fill(first)  # the state's 'step' tensors are views of it
+        elif plan.steps_np is not None:
             steps = plan.steps_np
-            if plan.step_now is not None:  # a plan's parameters step together: equal steps stay equal
-                plan.step_now += 1
-                first, uniform = plan.step_now, True
-            else:
-                first, uniform = int(steps[0]), False
+            steps += 1
+            first, uniform = int(steps[0]), False
         elif not self.numbered_steps:
             steps, first, uniform = self._private_steps(plan), 1, True
         else:
@@ -653,7 +686,7 @@ class KernelOptimizer(torch.optim.Optimizer):
                     True,
                 )
                 grad = buffer
-            scalars = self._scalars(group, int(steps[k]), dtype)
+            scalars = self._scalars(group, first if uniform else int(steps[k]), dtype)
             if kernel in TAKES_TAIL and params[k].dtype in _views.HALF_DTYPES:
                 scalars = scalars[:-3] + torch_tail_scalars(n, torch.get_num_threads(), _half_width())
             kernel.launch(kind, n, *arrays, grad, *scalars)

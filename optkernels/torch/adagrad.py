@@ -25,7 +25,6 @@ from ..kernels.torch_rules import (
 from . import _views
 from ._base import KernelOptimizer
 from ._sparse import coalesced_rows, launch_rows
-from ._sqrt import sqrt_kernel
 from .adam import host_lr
 
 __all__ = ["Adagrad", "RMSprop"]
@@ -118,7 +117,7 @@ class Adagrad(KernelOptimizer):
             group["eps"],
             group["weight_decay"],
             group["maximize"],
-            sqrt_kernel(dtype),
+            self._sqrt_kernel(dtype),
         )
 
     def _sparse_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor, state: dict) -> None:
@@ -136,7 +135,7 @@ class Adagrad(KernelOptimizer):
             group["eps"],
             0.0,
             False,
-            sqrt_kernel(dtype),
+            self._sqrt_kernel(dtype),
         )[-6:-3]  # (eps, −clr, mkl), without the tail scalars
         launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
 
@@ -222,5 +221,5 @@ class RMSprop(KernelOptimizer):
             group["weight_decay"],
             group["momentum"],
             group["maximize"],
-            sqrt_kernel(dtype),
+            self._sqrt_kernel(dtype),
         )

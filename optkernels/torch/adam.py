@@ -15,11 +15,11 @@ from ..kernels.torch_rules import (
     _torch_adam,
     _torch_adam_amsgrad,
     _torch_adamax,
-    adam_scalars,
+    adam_group_scalars,
+    adam_step_scalars,
     adamax_scalars,
 )
 from ._base import KernelOptimizer
-from ._sqrt import sqrt_kernel
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -137,19 +137,18 @@ class Adam(KernelOptimizer):
         return None  # maximize and both decays are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+        lr = host_lr(group["lr"])
         beta1, beta2 = group["betas"]
-        return adam_scalars(
-            dtype,
-            step,
-            host_lr(group["lr"]),
-            float(beta1),
-            float(beta2),
-            group["eps"],
-            group["weight_decay"],
-            bool(group.get("decoupled_weight_decay")),
-            group["maximize"],
-            sqrt_kernel(dtype),
+        eps, wd, maximize = group["eps"], group["weight_decay"], group["maximize"]
+        decoupled = bool(group.get("decoupled_weight_decay"))
+        mkl = self._sqrt_kernel(dtype)
+        per_group = self._remembered(
+            (dtype, type(lr), lr, beta1, beta2, eps, wd, decoupled, maximize, mkl),
+            lambda: adam_group_scalars(
+                dtype, lr, float(beta1), float(beta2), eps, wd, decoupled, maximize, mkl
+            ),
         )
+        return adam_step_scalars(per_group, step)
 
 
 class AdamW(Adam):

@@ -88,6 +88,8 @@ class SGD(KernelOptimizer):
         fresh = [self.state.get(p, {}).get("momentum_buffer") is None for p in params]
         plan = super()._build(group, params, key)
         plan.private_steps = np.where(fresh, 0, 1).astype(np.int64)
+        if fresh and len(set(fresh)) == 1:  # all new or all continuing: counted in plan.step_now
+            plan.step_now = 0 if fresh[0] else 1
         return plan
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
@@ -95,13 +97,10 @@ class SGD(KernelOptimizer):
         return plan.private_steps
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        return sgd_scalars(
-            dtype,
-            step == 1,
-            host_lr(group["lr"]),
-            group["momentum"],
-            group["dampening"],
-            group["weight_decay"],
-            group["nesterov"],
-            group["maximize"],
+        lr, first = host_lr(group["lr"]), step == 1
+        momentum, dampening, wd = group["momentum"], group["dampening"], group["weight_decay"]
+        nesterov, maximize = group["nesterov"], group["maximize"]
+        return self._remembered(
+            (dtype, first, type(lr), lr, momentum, dampening, wd, nesterov, maximize),
+            lambda: sgd_scalars(dtype, first, lr, momentum, dampening, wd, nesterov, maximize),
         )

@@ -13,7 +13,6 @@ from ..kernels.torch_rules import _torch_sparse_adam, sparse_adam_scalars
 from . import _views
 from ._base import KernelOptimizer
 from ._sparse import coalesced_rows, launch_rows
-from ._sqrt import sqrt_kernel
 from .adam import host_lr
 
 __all__ = ["SparseAdam"]
@@ -84,6 +83,6 @@ class SparseAdam(KernelOptimizer):
             [p, state["exp_avg"], state["exp_avg_sq"]],
             rows,
             sparse_adam_scalars(
-                dtype, step, host_lr(group["lr"]), beta1, beta2, group["eps"], sqrt_kernel(dtype)
+                dtype, step, host_lr(group["lr"]), beta1, beta2, group["eps"], self._sqrt_kernel(dtype)
             ),
         )
