@@ -98,12 +98,17 @@ def test_multi_tensor_step_equals_per_parameter_launches(info_id, dtype):
     ref_opt, ref_params = _run(info, dtype, False, sparse)
     assert opt._launches.kernel_groups and not ref_opt._launches.kernel_groups
     assert len(opt._launches.sequential) == 0
+    _assert_same_bits(info_id, opt, params, ref_opt, ref_params)
+
+
+def _assert_same_bits(label, opt, params, ref_opt, ref_params):
+    """Parameters and every state entry of two optimizers, bit for bit."""
     for p, q in zip(params, ref_params):
-        assert p.data.tobytes() == q.data.tobytes(), f"{info_id}: {p.name}"
+        assert p.data.tobytes() == q.data.tobytes(), f"{label}: {p.name}"
     state, ref_state = opt.state_dict(), ref_opt.state_dict()
     assert state.keys() == ref_state.keys()
     for k in state:
-        assert state[k].tobytes() == ref_state[k].tobytes(), f"{info_id}: {k}"
+        assert state[k].tobytes() == ref_state[k].tobytes(), f"{label}: {k}"
 
 
 class _Counter:
@@ -287,9 +292,4 @@ def test_slots_sharing_one_allocation_give_the_same_bits(info_id, monkeypatch):
         assert all(s % 64 == 0 for s in starts), slot
         spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays if a.size)
         assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), f"{slot}: views overlap"
-    for p, q in zip(params, ref_params):
-        assert p.data.tobytes() == q.data.tobytes(), f"{info_id}: {p.name}"
-    state, ref_state = opt.state_dict(), ref_opt.state_dict()
-    assert state.keys() == ref_state.keys()
-    for k in state:
-        assert state[k].tobytes() == ref_state[k].tobytes(), f"{info_id}: {k}"
+    _assert_same_bits(info_id, opt, params, ref_opt, ref_params)
