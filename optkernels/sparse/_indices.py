@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import not_an_array_error, plain_array
+from ..kernels._checks import FLOAT_DTYPES, not_an_array_error, plain_array
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 OUT_OF_RANGE_MODES = ("raise", "drop")
@@ -53,6 +53,27 @@ def check_indices(name: str, indices: Any) -> tuple[str, int]:
     if len(shape) != 1:
         raise ValueError(f"{name} must be 1-D, got shape {shape}")
     return device, shape[0]
+
+
+def check_indices_and_values(indices: Any, values: Any) -> tuple[str, int, tuple[int, ...], np.dtype]:
+    """Validate a row-index array and its float value rows together; return ``(device, len(indices),
+    values.shape, values.dtype)``.
+
+    Raises:
+        TypeError: an argument is not a NumPy or CUDA array, indices not int32/int64, values not
+            float32/float64, or the two arrays on different devices.
+        ValueError: indices not 1-D.
+    """
+    index_device, n = check_indices("indices", indices)
+    value_device = array_device("values", values)
+    shape, dtype = array_shape_dtype(values)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"values must have dtype float32 or float64, got {dtype}")
+    if value_device != index_device:
+        raise TypeError(
+            f"arrays on different devices: indices is on the {index_device} but values on the {value_device}"
+        )
+    return index_device, n, shape, dtype
 
 
 def host_indices(indices: Any) -> np.ndarray:

@@ -11,13 +11,11 @@ import numba
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._checks import FLOAT_DTYPES
 from ..kernels._threading import for_this_process, parallel_launch
 from ..kernels._upcast import via_float32
 from ._indices import (
-    array_device,
     array_shape_dtype,
-    check_indices,
+    check_indices_and_values,
     drop_out_of_range,
     host_indices,
     out_of_range_error,
@@ -151,18 +149,10 @@ def check_merge(
     """The checks of :func:`merge_duplicates` (its errors), before anything is read or written: ``(drop,
     device, len(indices), values.shape, values.dtype, num_rows as an int or None)``."""
     drop = drop_out_of_range(out_of_range)
-    index_device, n = check_indices("indices", indices)
-    value_device = array_device("values", values)
-    shape, dtype = array_shape_dtype(values)
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"values must have dtype float32 or float64, got {dtype}")
-    if value_device != index_device:
-        raise TypeError(
-            f"arrays on different devices: indices is on the {index_device} but values on the {value_device}"
-        )
+    index_device, n, shape, dtype = check_indices_and_values(indices, values)
     if len(shape) < 1 or shape[0] != n:
         raise ValueError(f"values must have len(indices) = {n} rows, got shape {shape}")
-    if value_device == "cuda" and not _contiguous(values):
+    if index_device == "cuda" and not _contiguous(values):
         raise ValueError("values must be C-contiguous")
     if num_rows is not None:
         if isinstance(num_rows, (bool, np.bool_)):

@@ -11,7 +11,13 @@ import numpy as np
 
 from ..kernels import _cuda
 from ..kernels._checks import FLOAT_DTYPES, plain_array
-from ._indices import array_device, array_shape_dtype, check_indices, host_indices, out_of_range_error
+from ._indices import (
+    array_device,
+    array_shape_dtype,
+    check_indices_and_values,
+    host_indices,
+    out_of_range_error,
+)
 from ._plan import first_out_of_range
 from .merge import merge_duplicates
 
@@ -56,16 +62,7 @@ class RowSparse:
 
     def __init__(self, indices: Any, values: Any, dense_shape: Sequence[int]):
         dense_shape = _as_shape(dense_shape)
-        index_device, n = check_indices("indices", indices)
-        value_device = array_device("values", values)
-        shape, dtype = array_shape_dtype(values)
-        if dtype not in FLOAT_DTYPES:
-            raise TypeError(f"values must have dtype float32 or float64, got {dtype}")
-        if value_device != index_device:
-            raise TypeError(
-                f"arrays on different devices: indices is on the {index_device} but values on "
-                f"the {value_device}"
-            )
+        n, shape = check_indices_and_values(indices, values)[1:3]
         expected = (n,) + dense_shape[1:]
         if tuple(shape) != expected:
             raise ValueError(
