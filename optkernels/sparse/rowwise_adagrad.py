@@ -40,42 +40,41 @@ ROW_BLOCK = 8
 
 
 @elementwise
-def _row(
-    j, var, momentum, grad, rows, totals, dense, summed, row_len, d, lr, eps, wd, l2, decay, max_norm, one
-):
-    # Row r = rows[j] (j itself for a dense gradient) with gradient row j (flat arrays); its sum of squares is
-    # totals[j] if summed, else computed here. (Row views: indices from 0 up, the loops vectorise.)
+def _row(j, var, momentum, grad, rows, totals, dense, summed, d, lr, eps, wd, l2, decay, max_norm, one):
+    # Row r = rows[j] (j itself for a dense gradient) of the 2-D table var with row j of the 2-D grad; its
+    # sum of squares is totals[j] if summed, else computed here. (Two indices, the column one from 0 up:
+    # no wraparound select on the column, and no row view whose reference count the loop would update.)
     r = j
     if not dense:
         r = rows[j]
-    w = var[r * row_len : (r + 1) * row_len]
-    g = grad[j * row_len : (j + 1) * row_len]
+    row_len = var.shape[1]
     if summed:
         total = totals[j]
     else:
         total = ZERO
         for c in range(row_len):
-            x = g[c]
+            x = grad[j, c]
             if l2:
-                x = x + wd * w[c]
+                x = x + wd * var[r, c]
             total += x * x
     h = momentum[r] + total / d
     momentum[r] = h
     mult = lr / (math.sqrt(h) + eps)
     corr = one - mult * wd if l2 else decay
-    clip = max_norm > ZERO
-    norm = ZERO
-    for c in range(row_len):
-        v = corr * w[c] - mult * g[c]
-        w[c] = v
-        if clip:
+    if max_norm > ZERO:
+        norm = ZERO
+        for c in range(row_len):
+            v = corr * var[r, c] - mult * grad[j, c]
+            var[r, c] = v
             norm += v * v
-    if clip:
         norm = math.sqrt(norm)
         if norm > max_norm:
             scale = max_norm / norm
             for c in range(row_len):
-                w[c] = w[c] * scale
+                var[r, c] = var[r, c] * scale
+    else:  # a loop of its own, without the norm's sequential sum: it vectorises
+        for c in range(row_len):
+            var[r, c] = corr * var[r, c] - mult * grad[j, c]
 
 
 _row_cpu = numba.njit(inline="always", **JIT_OPTIONS)(_row.py_func)
@@ -107,38 +106,47 @@ def _block_sums(hats, totals, n):
 
 @numba.njit(**JIT_OPTIONS)
 def _table_rows(
-    r, g, last, n, held, grads, hats, totals, var, momentum, d, lr, eps, wd, l2, decay, max_norm, one
+    r,
+    block,
+    n,
+    last,
+    held,
+    hats,
+    totals,
+    flat_momentum,
+    var,
+    momentum,
+    d,
+    lr,
+    eps,
+    wd,
+    l2,
+    decay,
+    max_norm,
+    one,
 ):
-    # Row r of the 2-D table var (momentum seen as (rows, 1)) joins the held rows with its summed gradient
-    # row g and its ĝ (g + wd·var[r] for l2, else g); a full block, or a task's last row, updates every
-    # held row with the element function's row update, given its sum of squares.
-    for c in range(g.shape[0]):
-        x = g[c]
-        grads[n, c] = x
-        if l2:
-            x = x + wd * var[r, c]
-        hats[n, c] = x
+    # Row r of the 2-D table var (momentum seen as (rows, 1); flat_momentum: the same memory, 1-D) joins
+    # the held rows, its summed gradient row in block[n]; for l2 its ĝ = g + wd·var[r] goes to hats[n]. A
+    # full block, or a task's last row, updates every held row with the element function's row update,
+    # given its sum of squares.
     held[n] = r
+    if l2:
+        for c in range(block.shape[1]):
+            hats[n, c] = block[n, c] + wd * var[r, c]
     n += 1
     if n < ROW_BLOCK and not last:
         return n
-    _block_sums(hats, totals, n)
-    flat_var, flat_momentum, flat_grads = (
-        var.reshape(var.size),
-        momentum.reshape(momentum.size),
-        grads.reshape(grads.size),
-    )
+    _block_sums(hats if l2 else block, totals, n)
     for k in range(n):
         _row_cpu(
             k,
-            flat_var,
+            var,
             flat_momentum,
-            flat_grads,
+            block,
             held,
             totals,
             False,
             True,
-            g.shape[0],
             d,
             lr,
             eps,
@@ -156,10 +164,11 @@ _table_update = WholeRowUpdate(
     2,
     {
         "held": f"np.empty({ROW_BLOCK}, np.int64)",
-        "grads": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
         "hats": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
         "totals": f"np.empty({ROW_BLOCK}, grad.dtype)",
+        "flat_momentum": "momentum.reshape(momentum.size)",
     },
+    ROW_BLOCK,
 )
 
 
@@ -298,14 +307,13 @@ def rowwise_adagrad(
         _row.launch(
             batch.device,
             n,
-            flat_var,
+            flat_var.reshape(rows, row_len),
             flat_momentum,
-            flat_grad,
+            flat_grad.reshape(n, row_len),
             unique,
             flat_momentum,  # in place of the sums of squares, which each row computes (summed False)
             dense,
             False,
-            row_len,
             *row_scalars,
         )
     return var, momentum
