@@ -185,7 +185,60 @@ def _check_momentum(momentum: Any, device: str, dtype: np.dtype, rows: int) -> A
     return _flatten(plain_array("momentum", momentum), device)
 
 
-@via_float32()
+_WIDE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_INT64 = np.dtype(np.int64)
+
+
+def _hyper(value: Any, t: type) -> Any:
+    """A Python number ``value`` as ``t`` when it is >= 0 (NaN is not), else None."""
+    kind = type(value)
+    if kind is float or (kind is int and 0 <= value < 2**63):
+        converted = t(value)
+        if converted >= 0:
+            return converted
+    return None
+
+
+def _plain_table_step(
+    var: Any, momentum: Any, grad: Any, indices: Any, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any
+) -> tuple | None:
+    """``(arrays, scalars, rows)`` of the CPU row loop (:data:`_table_update`) for the common call, checked
+    in a few attribute reads: plain NumPy arrays, C-contiguous, a 2-D float32/float64 table and momentum
+    (writeable, no two sharing memory) with a gradient of the same dtype, int64 indices, Python numbers in
+    range for the hyper-parameters, a known mode. None for anything else: the checked path
+    (:func:`_checked_call`) then decides, and words the errors. (Between training steps the caches are
+    cold, where each of the checked path's general checks costs tens of microseconds.)"""
+    ndarray = np.ndarray
+    if not (type(var) is ndarray and type(momentum) is ndarray and type(grad) is ndarray):
+        return None
+    if type(indices) is not ndarray or mode not in MODES:
+        return None
+    dtype = var.dtype
+    if dtype not in _WIDE_DTYPES or momentum.dtype != dtype or grad.dtype != dtype or indices.dtype != _INT64:
+        return None
+    if var.ndim != 2 or grad.ndim != 2 or momentum.ndim != 1 or indices.ndim != 1:
+        return None
+    rows, row_len = var.shape
+    count = indices.shape[0]
+    if momentum.shape[0] != rows or grad.shape[0] != count or grad.shape[1] != row_len or not count * row_len:
+        return None
+    v, m, g = var.flags, momentum.flags, grad.flags
+    if not (v.c_contiguous and v.writeable and m.c_contiguous and m.writeable and g.c_contiguous):
+        return None
+    if not indices.flags.c_contiguous:
+        return None
+    may_share = np.may_share_memory  # bounds only: an overlap of the spans sends the call to the checks
+    if may_share(var, grad) or may_share(var, momentum) or may_share(momentum, grad):
+        return None
+    t = dtype.type
+    lr_, eps_, wd_, max_norm_ = _hyper(lr, t), _hyper(eps, t), _hyper(wd, t), _hyper(max_norm, t)
+    if lr_ is None or eps_ is None or wd_ is None or max_norm_ is None:
+        return None
+    decay = t(1) - lr_ * wd_ if mode == "decoupled" else t(1)
+    scalars = (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, t(1))
+    return [grad, var, momentum.reshape(rows, 1)], scalars, rows
+
+
 def rowwise_adagrad(
     var: Any,
     momentum: Any,
@@ -255,6 +308,42 @@ def rowwise_adagrad(
     IndexError
         An out-of-range index with ``out_of_range="raise"``.
     """
+    fast = _plain_table_step(var, momentum, grad, indices, lr, eps, weight_decay, weight_decay_mode, max_norm)
+    if fast is not None and type(out_of_range) is str and out_of_range in ("raise", "drop"):
+        arrays, scalars, rows = fast
+        bad = launch_cpu(_table_update.cpu, indices, rows, out_of_range == "drop", arrays, scalars)
+        if bad >= 0:
+            raise out_of_range_error("indices", indices, bad, rows)
+        return var, momentum
+    return _checked_call(
+        var,
+        momentum,
+        grad,
+        indices,
+        lr=lr,
+        eps=eps,
+        weight_decay=weight_decay,
+        weight_decay_mode=weight_decay_mode,
+        max_norm=max_norm,
+        out_of_range=out_of_range,
+    )
+
+
+@via_float32()
+def _checked_call(
+    var: Any,
+    momentum: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float = 0.01,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_decay_mode: str = "none",
+    max_norm: float = 0.0,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any]:
+    """:func:`rowwise_adagrad` with every check (and float16/bfloat16 arrays through float32 copies)."""
     if weight_decay_mode not in MODES:
         raise ValueError(f"weight_decay_mode must be one of {MODES}, got {weight_decay_mode!r}")
     dense = indices is None and not isinstance(grad, RowSparse)
