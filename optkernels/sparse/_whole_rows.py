@@ -45,6 +45,7 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
+    lines = (row_len + line - 1) // line  # a range with a step would divide at every loop's start
     order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
     bounds = np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64)
     # [plan claimed, n_tasks + 1 once published, next task, bad position + 1, next gradient row to
@@ -69,8 +70,8 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
             while fetch_add(sync, 1, 0) == 0:
                 ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
                 for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-                    for c in range(0, row_len, line):
-                        prefetch_read(grad, k, c)
+                    for q in range(lines):
+                        prefetch_read(grad, k, q * line)
         n_tasks = fetch_add(sync, 1, 0) - 1
         block = np.empty(({block_rows}, row_len), grad.dtype)
         {scratch}
@@ -86,8 +87,8 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
                 {prefetch_states}
             for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
                 src = order[k]
-                for c in range(0, row_len, line):
-                    prefetch_read(grad, src, c)
+                for q in range(lines):
+                    prefetch_read(grad, src, q * line)
             for j in range(first, last):
                 if j + PREFETCH_STATE_ROWS < last:
                     r = rows[j + PREFETCH_STATE_ROWS]
@@ -95,8 +96,8 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
                 for k in range(starts[j], starts[j + 1]):
                     if k + PREFETCH_GRAD_ROWS < k_last:
                         ahead = order[k + PREFETCH_GRAD_ROWS]
-                        for c in range(0, row_len, line):
-                            prefetch_read(grad, ahead, c)
+                        for q in range(lines):
+                            prefetch_read(grad, ahead, q * line)
                     src = order[k]
                     if k == starts[j]:
                         for c in range(row_len):
@@ -133,8 +134,10 @@ def launch_cpu(
 @numba.njit(inline="always", **JIT_OPTIONS)
 def prefetch_row(array, r, line):
     """Prefetch every cache line of row ``r`` of the 2-D ``array`` for writing (``line`` elements a line)."""
-    for c in range(0, array.shape[1], line):
+    c = 0
+    while c < array.shape[1]:  # not a range with a step, which divides to count its iterations
         prefetch_write(array, r, c)
+        c += line
 
 
 def _cpu_driver(
