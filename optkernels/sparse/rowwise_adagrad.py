@@ -5,8 +5,8 @@ Each row is updated by one thread, which sums its squares left to right in the a
 does not depend on the thread count. Duplicate indices are merged first, each distinct row's gradient rows
 summed in order of appearance (as :func:`~optkernels.sparse.merge_duplicates` sums them), so each distinct
 row is updated once with its summed gradient (FBGEMM's "exact" variant). On the CPU a row-sparse gradient
-takes the sparse ops' row loop (:mod:`._rows`: the merge inside the loop, each row's sum computed into a
-row buffer), which hands rows over in blocks whose sums of squares run side by side; dense gradients and
+takes the sparse ops' row loop (:mod:`._whole_rows`: the merge inside the loop, each row's sum computed
+into a block of rows whose sums of squares then run side by side); dense gradients and
 CUDA arrays take one loop iteration (one CUDA thread) per row, after :func:`merge_duplicates` for CUDA.
 """
 
@@ -378,7 +378,7 @@ def _checked_call(
     else:
         drop, _, count, _, _, _ = check_merge(indices, values, rows, out_of_range)
         if batch.device == "cpu" and count and row_len:
-            # the merge fused into the row loop: each distinct row's gradient summed into a row buffer
+            # the merge fused into the row loop: each distinct row's gradient summed into a block buffer
             host = host_indices(indices).astype(np.int64, copy=False)  # one compiled loop for both types
             arrays = [
                 batch.flat[1].reshape(count, row_len),
