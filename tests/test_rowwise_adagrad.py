@@ -231,3 +231,27 @@ def test_many_distinct_rows_match_the_reference(mode, max_norm):
         rowwise_adagrad(a, ha, g32, idx, **kw)
         rowwise_adagrad(b, hb, dense, **kw)
         assert np.array_equal(a, b) and np.array_equal(ha, hb)
+
+
+def test_plain_numpy_call_agrees_with_the_checked_path():
+    """A plain NumPy call (2-D table, int64 indices: checked in a few attribute reads) gives the bits of the
+    fully checked path (int32 indices, a 3-D table), drops and raises alike, and what it cannot take (shared
+    memory, NaN hyper-parameters) still meets the checked path's errors."""
+    rng = np.random.default_rng(10)
+    w, h = rng.standard_normal((6, 4)).astype(np.float32), rng.uniform(0, 1, 6).astype(np.float32)
+    idx, g = np.array([5, 1, 99, 5, 0]), rng.standard_normal((5, 4)).astype(np.float32)
+    kw = dict(lr=0.1, weight_decay=0.01, weight_decay_mode="l2", out_of_range="drop")
+    a, ha = w.copy(), h.copy()
+    rowwise_adagrad(a, ha, g, idx, **kw)
+    b, hb = w.reshape(6, 2, 2).copy(), h.copy()
+    rowwise_adagrad(b, hb, g.reshape(5, 2, 2), idx.astype(np.int32), **kw)
+    assert np.array_equal(a, b.reshape(6, 4)) and np.array_equal(ha, hb) and not np.array_equal(a, w)
+    for call, error, match in [
+        (lambda: rowwise_adagrad(a, ha, g, idx), IndexError, "99"),
+        (lambda: rowwise_adagrad(a, ha, a[:2], np.array([0, 1])), ValueError, "share memory"),
+        (lambda: rowwise_adagrad(a, ha, g, idx % 6, eps=float("nan")), ValueError, "eps"),
+    ]:
+        before, h_before = a.copy(), ha.copy()
+        with pytest.raises(error, match=match):
+            call()
+        assert np.array_equal(a, before) and np.array_equal(ha, h_before)

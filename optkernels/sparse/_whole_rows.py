@@ -45,6 +45,7 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = max(1, CACHE_LINE_BYTES // grad.itemsize)
+    lines = (row_len + line - 1) // line  # a range with a step would divide at every loop's start
     order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
     bounds = np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64)
     # [plan claimed, n_tasks + 1 once published, next task, bad position + 1, next gradient row to
@@ -69,10 +70,10 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
             while fetch_add(sync, 1, 0) == 0:
                 ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
                 for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-                    for c in range(0, row_len, line):
-                        prefetch_read(grad, k, c)
+                    for q in range(lines):
+                        prefetch_read(grad, k, q * line)
         n_tasks = fetch_add(sync, 1, 0) - 1
-        g = np.empty(row_len, grad.dtype)
+        block = np.empty(({block_rows}, row_len), grad.dtype)
         {scratch}
         while True:
             task = fetch_add(sync, 2, 1)
@@ -86,8 +87,8 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
                 {prefetch_states}
             for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
                 src = order[k]
-                for c in range(0, row_len, line):
-                    prefetch_read(grad, src, c)
+                for q in range(lines):
+                    prefetch_read(grad, src, q * line)
             for j in range(first, last):
                 if j + PREFETCH_STATE_ROWS < last:
                     r = rows[j + PREFETCH_STATE_ROWS]
@@ -95,15 +96,15 @@ def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params
                 for k in range(starts[j], starts[j + 1]):
                     if k + PREFETCH_GRAD_ROWS < k_last:
                         ahead = order[k + PREFETCH_GRAD_ROWS]
-                        for c in range(0, row_len, line):
-                            prefetch_read(grad, ahead, c)
+                        for q in range(lines):
+                            prefetch_read(grad, ahead, q * line)
                     src = order[k]
                     if k == starts[j]:
                         for c in range(row_len):
-                            g[c] = grad[src, c]
+                            block[n_held, c] = grad[src, c]
                     else:
                         for c in range(row_len):
-                            g[c] += grad[src, c]
+                            block[n_held, c] += grad[src, c]
                 r = rows[j]
                 {row_update}
     return fetch_add(sync, 3, 0) - 1
@@ -133,16 +134,19 @@ def launch_cpu(
 @numba.njit(inline="always", **JIT_OPTIONS)
 def prefetch_row(array, r, line):
     """Prefetch every cache line of row ``r`` of the 2-D ``array`` for writing (``line`` elements a line)."""
-    for c in range(0, array.shape[1], line):
+    c = 0
+    while c < array.shape[1]:  # not a range with a step, which divides to count its iterations
         prefetch_write(array, r, c)
+        c += line
 
 
 def _cpu_driver(
-    fn: Any, states: list[str], scalars: list[str], row_update: str, scratch: str = ""
+    fn: Any, states: list[str], scalars: list[str], row_update: str, scratch: str, block_rows: int
 ) -> Callable:
     """The compiled CPU driver of :data:`_CPU_ROWS` over the state arrays ``states`` and the scalars
     ``scalars`` (argument names), whose statement ``row_update`` updates row ``r`` from its summed gradient
-    ``g`` by calling ``fn`` (as ``update``); ``scratch``: a statement allocating each worker's buffers."""
+    row ``block[n_held]`` by calling ``fn`` (as ``update``); ``scratch``: a statement allocating each
+    worker's buffers; ``block_rows``: the rows of each worker's block of summed gradient rows."""
     namespace = {
         "prange": numba.prange,
         "np": np,
@@ -168,6 +172,7 @@ def _cpu_driver(
         prefetch_states="; ".join(f"prefetch_row({s}, r, line)" for s in states),
         row_update=row_update,
         scratch=scratch,
+        block_rows=str(block_rows),
         source_digest=_source_digest(),
         n_states=str(len(states)),
         params=", ".join(states + scalars),
@@ -181,23 +186,27 @@ class WholeRowUpdate:
     plan, prefetching and tasks; the same summed gradient rows, in the same order).
 
     Args:
-        row_fn: a Numba function ``f(r, g, last, n, scratch_1, ..., state_1, ..., state_k, scalar_1, ...)
-            -> n`` called for each distinct row ``r`` (ascending within a task) with ``g``, the row's summed
-            gradient (1-D, of the gradient's row length; overwritten for the next row); ``last``: whether
-            ``r`` is its task's last row. It may hold rows back in its scratch buffers (``n``: how many it
-            holds, 0 at a task's start; it returns the new count) to update several at once, so that their
-            dependency chains interleave, and must have updated every row it holds when ``last`` is true.
-            The states are 2-D ``(rows, width)`` views, updated in place; a task's rows are never another's.
+        row_fn: a Numba function ``f(r, block, n, last, scratch_1, ..., state_1, ..., state_k, scalar_1,
+            ...) -> n`` called for each distinct row ``r`` (ascending within a task), whose summed gradient
+            the driver has just written into ``block[n]`` (``block``: the worker's ``(block_rows,
+            row_len)`` buffer, in the gradient's dtype); ``last``: whether ``r`` is its task's last row. It
+            holds rows back (``n``: how many it held before ``r``, 0 at a task's start; it returns the new
+            count, at most ``block_rows`` - 1) to update several at once, so that their dependency chains
+            interleave, and must have updated every row it holds when ``last`` is true or the block is
+            full. The states are 2-D ``(rows, width)`` views, updated in place; a task's rows are never
+            another's.
         n_states: ``k``, the number of state arrays.
-        scratch: name -> the expression allocating that buffer for each worker, in terms of ``row_len`` and
-            ``grad`` (the 2-D gradient), in ``f``'s order.
+        scratch: name -> the expression allocating that buffer (or view) for each worker, in terms of
+            ``row_len``, ``grad`` (the 2-D gradient), ``block`` and the states, in ``f``'s order.
+        block_rows: the rows of ``block``.
     """
 
-    def __init__(self, row_fn: Any, n_states: int, scratch: dict[str, str]):
+    def __init__(self, row_fn: Any, n_states: int, scratch: dict[str, str], block_rows: int):
         self.fn = row_fn
         params = list(inspect.signature(row_fn.py_func).parameters)
         first = 4 + len(scratch)
         self.scratch = scratch
+        self.block_rows = block_rows
         self.states, self.scalars = params[first : first + n_states], params[first + n_states :]
 
     @functools.cached_property
@@ -206,10 +215,11 @@ class WholeRowUpdate:
         widths may differ)."""
         names = list(self.scratch)
         call = (
-            f"n_held = update(r, g, j == last - 1, n_held, {', '.join(names + self.states + self.scalars)})"
+            f"n_held = update(r, block, n_held, j == last - 1, "
+            f"{', '.join(names + self.states + self.scalars)})"
         )
         allocate = "; ".join(["n_held = 0"] + [f"{name} = {expr}" for name, expr in self.scratch.items()])
-        return _cpu_driver(self.fn, self.states, self.scalars, call, allocate)
+        return _cpu_driver(self.fn, self.states, self.scalars, call, allocate, self.block_rows)
 
 
 @functools.cache

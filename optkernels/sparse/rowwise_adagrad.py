@@ -5,8 +5,8 @@ Each row is updated by one thread, which sums its squares left to right in the a
 does not depend on the thread count. Duplicate indices are merged first, each distinct row's gradient rows
 summed in order of appearance (as :func:`~optkernels.sparse.merge_duplicates` sums them), so each distinct
 row is updated once with its summed gradient (FBGEMM's "exact" variant). On the CPU a row-sparse gradient
-takes the sparse ops' row loop (:mod:`._rows`: the merge inside the loop, each row's sum computed into a
-row buffer), which hands rows over in blocks whose sums of squares run side by side; dense gradients and
+takes the sparse ops' row loop (:mod:`._whole_rows`: the merge inside the loop, each row's sum computed
+into a block of rows whose sums of squares then run side by side); dense gradients and
 CUDA arrays take one loop iteration (one CUDA thread) per row, after :func:`merge_duplicates` for CUDA.
 """
 
@@ -40,42 +40,41 @@ ROW_BLOCK = 8
 
 
 @elementwise
-def _row(
-    j, var, momentum, grad, rows, totals, dense, summed, row_len, d, lr, eps, wd, l2, decay, max_norm, one
-):
-    # Row r = rows[j] (j itself for a dense gradient) with gradient row j (flat arrays); its sum of squares is
-    # totals[j] if summed, else computed here. (Row views: indices from 0 up, the loops vectorise.)
+def _row(j, var, momentum, grad, rows, totals, dense, summed, d, lr, eps, wd, l2, decay, max_norm, one):
+    # Row r = rows[j] (j itself for a dense gradient) of the 2-D table var with row j of the 2-D grad; its
+    # sum of squares is totals[j] if summed, else computed here. (Two indices, the column one from 0 up:
+    # no wraparound select on the column, and no row view whose reference count the loop would update.)
     r = j
     if not dense:
         r = rows[j]
-    w = var[r * row_len : (r + 1) * row_len]
-    g = grad[j * row_len : (j + 1) * row_len]
+    row_len = var.shape[1]
     if summed:
         total = totals[j]
     else:
         total = ZERO
         for c in range(row_len):
-            x = g[c]
+            x = grad[j, c]
             if l2:
-                x = x + wd * w[c]
+                x = x + wd * var[r, c]
             total += x * x
     h = momentum[r] + total / d
     momentum[r] = h
     mult = lr / (math.sqrt(h) + eps)
     corr = one - mult * wd if l2 else decay
-    clip = max_norm > ZERO
-    norm = ZERO
-    for c in range(row_len):
-        v = corr * w[c] - mult * g[c]
-        w[c] = v
-        if clip:
+    if max_norm > ZERO:
+        norm = ZERO
+        for c in range(row_len):
+            v = corr * var[r, c] - mult * grad[j, c]
+            var[r, c] = v
             norm += v * v
-    if clip:
         norm = math.sqrt(norm)
         if norm > max_norm:
             scale = max_norm / norm
             for c in range(row_len):
-                w[c] = w[c] * scale
+                var[r, c] = var[r, c] * scale
+    else:  # a loop of its own, without the norm's sequential sum: it vectorises
+        for c in range(row_len):
+            var[r, c] = corr * var[r, c] - mult * grad[j, c]
 
 
 _row_cpu = numba.njit(inline="always", **JIT_OPTIONS)(_row.py_func)
@@ -107,38 +106,47 @@ def _block_sums(hats, totals, n):
 
 @numba.njit(**JIT_OPTIONS)
 def _table_rows(
-    r, g, last, n, held, grads, hats, totals, var, momentum, d, lr, eps, wd, l2, decay, max_norm, one
+    r,
+    block,
+    n,
+    last,
+    held,
+    hats,
+    totals,
+    flat_momentum,
+    var,
+    momentum,
+    d,
+    lr,
+    eps,
+    wd,
+    l2,
+    decay,
+    max_norm,
+    one,
 ):
-    # Row r of the 2-D table var (momentum seen as (rows, 1)) joins the held rows with its summed gradient
-    # row g and its ĝ (g + wd·var[r] for l2, else g); a full block, or a task's last row, updates every
-    # held row with the element function's row update, given its sum of squares.
-    for c in range(g.shape[0]):
-        x = g[c]
-        grads[n, c] = x
-        if l2:
-            x = x + wd * var[r, c]
-        hats[n, c] = x
+    # Row r of the 2-D table var (momentum seen as (rows, 1); flat_momentum: the same memory, 1-D) joins
+    # the held rows, its summed gradient row in block[n]; for l2 its ĝ = g + wd·var[r] goes to hats[n]. A
+    # full block, or a task's last row, updates every held row with the element function's row update,
+    # given its sum of squares.
     held[n] = r
+    if l2:
+        for c in range(block.shape[1]):
+            hats[n, c] = block[n, c] + wd * var[r, c]
     n += 1
     if n < ROW_BLOCK and not last:
         return n
-    _block_sums(hats, totals, n)
-    flat_var, flat_momentum, flat_grads = (
-        var.reshape(var.size),
-        momentum.reshape(momentum.size),
-        grads.reshape(grads.size),
-    )
+    _block_sums(hats if l2 else block, totals, n)
     for k in range(n):
         _row_cpu(
             k,
-            flat_var,
+            var,
             flat_momentum,
-            flat_grads,
+            block,
             held,
             totals,
             False,
             True,
-            g.shape[0],
             d,
             lr,
             eps,
@@ -156,10 +164,11 @@ _table_update = WholeRowUpdate(
     2,
     {
         "held": f"np.empty({ROW_BLOCK}, np.int64)",
-        "grads": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
         "hats": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
         "totals": f"np.empty({ROW_BLOCK}, grad.dtype)",
+        "flat_momentum": "momentum.reshape(momentum.size)",
     },
+    ROW_BLOCK,
 )
 
 
@@ -176,7 +185,60 @@ def _check_momentum(momentum: Any, device: str, dtype: np.dtype, rows: int) -> A
     return _flatten(plain_array("momentum", momentum), device)
 
 
-@via_float32()
+_WIDE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_INT64 = np.dtype(np.int64)
+
+
+def _hyper(value: Any, t: type) -> Any:
+    """A Python number ``value`` as ``t`` when it is >= 0 (NaN is not), else None."""
+    kind = type(value)
+    if kind is float or (kind is int and 0 <= value < 2**63):
+        converted = t(value)
+        if converted >= 0:
+            return converted
+    return None
+
+
+def _plain_table_step(
+    var: Any, momentum: Any, grad: Any, indices: Any, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any
+) -> tuple | None:
+    """``(arrays, scalars, rows)`` of the CPU row loop (:data:`_table_update`) for the common call, checked
+    in a few attribute reads: plain NumPy arrays, C-contiguous, a 2-D float32/float64 table and momentum
+    (writeable, no two sharing memory) with a gradient of the same dtype, int64 indices, Python numbers in
+    range for the hyper-parameters, a known mode. None for anything else: the checked path
+    (:func:`_checked_call`) then decides, and words the errors. (Between training steps the caches are
+    cold, where each of the checked path's general checks costs tens of microseconds.)"""
+    ndarray = np.ndarray
+    if not (type(var) is ndarray and type(momentum) is ndarray and type(grad) is ndarray):
+        return None
+    if type(indices) is not ndarray or mode not in MODES:
+        return None
+    dtype = var.dtype
+    if dtype not in _WIDE_DTYPES or momentum.dtype != dtype or grad.dtype != dtype or indices.dtype != _INT64:
+        return None
+    if var.ndim != 2 or grad.ndim != 2 or momentum.ndim != 1 or indices.ndim != 1:
+        return None
+    rows, row_len = var.shape
+    count = indices.shape[0]
+    if momentum.shape[0] != rows or grad.shape[0] != count or grad.shape[1] != row_len or not count * row_len:
+        return None
+    v, m, g = var.flags, momentum.flags, grad.flags
+    if not (v.c_contiguous and v.writeable and m.c_contiguous and m.writeable and g.c_contiguous):
+        return None
+    if not indices.flags.c_contiguous:
+        return None
+    may_share = np.may_share_memory  # bounds only: an overlap of the spans sends the call to the checks
+    if may_share(var, grad) or may_share(var, momentum) or may_share(momentum, grad):
+        return None
+    t = dtype.type
+    lr_, eps_, wd_, max_norm_ = _hyper(lr, t), _hyper(eps, t), _hyper(wd, t), _hyper(max_norm, t)
+    if lr_ is None or eps_ is None or wd_ is None or max_norm_ is None:
+        return None
+    decay = t(1) - lr_ * wd_ if mode == "decoupled" else t(1)
+    scalars = (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, t(1))
+    return [grad, var, momentum.reshape(rows, 1)], scalars, rows
+
+
 def rowwise_adagrad(
     var: Any,
     momentum: Any,
@@ -246,6 +308,42 @@ def rowwise_adagrad(
     IndexError
         An out-of-range index with ``out_of_range="raise"``.
     """
+    fast = _plain_table_step(var, momentum, grad, indices, lr, eps, weight_decay, weight_decay_mode, max_norm)
+    if fast is not None and type(out_of_range) is str and out_of_range in ("raise", "drop"):
+        arrays, scalars, rows = fast
+        bad = launch_cpu(_table_update.cpu, indices, rows, out_of_range == "drop", arrays, scalars)
+        if bad >= 0:
+            raise out_of_range_error("indices", indices, bad, rows)
+        return var, momentum
+    return _checked_call(
+        var,
+        momentum,
+        grad,
+        indices,
+        lr=lr,
+        eps=eps,
+        weight_decay=weight_decay,
+        weight_decay_mode=weight_decay_mode,
+        max_norm=max_norm,
+        out_of_range=out_of_range,
+    )
+
+
+@via_float32()
+def _checked_call(
+    var: Any,
+    momentum: Any,
+    grad: Any,
+    indices: Any = None,
+    *,
+    lr: float = 0.01,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_decay_mode: str = "none",
+    max_norm: float = 0.0,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any]:
+    """:func:`rowwise_adagrad` with every check (and float16/bfloat16 arrays through float32 copies)."""
     if weight_decay_mode not in MODES:
         raise ValueError(f"weight_decay_mode must be one of {MODES}, got {weight_decay_mode!r}")
     dense = indices is None and not isinstance(grad, RowSparse)
@@ -280,7 +378,7 @@ def rowwise_adagrad(
     else:
         drop, _, count, _, _, _ = check_merge(indices, values, rows, out_of_range)
         if batch.device == "cpu" and count and row_len:
-            # the merge fused into the row loop: each distinct row's gradient summed into a row buffer
+            # the merge fused into the row loop: each distinct row's gradient summed into a block buffer
             host = host_indices(indices).astype(np.int64, copy=False)  # one compiled loop for both types
             arrays = [
                 batch.flat[1].reshape(count, row_len),
@@ -298,14 +396,13 @@ def rowwise_adagrad(
         _row.launch(
             batch.device,
             n,
-            flat_var,
+            flat_var.reshape(rows, row_len),
             flat_momentum,
-            flat_grad,
+            flat_grad.reshape(n, row_len),
             unique,
             flat_momentum,  # in place of the sums of squares, which each row computes (summed False)
             dense,
             False,
-            row_len,
             *row_scalars,
         )
     return var, momentum
