@@ -265,6 +265,9 @@ class KernelOptimizer(torch.optim.Optimizer):
         """After unpickling or ``copy.deepcopy`` (torch pickles ``defaults``, ``state`` and ``param_groups``
         only): launch plans are rebuilt from the new tensors on the next step."""
         super().__setstate__(state)
+        torch_cls = _delegate.torch_class(type(self))
+        if torch_cls is not None:  # a state saved before torch added a switch: torch's value for it
+            _delegate.fill_older_groups(torch_cls, self.param_groups)
         self._plans, self._pre_buffers, self._said, self._runner = {}, {}, set(), None
         self._memo, self._sqrt_kernels = {}, {}
         if self.counts_steps and self.tensor_steps:
@@ -361,9 +364,14 @@ class KernelOptimizer(torch.optim.Optimizer):
         if not self._unscale(works):
             return loss
         if runner is not None:
-            for w in works:
-                self._touch_state(w)
-            runner.step(by_torch, self.state, self.defaults)
+            touched = [p for w in works for p in self._touch_state(w)]
+            try:
+                runner.step(by_torch, self.state, self.defaults)
+            except Exception:  # torch refused them: no entry left that torch would not have left
+                for p in touched:
+                    if not self.state.get(p, True):
+                        del self.state[p]
+                raise
         for w in works:
             if w.dense:
                 self._dense_step(w)
@@ -371,14 +379,17 @@ class KernelOptimizer(torch.optim.Optimizer):
                 self._sparse_step(w.group, p, p.grad, self._state_of(p, w.group, sparse=True))
         return loss
 
-    def _touch_state(self, work: _Work) -> None:
+    def _touch_state(self, work: _Work) -> list:
         """New parameters' state entries made in parameter order, whichever backend fills them, so that
-        ``state_dict()`` lists them in torch's order."""
+        ``state_dict()`` lists them in torch's order; returns their parameters."""
+        made = []
         if self.counts_steps or self._state_names(work.group):
             state = self.state
             for p in work.group["params"]:
                 if p.grad is not None and p not in state:
                     state[p] = {}
+                    made.append(p)
+        return made
 
     def _unscale(self, works: list) -> bool:
         """``torch.amp.GradScaler``'s protocol of torch's fused optimizers: False when ``found_inf`` (set by
