@@ -121,7 +121,7 @@ class Adafactor(KernelOptimizer):
         if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
             raise AssertionError("Grad scaling should occur outside of optimizer.step()")
         eps1, eps2 = group["eps"]
-        lr = float(group["lr"])
+        lr = group["lr"]  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
         tau, d, wd, maximize = (
             group["beta2_decay"],
             group["d"],

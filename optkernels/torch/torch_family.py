@@ -198,7 +198,7 @@ class NAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.nadam_scalars(
             dtype,
-            float(group["lr"]),
+            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -277,7 +277,7 @@ class RAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.radam_scalars(
             dtype,
-            float(group["lr"]),
+            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -431,11 +431,12 @@ class ASGD(TorchRule):
 
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         self._etas = {t: (s["eta"].item(), s["mu"].item()) for t, s in self._scalar_state(plan).items()}
-        lr, lambd, alpha, t0 = float(group["lr"]), group["lambd"], group["alpha"], group["t0"]
+        # a tensor lr: eta computed in its dtype, as torch computes it
+        lr, lambd, alpha, t0 = group["lr"], group["lambd"], group["alpha"], group["t0"]
         state = self.state
         for t, members in _by_step(plan).items():  # torch's ``fill_`` of each 0-d state, one call per step
             for name, value in zip(("eta", "mu"), K.asgd_next(lr, lambd, alpha, t0, t)):
-                _fill([state[p][name] for p in members], value)
+                _fill([state[p][name] for p in members], float(value))
 
     def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         eta, mu = self._etas[step]
