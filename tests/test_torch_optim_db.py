@@ -52,6 +52,16 @@ STEPS = 4
 SPARSE_ONLY = {name for name, info in INFOS.items() if info.only_supports_sparse_grads}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """torch on one thread: its bfloat16 matmuls (Muon's Newton–Schulz) on tiny matrices wait tens of
+    milliseconds for a second thread on a loaded machine; both sides run alike, the bits are compared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _torch_sqrt(monkeypatch):
     """optkernels computes torch's own roots; torch's warnings about our fallbacks are not failures."""
