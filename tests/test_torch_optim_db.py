@@ -511,8 +511,7 @@ def test_deepcopy_printing_zero_grad_and_no_ops(name):
         ref.step()
         opt.step()
         _assert_same_state(ref, opt, params_t, params, f"{kwargs_o}: ")
-        for state in opt.state.values():
-            assert len(state) > 0 or name == "SGD"
+        assert all(len(state) > 0 for state in opt.state.values())  # no empty entry (SGD without momentum)
         twin = copy.deepcopy(opt)
         public = {k for k in opt.__dict__ if not k.startswith("_")}
         assert public == {k for k in twin.__dict__ if not k.startswith("_")}
@@ -696,3 +695,31 @@ def test_fused_half_parameters_give_for_loop_bits(name, dtype):
             name, _kwargs(name, k, "fused", torch_side=True), _kwargs(name, k, "fused"), dtype, gen
         )
         _run_pair(name, theirs, ours, params_t, params_o, gen, dtype, steps=3, where=f"input {k}: ")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float64_default_dtype_step_counters(name):
+    """With float64 as torch's default dtype torch keeps its 0-d state ('step', ...) in float64 (float32 for
+    ``fused=True``): so do the drop-ins, with the same bits."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        for flag in [None, *[f for f in _impls(INFOS[name]) if f == "fused"]]:
+            gen = torch.Generator().manual_seed(43)
+            theirs, ours, params_t, params_o = _pair(
+                name, _kwargs(name, 0, flag, torch_side=flag is None), _kwargs(name, 0, flag), torch.float64, gen
+            )
+            if flag == "fused":  # torch's own fused kernels, for the dtype of its counters
+                theirs = getattr(torch.optim, name)(params_t, **_kwargs(name, 0, flag))
+            for step in range(2):
+                _set_grads(name, list(zip(params_t, params_o)), gen, step)
+                theirs.step()
+                ours.step()
+            for a, b in zip(params_t, params_o):
+                for key, value in theirs.state.get(a, {}).items():
+                    other = ours.state[b][key]
+                    assert not isinstance(value, torch.Tensor) or value.dtype == other.dtype, key
+            if flag is None:
+                _assert_same_state(theirs, ours, params_t, params_o, "float64 default: ")
+    finally:
+        torch.set_default_dtype(default)
