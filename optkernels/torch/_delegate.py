@@ -40,9 +40,10 @@ def fill_older_groups(cls: type, groups: list[dict]) -> None:
     """Set in each of ``groups`` (parameter groups of a loaded state) the switches it lacks as
     ``cls.__setstate__`` sets them (a state saved before torch added ``maximize``, ``foreach``,
     ``differentiable``, ... gets the value ``cls`` gives it, its own default)."""
-    probe = cls.__new__(cls)
+    optimizer: Any = cls  # a torch.optim class, typed as a plain type here
+    probe = object.__new__(optimizer)
     shells = [{**{k: v for k, v in group.items() if k != "params"}, "params": []} for group in groups]
-    cls.__setstate__(probe, {"defaults": {}, "state": {}, "param_groups": shells})
+    optimizer.__setstate__(probe, {"defaults": {}, "state": {}, "param_groups": shells})
     for group, shell in zip(groups, probe.param_groups):
         for key, value in shell.items():
             group.setdefault(key, value)
