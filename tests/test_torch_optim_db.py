@@ -31,19 +31,22 @@ import warnings
 import pytest
 
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
+_FROZEN = torch.backends.flags_frozen()
 common = pytest.importorskip(
     "torch.testing._internal.common_optimizers",
     reason="torch's optimizer test database needs expecttest (pip install -e '.[test]')",
 )
+if not _FROZEN:  # torch's test utilities freeze torch.backends' flags on import: not for the other tests
+    torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
+from test_torch_bits import SAME_SQRT, _ieee_sqrt  # noqa: E402
 from torch.optim.optimizer import (  # noqa: E402
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
 )
 
 from optkernels.torch._sqrt import ENVIRONMENT  # noqa: E402
-from test_torch_bits import SAME_SQRT, _ieee_sqrt  # noqa: E402
 
 #: torch's database rows of the classes optkernels.torch stands in for (LBFGS has no drop-in)
 INFOS = {info.name: info for info in common.optim_db if isinstance(getattr(okt, info.name, None), type)}
@@ -442,6 +445,11 @@ def test_param_groups_and_add_param_group(name):
         _assert_same_state(runs[0][0], runs[1][0], runs[0][1], runs[1][1], f"{kwargs_o}: ")
 
 
+def _recorder(calls: list, label: str):
+    """A step hook that appends ``label`` to ``calls``."""
+    return lambda *args: calls.append(label)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_hooks(name):
     """Step pre/post hooks (the optimizer's and the global ones, in torch's order, removable) and the hooks of
@@ -451,10 +459,10 @@ def test_hooks(name):
         opt = getattr(okt, name)(params, **copy.deepcopy(kwargs_o))
         calls = []
         handles = [
-            register_optimizer_step_pre_hook(lambda *a: calls.append("global pre")),
-            register_optimizer_step_post_hook(lambda *a: calls.append("global post")),
-            opt.register_step_pre_hook(lambda *a: calls.append("pre")),
-            opt.register_step_post_hook(lambda *a: calls.append("post")),
+            register_optimizer_step_pre_hook(_recorder(calls, "global pre")),
+            register_optimizer_step_post_hook(_recorder(calls, "global post")),
+            opt.register_step_pre_hook(_recorder(calls, "pre")),
+            opt.register_step_post_hook(_recorder(calls, "post")),
         ]
         try:
             opt.step()
