@@ -596,13 +596,16 @@ def _torch_sparse_adam(
 
 
 @elementwise
-def _torch_sparse_adagrad(i, var, state_sum, values, rows, width, eps, neg_clr, mkl):
+def _torch_sparse_adagrad(i, var, state_sum, values, rows, width, eps, neg_clr, mkl, fused):
     # element i of a coalesced row-sparse gradient (unique rows), as _torch_sparse_adam
     j = rows[i // width] * width + i % width
     g = values[i]
     s = state_sum[j] + g * g  # state_sum.add_(sparse(g.pow(2)))
     state_sum[j] = s
-    var[j] = fma(g / (torch_sqrt(s, mkl) + eps), neg_clr, var[j])  # param.add_(sparse(g/std), alpha=−clr)
+    u = g / (torch_sqrt(s, mkl) + eps)
+    # param.add_(sparse(g/std), alpha=−clr): a fused multiply-add, but for a gradient of one scalar value
+    # (dense_dim 0, one element), where torch rounds the product first (``fused`` False)
+    var[j] = fma(u, neg_clr, var[j]) if fused else var[j] + neg_clr * u
 
 
 @elementwise

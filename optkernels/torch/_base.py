@@ -15,7 +15,8 @@ the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-ste
   copies where torch might raise, so a step that raises has changed nothing;
 * ``grad_scale``/``found_inf`` (``torch.amp.GradScaler``) honoured where torch's class honours them;
 * state tensors with torch's names, created on a parameter's first step (so ``state_dict()`` loads into
-  ``torch.optim`` and back); step counters are float32 0-d tensors, as torch keeps them;
+  ``torch.optim`` and back); step counters are float32 0-d tensors (float64 where that is the default
+  dtype), as torch keeps them;
 * a **plan** per group, built when the set of parameters, their memory or their shapes change: CPU
   parameters of one dtype are updated by ONE multi-tensor launch (their data addresses in a table; the
   gradients' addresses refilled each step), the pre-step folded into the same loop; CUDA parameters and
@@ -106,7 +107,7 @@ class _Plan:
         self.contiguous = all(map(_IS_CONTIGUOUS, params))
         self.on_cpu = all(map(_IS_CPU, params))
         self.whole = False  # the group's parameters with gradients, none copied, none elsewhere
-        self.steps: torch.Tensor | None = None  # float32 [T]; state['step'] are its 0-d views
+        self.steps: torch.Tensor | None = None  # [T] of torch's step dtype; state['step'] are its views
         self.steps_np: np.ndarray | None = None
         self.step_now: int | None = None  # the steps' common value, where they are equal (then kept here)
         self.cpu: list = []  # (dtype, positions array, TensorList, parameters)
@@ -265,13 +266,18 @@ class KernelOptimizer(torch.optim.Optimizer):
         """After unpickling or ``copy.deepcopy`` (torch pickles ``defaults``, ``state`` and ``param_groups``
         only): launch plans are rebuilt from the new tensors on the next step."""
         super().__setstate__(state)
+        torch_cls = _delegate.torch_class(type(self))
+        if torch_cls is not None:  # a state saved before torch added a switch: torch's value for it
+            _delegate.fill_older_groups(torch_cls, self.param_groups)
         self._plans, self._pre_buffers, self._said, self._runner = {}, {}, set(), None
         self._memo, self._sqrt_kernels = {}, {}
         if self.counts_steps and self.tensor_steps:
-            for s in self.state.values():  # an older state's number: a float32 tensor, as torch makes it
-                step = s.get("step")
-                if step is not None and not isinstance(step, torch.Tensor):
-                    s["step"] = torch.tensor(float(step), dtype=torch.float32)
+            for group in self.param_groups:  # an older state's number: a tensor, as torch makes it
+                for p in group["params"]:
+                    s = self.state.get(p, {})
+                    step = s.get("step")
+                    if step is not None and not isinstance(step, torch.Tensor):
+                        s["step"] = torch.tensor(float(step), dtype=_step_dtype(group))
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's ``load_state_dict`` (state tensors cast to their parameters' dtype and device; their
@@ -361,9 +367,14 @@ class KernelOptimizer(torch.optim.Optimizer):
         if not self._unscale(works):
             return loss
         if runner is not None:
-            for w in works:
-                self._touch_state(w)
-            runner.step(by_torch, self.state, self.defaults)
+            touched = [p for w in works for p in self._touch_state(w)]
+            try:
+                runner.step(by_torch, self.state, self.defaults)
+            except Exception:  # torch refused them: no entry left that torch would not have left
+                for p in touched:
+                    if not self.state.get(p, True):
+                        del self.state[p]
+                raise
         for w in works:
             if w.dense:
                 self._dense_step(w)
@@ -371,14 +382,17 @@ class KernelOptimizer(torch.optim.Optimizer):
                 self._sparse_step(w.group, p, p.grad, self._state_of(p, w.group, sparse=True))
         return loss
 
-    def _touch_state(self, work: _Work) -> None:
+    def _touch_state(self, work: _Work) -> list:
         """New parameters' state entries made in parameter order, whichever backend fills them, so that
-        ``state_dict()`` lists them in torch's order."""
+        ``state_dict()`` lists them in torch's order; returns their parameters."""
+        made = []
         if self.counts_steps or self._state_names(work.group):
             state = self.state
             for p in work.group["params"]:
                 if p.grad is not None and p not in state:
                     state[p] = {}
+                    made.append(p)
+        return made
 
     def _unscale(self, works: list) -> bool:
         """``torch.amp.GradScaler``'s protocol of torch's fused optimizers: False when ``found_inf`` (set by
@@ -583,7 +597,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         """``self.state[p]``, with any missing state tensor created (torch's names and initial values)."""
         state = self.state[p]
         if self.counts_steps and "step" not in state:
-            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            state["step"] = torch.tensor(0.0, dtype=_step_dtype(group))
         for name in self._state_names(group):
             if state.get(name) is None:
                 state[name] = self._new_state(name, p, group)
@@ -706,7 +720,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             states = [{} for _ in params]  # torch keeps no state for these (SGD without momentum)
         plan.kept = [s[n] for s in states for n in names]
         if self.counts_steps:
-            plan.steps = torch.tensor([float(s["step"]) for s in states], dtype=torch.float32)
+            plan.steps = torch.tensor([float(s["step"]) for s in states], dtype=_step_dtype(group))
             plan.steps_np = plan.steps.numpy()
             for k, s in enumerate(states):
                 s["step"] = plan.steps[k]
@@ -748,6 +762,14 @@ class KernelOptimizer(torch.optim.Optimizer):
 
     def _prepare_plan(self, plan: _Plan, states: list) -> None:
         """Subclass hook, after the state exists and before the tables are built."""
+
+
+def _step_dtype(group: dict) -> torch.dtype:
+    """torch's dtype of a 'step' counter: float32, float64 where that is the default dtype (not for
+    ``fused=True``)."""
+    if torch.get_default_dtype() is torch.float64 and not group.get("fused"):
+        return torch.float64
+    return torch.float32
 
 
 def _half_width() -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TorchRunner", "materialize", "torch_class"]
+__all__ = ["TorchRunner", "fill_older_groups", "materialize", "torch_class"]
 
 
 def torch_class(cls: type) -> type | None:
@@ -34,6 +34,19 @@ def torch_class(cls: type) -> type | None:
         ):
             return found
     return None
+
+
+def fill_older_groups(cls: type, groups: list[dict]) -> None:
+    """Set in each of ``groups`` (parameter groups of a loaded state) the switches it lacks as
+    ``cls.__setstate__`` sets them (a state saved before torch added ``maximize``, ``foreach``,
+    ``differentiable``, ... gets the value ``cls`` gives it, its own default)."""
+    optimizer: Any = cls  # a torch.optim class, typed as a plain type here
+    probe = object.__new__(optimizer)
+    shells = [{**{k: v for k, v in group.items() if k != "params"}, "params": []} for group in groups]
+    optimizer.__setstate__(probe, {"defaults": {}, "state": {}, "param_groups": shells})
+    for group, shell in zip(groups, probe.param_groups):
+        for key, value in shell.items():
+            group.setdefault(key, value)
 
 
 def materialize(params: Any) -> Any:

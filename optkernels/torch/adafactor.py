@@ -121,7 +121,7 @@ class Adafactor(KernelOptimizer):
         if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
             raise AssertionError("Grad scaling should occur outside of optimizer.step()")
         eps1, eps2 = group["eps"]
-        lr = float(group["lr"])
+        lr = group["lr"]  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
         tau, d, wd, maximize = (
             group["beta2_decay"],
             group["d"],
@@ -130,74 +130,102 @@ class Adafactor(KernelOptimizer):
         )
         for p, _grad in zip(params, grads):  # every state checked before anything is written
             self._check_state(p)
-        for p, grad in zip(params, grads):
-            grad = grad if grad.is_contiguous() else grad.contiguous()
+        for p, given in zip(params, grads):
+            # the kernels run in index order: a parameter or gradient laid out otherwise goes through a
+            # contiguous copy (the reductions are taken on the tensors as given, as torch takes them)
+            grad = given if given.is_contiguous() else given.contiguous()
             state = self._adafactor_state(p, grad)
             if eps1 is None:
                 eps1 = torch.finfo(p.dtype).eps
             state["step"] += 1
             w_t, alpha = adafactor_host(state["step"].item(), lr, tau, eps2, _norm(p).item(), p.numel())
             kind = _views.device_kind(p)
+            target = p.detach() if p.is_contiguous() else p.detach().contiguous()
             if kind == "cpu" and p.dtype in _views.HALF_DTYPES:
-                self._half_step(p, grad, state, (w_t, alpha, eps1, lr, wd, d, maximize))
-                continue
-            dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-            update = self._pre_buffer(p)
-            flat = [_views.view(t, kind, flat=True) for t in (p, update, grad)]
-            eps1_sq, one = dtype.type(eps1 * eps1), dtype.type(1)
-            if grad.dim() > 1:
-                rows, cols = state["row_var"], state["col_var"]
-                rows.lerp_(_norm(grad, 2, -1, True).square_().div_(grad.size(-1)), w_t)
-                cols.lerp_(_norm(grad, 2, -2, True).square_().div_(grad.size(-2)), w_t)
-                means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
-                r, c, m = (_views.view(t, kind, flat=True) for t in (rows, cols, means))
-                shape = (grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
-                if kind == "cpu" and p.dtype not in _views.HALF_DTYPES:  # a row loop: the same bits
-                    factored_update(flat[1], flat[2], r, c, m, *shape)
-                else:
-                    launch_small(_adafactor_factored, kind, p.numel(), flat[1], flat[2], r, c, m, *shape)
+                self._half_step(p, target, grad, given, state, (w_t, alpha, eps1, lr, wd, d, maximize))
             else:
-                launch_small(
-                    _adafactor_vector,
-                    kind,
-                    p.numel(),
-                    _views.view(state["variance"], kind, flat=True),
-                    flat[1],
-                    flat[2],
-                    maximize,
-                    *lerp_scalars(w_t, dtype),
-                    eps1_sq,
-                    one,
-                )
-            den = adafactor_denominator(_norm(update).item(), update.numel(), d)
+                self._float_step(p, target, grad, given, state, (w_t, alpha, eps1, lr, wd, d, maximize))
+            if not p.is_contiguous():
+                p.detach().copy_(target)
+
+    def _float_step(
+        self,
+        p: torch.Tensor,
+        target: torch.Tensor,
+        grad: torch.Tensor,
+        given: torch.Tensor,
+        state: dict,
+        host: tuple,
+    ) -> None:
+        """The step of a float32/float64 parameter ``p``, written to ``target`` (``p``, or a contiguous copy
+        of it); ``grad`` is the gradient, contiguous, ``given`` the gradient as found (the row and column
+        norms are taken on it). ``host``: ``(w_t, α, ε1, lr, wd, d, maximize)``."""
+        w_t, alpha, eps1, lr, wd, d, maximize = host
+        kind = _views.device_kind(p)
+        dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+        update = self._pre_buffer(p)
+        flat = [_views.view(t, kind, flat=True) for t in (target, update, grad)]
+        eps1_sq, one = dtype.type(eps1 * eps1), dtype.type(1)
+        if grad.dim() > 1:
+            rows, cols = state["row_var"], state["col_var"]
+            rows.lerp_(_norm(given, 2, -1, True).square_().div_(grad.size(-1)), w_t)
+            cols.lerp_(_norm(given, 2, -2, True).square_().div_(grad.size(-2)), w_t)
+            means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
+            r, c, m = (_views.view(t, kind, flat=True) for t in (rows, cols, means))
+            shape = (grad.size(-2), grad.size(-1), maximize, eps1_sq, one)
+            if kind == "cpu" and p.dtype not in _views.HALF_DTYPES:  # a row loop: the same bits
+                factored_update(flat[1], flat[2], r, c, m, *shape)
+            else:
+                launch_small(_adafactor_factored, kind, p.numel(), flat[1], flat[2], r, c, m, *shape)
+        else:
             launch_small(
-                _decayed_step,
+                _adafactor_vector,
                 kind,
                 p.numel(),
-                flat[0],
+                _views.view(state["variance"], kind, flat=True),
                 flat[1],
-                dtype.type(1 - lr * wd if wd != 0 else 1),
-                dtype.type(-alpha / den),
+                flat[2],
+                maximize,
+                *lerp_scalars(w_t, dtype),
+                eps1_sq,
+                one,
             )
+        den = adafactor_denominator(_norm(update).item(), update.numel(), d)
+        launch_small(
+            _decayed_step,
+            kind,
+            p.numel(),
+            flat[0],
+            flat[1],
+            dtype.type(1 - lr * wd if wd != 0 else 1),
+            dtype.type(-alpha / den),
+        )
 
-    def _half_step(self, p: torch.Tensor, grad: torch.Tensor, state: dict, host: tuple) -> None:
+    def _half_step(
+        self,
+        p: torch.Tensor,
+        target: torch.Tensor,
+        grad: torch.Tensor,
+        given: torch.Tensor,
+        state: dict,
+        host: tuple,
+    ) -> None:
         """The step of a float16/bfloat16 CPU parameter, every operation rounded to its dtype as torch
         rounds it (:mod:`optkernels.kernels.torch_half_rules`); the update is a tensor of the parameter's
-        dtype (kept per parameter), so that its norm is torch's. ``host``: ``(w_t, α, ε1, lr, wd, d,
-        maximize)``."""
+        dtype (kept per parameter), so that its norm is torch's. Arguments as :meth:`_float_step`'s."""
         w_t, alpha, eps1, lr, wd, d, maximize = host
         f32 = np.float32
         updates = self.__dict__.setdefault("_half_updates", {})
         update = updates.get(id(p))
         if update is None or update.shape != p.shape or update.dtype != p.dtype:
             update = updates[id(p)] = torch.empty_like(p, memory_format=torch.contiguous_format)
-        flat = [_views.view(t, "cpu", flat=True) for t in (p, update, grad)]
+        flat = [_views.view(t, "cpu", flat=True) for t in (target, update, grad)]
         eps1_sq, one = f32(eps1 * eps1), f32(1)
         tail = torch_tail_scalars(p.numel(), torch.get_num_threads(), _half_width())
         if grad.dim() > 1:
             rows, cols = state["row_var"], state["col_var"]
-            rows.lerp_(_norm(grad, 2, -1, True).square_().div_(grad.size(-1)), w_t)
-            cols.lerp_(_norm(grad, 2, -2, True).square_().div_(grad.size(-2)), w_t)
+            rows.lerp_(_norm(given, 2, -1, True).square_().div_(grad.size(-1)), w_t)
+            cols.lerp_(_norm(given, 2, -2, True).square_().div_(grad.size(-2)), w_t)
             means = rows.mean(dim=-2, keepdim=True).clamp_(min=eps1)
             r, c, m = (t.float().numpy().reshape(-1) for t in (rows, cols, means))  # exact copies
             shape = (grad.size(-2), grad.size(-1), maximize, eps1_sq, one, *tail)

@@ -99,7 +99,7 @@ class Adagrad(KernelOptimizer):
             raise RuntimeError("weight_decay option is not compatible with sparse gradients")
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
-        init = group["initial_accumulator_value"]
+        init = self.defaults["initial_accumulator_value"]  # as torch: the constructor's, not the group's
         return torch.full_like(p, init, memory_format=torch.preserve_format)
 
     def _kernel(self, group: dict) -> tuple:
@@ -137,7 +137,10 @@ class Adagrad(KernelOptimizer):
             False,
             self._sqrt_kernel(dtype),
         )[-6:-3]  # (eps, −clr, mkl), without the tail scalars
-        launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, scalars)
+        # torch's dense += sparse·α rounds the product first only for one scalar value (a sparse tensor of
+        # one element, dense_dim 0, is flagged coalesced and takes another loop); else a fused multiply-add
+        fused = grad.dense_dim() > 0 or rows[0].size != 1
+        launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, (*scalars, fused))
 
 
 class RMSprop(KernelOptimizer):

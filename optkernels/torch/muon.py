@@ -178,8 +178,9 @@ class Muon(KernelOptimizer):
 
     def _dense_step(self, work: _Work) -> None:
         group, params, grads = work.group, work.dense, work.grads
-        lr = float(group["lr"])
-        momentum, decay = group["momentum"], 1 - lr * group["weight_decay"]
+        # a tensor lr stays a tensor in torch's arithmetic (rounded to its dtype): the same numbers here
+        lr = group["lr"]
+        momentum, decay = group["momentum"], float(1 - lr * group["weight_decay"])
         for p, grad in zip(params, grads):
             if grad.ndim != 2:
                 raise ValueError("Param gradient must be a 2D matrix")
@@ -202,16 +203,20 @@ class Muon(KernelOptimizer):
             )
             ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
             update.copy_(ortho)  # bfloat16 -> the parameter's dtype: exact
-            step = -adjusted_lr(lr, group["adjust_lr_fn"], p.shape)
+            step = -float(adjusted_lr(lr, group["adjust_lr_fn"], p.shape))
+            # the kernels run in index order: a parameter laid out otherwise goes through a contiguous copy
+            target = p.detach() if p.is_contiguous() else p.detach().contiguous()
             K.launch_small(
                 K._decayed_step,
                 kind,
                 p.numel(),
-                _views.view(p, kind, flat=True),
+                _views.view(target, kind, flat=True),
                 u,
                 dtype.type(decay),
                 dtype.type(step),
             )
+            if not p.is_contiguous():
+                p.detach().copy_(target)
 
 
 def default_muon_split(name: str, p: torch.Tensor, module: torch.nn.Module | None = None) -> bool:

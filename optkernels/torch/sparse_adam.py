@@ -73,7 +73,7 @@ class SparseAdam(KernelOptimizer):
         step = int(state["step"])
         beta1, beta2 = group["betas"]
         kind = _views.device_kind(p)
-        rows = coalesced_rows(grad, kind, group["maximize"])
+        rows = coalesced_rows(grad, kind, group.get("maximize", False))
         if rows is None:
             return
         dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])

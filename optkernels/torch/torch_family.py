@@ -54,15 +54,6 @@ def check_betas_eps(group: dict) -> None:
         raise ValueError(f"Invalid weight_decay value: {group['weight_decay']}")
 
 
-def refuse(**flags: Any) -> None:
-    """ValueError for torch switches that optkernels does not implement (capturable, differentiable)."""
-    for name, value in flags.items():
-        if value:
-            raise ValueError(
-                f"optkernels.torch does not implement torch's {name}=True; leave it at its default"
-            )
-
-
 def scalar_dtype() -> torch.dtype:
     """torch's dtype of 0-d optimizer state: float64 if that is the default dtype, else float32."""
     return torch.float64 if torch.get_default_dtype() is torch.float64 else torch.float32
@@ -145,7 +136,8 @@ class NAdam(TorchRule):
     decoupled_weight_decay, maximize : bool
         torch's flags (False).
     foreach, capturable, differentiable
-        Accepted as torch's; ``foreach`` is ignored, the other two must stay False.
+        Accepted as torch's; ``foreach`` is ignored; ``capturable``/``differentiable`` parameters are updated
+        by torch's own implementation.
 
     State: ``step``, ``mu_product`` (0-d float32), ``exp_avg``, ``exp_avg_sq``.
     """
@@ -178,7 +170,6 @@ class NAdam(TorchRule):
             differentiable=differentiable,
         )
         self._check_hyper(defaults)
-        refuse(capturable=capturable, differentiable=differentiable)
         self._products: dict = {}
         super().__init__(params, defaults)
 
@@ -207,7 +198,7 @@ class NAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.nadam_scalars(
             dtype,
-            float(group["lr"]),
+            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -273,7 +264,6 @@ class RAdam(TorchRule):
             differentiable=differentiable,
         )
         self._check_hyper(defaults)
-        refuse(capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -287,7 +277,7 @@ class RAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.radam_scalars(
             dtype,
-            float(group["lr"]),
+            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -317,7 +307,8 @@ class Adadelta(TorchRule):
     weight_decay : float
         Coupled decay (0).
     foreach, capturable, maximize, differentiable
-        As torch (``foreach`` ignored; ``capturable``/``differentiable`` must stay False).
+        As torch (``foreach`` ignored; ``capturable``/``differentiable`` parameters are updated by torch's own
+        implementation).
 
     State: ``step``, ``square_avg``, ``acc_delta``.
     """
@@ -346,7 +337,6 @@ class Adadelta(TorchRule):
             differentiable=differentiable,
         )
         self._check_hyper(defaults)
-        refuse(capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
@@ -390,7 +380,8 @@ class ASGD(TorchRule):
     weight_decay : float
         Coupled decay (0).
     foreach, maximize, differentiable, capturable
-        As torch (``foreach`` ignored; ``capturable``/``differentiable`` must stay False).
+        As torch (``foreach`` ignored; ``capturable``/``differentiable`` parameters are updated by torch's own
+        implementation).
 
     State: ``step``, ``eta``, ``mu`` (0-d float32), ``ax``.
     """
@@ -420,7 +411,6 @@ class ASGD(TorchRule):
             capturable=capturable,
         )
         self._check_hyper(defaults)
-        refuse(capturable=capturable, differentiable=differentiable)
         self._etas: dict = {}
         super().__init__(params, defaults)
 
@@ -441,11 +431,12 @@ class ASGD(TorchRule):
 
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         self._etas = {t: (s["eta"].item(), s["mu"].item()) for t, s in self._scalar_state(plan).items()}
-        lr, lambd, alpha, t0 = float(group["lr"]), group["lambd"], group["alpha"], group["t0"]
+        # a tensor lr: eta computed in its dtype, as torch computes it
+        lr, lambd, alpha, t0 = group["lr"], group["lambd"], group["alpha"], group["t0"]
         state = self.state
         for t, members in _by_step(plan).items():  # torch's ``fill_`` of each 0-d state, one call per step
             for name, value in zip(("eta", "mu"), K.asgd_next(lr, lambd, alpha, t0, t)):
-                _fill([state[p][name] for p in members], value)
+                _fill([state[p][name] for p in members], float(value))
 
     def _rule_scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         eta, mu = self._etas[step]
@@ -472,7 +463,8 @@ class Rprop(TorchRule):
     step_sizes : tuple
         ``(min, max)`` step sizes ((1e-6, 50)).
     capturable, foreach, maximize, differentiable
-        As torch (``foreach`` ignored; ``capturable``/``differentiable`` must stay False).
+        As torch (``foreach`` ignored; ``capturable``/``differentiable`` parameters are updated by torch's own
+        implementation).
 
     State: ``step``, ``prev``, ``step_size``.
     """
@@ -499,7 +491,6 @@ class Rprop(TorchRule):
             capturable=capturable,
         )
         self._check_hyper(defaults)
-        refuse(capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_hyper(self, group: dict) -> None:
