@@ -5,10 +5,10 @@ the memory is first touched; torch's CPU allocator does not, so under the common
 ``/sys/kernel/mm/transparent_hugepage/enabled`` a torch tensor lives on 4 KiB pages and a memory-bound step
 pays a TLB miss every 4 KiB of each stream. A step also slows down when the arrays it reads and writes
 start at different offsets within a 4 KiB page (stores of one array and the next loads of another then
-look alike to the processor's store-to-load check, which compares the address bits below 4 KiB; measured
-up to a third slower for offsets 48 or 64 bytes apart). :func:`zeros_like` gives a new large state tensor
-both: huge pages, and the parameter's offset within a page. Its values, dtype, device, shape and strides
-are those of ``torch.zeros_like``.
+look alike to the processor's store-to-load check, which compares the address bits below 4 KiB: worst for
+arrays 48 or 64 bytes apart). :func:`zeros_like` gives a new large state tensor both: huge pages, and the
+parameter's offset within a page. Its values, dtype, device, shape and strides are those of
+``torch.zeros_like``.
 """
 
 from __future__ import annotations
