@@ -201,7 +201,8 @@ class KernelOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
-        """A new state tensor ``name`` for ``p`` (default: zeros like ``p``, large ones on huge pages)."""
+        """A new state tensor ``name`` for ``p`` (default: :func:`._memory.zeros_like`: zeros like ``p``, large
+        CPU ones on huge pages at ``p``'s offset within a page)."""
         return _memory.zeros_like(p)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:

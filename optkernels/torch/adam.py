@@ -80,6 +80,11 @@ class Adam(KernelOptimizer):
             ``capturable`` and ``differentiable`` parameters are updated by torch's own implementation.
         decoupled_weight_decay: AdamW's decay instead of L2 (torch 2.7+).
 
+    State tensors (``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``) have torch's dtype, shape, strides and
+    values. One of 4 MiB or more on a Linux CPU is allocated by optkernels rather than by
+    ``torch.zeros_like``: on transparent huge pages, at its parameter's offset within a 4 KiB page (a
+    memory-bound step runs faster), its storage not resizable (``docs/guide/torch_compat.rst``).
+
     Raises:
         ValueError: torch's messages for out-of-range hyper-parameters; a non-leaf tensor.
         TypeError: parameters that are not float32/float64 tensors (or float16/bfloat16 CPU tensors).
