@@ -32,7 +32,9 @@ from .quantization import (
     search_tables,
     sign_bit,
     sign_split,
+    table_lookup,
     table_math,
+    table_planes,
 )
 
 BLOCK = 256
@@ -187,10 +189,15 @@ def _abs_max(x, base, count, top):
 
 
 @table_math
-def _dequantize_into(scratch, base, codes, first, count, table, scale):
-    """``scratch[base + k] = table[codes[first + k]]·scale`` for k < count (a vectorised gather)."""
-    for k in range(count):
-        scratch[np.uint64(base + k)] = table[codes[np.uint64(first + k)]] * scale
+def _dequantize_into(scratch, base, codes, first, count, table, planes, plane_base, scale):
+    """``scratch[base + k] = table[codes[first + k]]·scale`` for k < count: a full block by
+    :func:`.quantization.table_lookup` (``planes[plane_base:]`` the table's planes), a partial one by a loop
+    (a vectorised gather)."""
+    if count == BLOCK:
+        table_lookup(scratch, base, codes, first, table, planes, plane_base, scale)
+    else:
+        for k in range(count):
+            scratch[np.uint64(base + k)] = table[codes[np.uint64(first + k)]] * scale
 
 
 @table_math
@@ -207,6 +214,7 @@ def _block_8bit(
     a3,
     q1,
     q2,
+    planes,
     mids1,
     start1,
     mids2,
@@ -250,11 +258,11 @@ def _block_8bit(
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
     # Pass 1: dequantize (gathers), the rule and the parameter (vectorised), the new states kept.
-    _dequantize_into(scratch, sm1, c1, start, count, q1, o1)
+    _dequantize_into(scratch, sm1, c1, start, count, q1, planes, 0, o1)
     if two:
-        _dequantize_into(scratch, sv, c2, start, count, q2, o2)
+        _dequantize_into(scratch, sv, c2, start, count, q2, planes, 1024, o2)
     if algo == ADEMAMIX:
-        _dequantize_into(scratch, sm2, c3, start, count, q1, o3)
+        _dequantize_into(scratch, sm2, c3, start, count, q1, planes, 0, o3)
     for k in range(count):
         i = np.uint64(start + k)
         x, m1, m2, v = _rule_call(
@@ -347,6 +355,7 @@ def _update_8bit(
     a3,
     q1,
     q2,
+    planes,
     mids1,
     start1,
     mids2,
@@ -376,6 +385,7 @@ def _update_8bit(
             a3,
             q1,
             q2,
+            planes,
             mids1,
             start1,
             mids2,
@@ -402,6 +412,7 @@ def _update_8bit(
             a3,
             q1,
             q2,
+            planes,
             mids1,
             start1,
             mids2,
@@ -709,6 +720,7 @@ def optimizer_update_8bit_blockwise(
             a3,
             q1,
             q2,
+            table_planes(q1, q2) if device == "cpu" else _dummy(device, np.uint8),
             *search_tables(q1, device),
             *search_tables(q2, device),
             sign_split(q1),

@@ -22,6 +22,7 @@ import numpy as np
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
+from ._intrinsics import LOOKUP_BLOCK, byte_permutes, byte_planes, lookup_block
 from ._lowp import f32_bits
 from ._threading import for_this_process, parallel_launch
 
@@ -339,6 +340,41 @@ def search_tables(code: Any, device: str) -> tuple[Any, Any]:
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     key = host.tobytes()
     return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
+
+
+@functools.lru_cache(maxsize=16)
+def _host_planes(code_bytes: bytes) -> np.ndarray:
+    planes = byte_planes(np.frombuffer(code_bytes, np.float32))
+    planes.flags.writeable = False
+    return planes
+
+
+def table_planes(*codes: Any) -> np.ndarray:
+    """The :func:`._intrinsics.byte_planes` of each float32 table of 256 values in ``codes`` (NumPy arrays,
+    or CUDA ones copied back), one after the other (1024 bytes each), for :func:`table_lookup` on the CPU
+    (cached per table)."""
+    tables = [
+        np.ascontiguousarray(c if isinstance(c, np.ndarray) else _cuda.to_host(c), np.float32) for c in codes
+    ]
+    return np.concatenate([_host_planes(t.tobytes()) for t in tables])
+
+
+def _table_lookup_loop(out, out_base, index, first, table, planes, plane_base, scale):
+    for k in range(LOOKUP_BLOCK):
+        out[out_base + k] = table[index[first + k]] * scale
+
+
+@table_math(device=_table_lookup_loop)
+def table_lookup(out, out_base, index, first, table, planes, plane_base, scale):
+    """``out[out_base + k] = table[index[first + k]]·scale`` for k < 256 (float32 ``table`` of 256 values,
+    uint8 ``index``): register permutes of the table's :func:`table_planes` at ``planes[plane_base:]``
+    where the CPU has AVX-512 VBMI (:func:`._intrinsics.lookup_block`), else a loop over ``table`` (a
+    vector gather); the same bits."""
+    if byte_permutes():
+        lookup_block(out, out_base, index, first, planes, plane_base, scale)
+    else:
+        for k in range(LOOKUP_BLOCK):
+            out[np.uint64(out_base + k)] = table[index[np.uint64(first + k)]] * scale
 
 
 @functools.lru_cache(maxsize=16)
