@@ -432,3 +432,29 @@ def test_table_lookup_register_permutes_and_loop_give_the_table_bits(permutes, m
             assert (out[:3] == 7).all() and (out[259:] == 7).all()
     host = _intrinsics._byte_permutes_here(numba.core.registry.cpu_target.target_context)
     assert used == (permutes and host)
+
+
+def test_sign_fixed_codes_at_both_ends_of_every_cpu_bucket():
+    # The state-1 table with bitsandbytes' sign fix in its entries (nearest_code_fixed): the first and last
+    # float32 of every bucket, NaNs of both signs, both zeros, infinities and every midpoint with its
+    # neighbours, against the reference's nearest code and sign fix (x = s/absmax has the sign of s).
+    from optkernels.kernels.quantization import KEY_SHIFT, nearest_code_fixed, search_tables, sign_fix_baked
+
+    @numba.njit
+    def fixed_all(x, start, out):
+        for i in range(x.size):
+            out[i] = nearest_code_fixed(x[i], start)
+        return sign_fix_baked(start)
+
+    code = dynamic_map(True)
+    low = np.arange(1 << (32 - KEY_SHIFT), dtype=np.uint32) << KEY_SHIFT
+    specials = _bits([0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0x80000000, 0])
+    mids = (code[:-1] + code[1:]) * f32(0.5)
+    x = np.concatenate([low.view(f32), (low | ((1 << KEY_SHIFT) - 1)).view(f32), specials, mids,
+                        np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2))])
+    out = np.zeros(x.size, np.uint8)
+    assert fixed_all(x, search_tables(code, "cpu", sign_fix=True)[1], out)
+    c = ref._nearest(x, code).astype(np.int32)
+    c = np.where(np.signbit(code[c]) != np.signbit(x), np.where(x > 0, c + 1, c - 1), c) % 256
+    assert np.array_equal(out, c.astype(np.uint8))
+    assert not search_tables(dynamic_map(False), "cpu", sign_fix=True)[1][-3]  # no negative entries

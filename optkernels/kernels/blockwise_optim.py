@@ -27,10 +27,12 @@ from .quantization import (
     check_code,
     fast_search,
     nearest_code,
+    nearest_code_fixed,
     nearest_code_slow,
     scratch_block_elementwise,
     search_tables,
     sign_bit,
+    sign_fix_baked,
     sign_split,
     table_lookup,
     table_math,
@@ -44,6 +46,7 @@ ALGORITHMS = ("adam", "ademamix", "momentum", "lion", "rmsprop", "adagrad")
 """bitsandbytes' optimizer names accepted by the kernels (their index is the kernels' ``algo``)."""
 ADAM, ADEMAMIX, MOMENTUM, LION, RMSPROP, ADAGRAD = range(6)
 _F32 = np.float32
+INF = np.float32(np.inf)
 
 
 @scalar_math
@@ -145,9 +148,22 @@ def _code_sign_fixed(c, s, code):
 @table_math
 def _requantize(out, first, scratch, base, count, top, code, mids, start, negatives, signed):
     """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
-    ``s / top``, sign-fixed where ``signed``. Indices are unsigned (no wrap-around selects: the loop
-    loads and stores contiguously and is vectorised, the table lookups as gathers)."""
+    ``s / top``, sign-fixed where ``signed`` (by the table, :func:`.quantization.nearest_code_fixed`, where
+    ``start`` holds the fixed codes and ``top`` is finite and > 0; a block of zeros or infinities takes the
+    binary search). Indices are unsigned (no wrap-around selects: the loop loads and stores contiguously
+    and is vectorised, the table lookups as gathers)."""
+    # 0: binary search, 1: nearest_code (and the sign fix), 2: nearest_code_fixed. (An int: booleans
+    # combined by ``and`` and tested below keep the loops from being vectorised.)
+    mode = 0
     if fast_search(start) and (negatives >= 0 or not signed):
+        mode = 1
+        if signed and sign_fix_baked(start):
+            mode = 2 if top > ZERO and top < INF else 0
+    if mode == 2:
+        for k in range(count):
+            c = nearest_code_fixed(scratch[np.uint64(base + k)] / top, start)
+            out[np.uint64(first + k)] = c
+    elif mode == 1:
         negatives = np.int32(negatives)
         for k in range(count):
             s = scratch[np.uint64(base + k)]
@@ -721,7 +737,7 @@ def optimizer_update_8bit_blockwise(
             q1,
             q2,
             table_planes(q1, q2) if device == "cpu" else _dummy(device, np.uint8),
-            *search_tables(q1, device),
+            *search_tables(q1, device, sign_fix=True),
             *search_tables(q2, device),
             sign_split(q1),
             n,
