@@ -348,6 +348,24 @@ def _vector_at(builder: Any, pointer: Any, offset: int, vector: Any) -> Any:
     return builder.bitcast(moved, vector.as_pointer())
 
 
+def _mask(values: list) -> Any:
+    return ir.Constant(ir.VectorType(_I32, len(values)), values)
+
+
+def _unpack_mask(first: int, lane: int) -> Any:
+    """The shuffle of two vectors of 4 lanes of ``lane`` elements taking, per lane, elements ``first`` ..
+    ``first + lane/2 − 1`` of both alternately (x86 ``punpckl``/``punpckh``)."""
+    half = lane // 2
+    return _mask(
+        [
+            x
+            for k in range(4)
+            for i in range(first, first + half)
+            for x in (lane * k + i, 4 * lane + lane * k + i)
+        ]
+    )
+
+
 def _lookup_codegen(context, builder, signature, args):
     out_type, out_base_type, index_type, first_type, planes_type, plane_base_type, _ = signature.args
     if not _byte_permutes_here(context):  # never reached: callers test byte_permutes() first
@@ -357,7 +375,7 @@ def _lookup_codegen(context, builder, signature, args):
     index = _element_pointer(context, builder, index_type, args[2], first, first_type)
     planes = _element_pointer(context, builder, planes_type, args[4], plane_base, plane_base_type)
     byte, i32, f32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
-    bytes64, floats64 = ir.VectorType(byte, _CHUNK), ir.VectorType(f32, _CHUNK)
+    bytes64 = ir.VectorType(byte, _CHUNK)
     # plane b, quarter q: byte b of table entries 64q .. 64q + 63
     quarters = [
         [builder.load(_vector_at(builder, planes, 256 * b + _CHUNK * q, bytes64), align=1) for q in range(4)]
@@ -366,27 +384,39 @@ def _lookup_codegen(context, builder, signature, args):
     permute = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(bytes64, [bytes64] * 3), "llvm.x86.avx512.vpermi2var.qi.512"
     )
-    splat = builder.insert_element(ir.Constant(floats64, None), scale, i32(0))
-    splat = builder.shuffle_vector(
-        splat, ir.Constant(floats64, None), ir.Constant(ir.VectorType(i32, 64), [0] * 64)
-    )
-    joined = ir.Constant(ir.VectorType(i32, 2 * _CHUNK), list(range(2 * _CHUNK)))
-    interleaved = ir.Constant(
-        ir.VectorType(i32, 4 * _CHUNK), [b * _CHUNK + k for k in range(_CHUNK) for b in range(4)]
-    )
+    floats16 = ir.VectorType(f32, 16)
+    splat = builder.insert_element(ir.Constant(floats16, None), scale, i32(0))
+    splat = builder.shuffle_vector(splat, splat, _mask([0] * 16))
+    # The bytes of the 4 planes become float32 values by in-lane unpacks (bytes, then 16-bit pairs), which
+    # leave value k of register q holding element 16·lane + 4·q + i (k = 4·lane + i); the codes are put in
+    # that order first, so that register q holds elements 16q .. 16q + 15 in order.
+    order = _mask([16 * q + 4 * lane + i for lane in range(4) for q in range(4) for i in range(4)])
+    bytes_low, bytes_high = _unpack_mask(0, 16), _unpack_mask(8, 16)
+    words = [_unpack_mask(0, 8), _unpack_mask(4, 8)]
     zero = ir.Constant(bytes64, [0] * _CHUNK)
     for chunk in range(0, LOOKUP_BLOCK, _CHUNK):
         codes = builder.load(_vector_at(builder, index, chunk, bytes64), align=1)
+        codes = builder.shuffle_vector(codes, ir.Constant(bytes64, None), order)
         upper = builder.icmp_signed("<", codes, zero)  # index bit 7: entries 128 .. 255
         planes_out = []
         for b in range(4):
             low = builder.call(permute, [quarters[b][0], codes, quarters[b][1]])  # index bits 0-6
             high = builder.call(permute, [quarters[b][2], codes, quarters[b][3]])
             planes_out.append(builder.select(upper, high, low))
-        first_half = builder.shuffle_vector(planes_out[0], planes_out[1], joined)
-        second_half = builder.shuffle_vector(planes_out[2], planes_out[3], joined)
-        values = builder.bitcast(builder.shuffle_vector(first_half, second_half, interleaved), floats64)
-        builder.store(builder.fmul(values, splat), _vector_at(builder, out, chunk, floats64), align=4)
+        pairs = [
+            builder.bitcast(
+                builder.shuffle_vector(planes_out[b], planes_out[b + 1], half),
+                ir.VectorType(ir.IntType(16), 32),
+            )
+            for half in (bytes_low, bytes_high)
+            for b in (0, 2)
+        ]  # bytes 0-1 and 2-3 of elements 0-7 of each lane, then of 8-15
+        for q in range(4):
+            low_pair, high_pair = pairs[2 * (q // 2)], pairs[2 * (q // 2) + 1]
+            values = builder.bitcast(builder.shuffle_vector(low_pair, high_pair, words[q % 2]), floats16)
+            builder.store(
+                builder.fmul(values, splat), _vector_at(builder, out, chunk + 16 * q, floats16), align=4
+            )
     return context.get_dummy_value()
 
 
