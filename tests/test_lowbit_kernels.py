@@ -400,3 +400,61 @@ def test_step_with_a_map_off_the_fast_search_matches_the_reference(which):
         reference = ref.optimizer_update_8bit_blockwise("adam", g, rp, rs1, rs2, *args[1:8], q1, q2, ra1, ra2)
         for got, want in zip(kernel, reference):
             assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("permutes", [True, False])
+def test_table_lookup_register_permutes_and_loop_give_the_table_bits(permutes, monkeypatch):
+    # The dequantization of a full block: AVX-512 VBMI byte permutes where the CPU has them (permutes=True),
+    # the portable loop (forced) otherwise; both must give table[index]·scale bit for bit.
+    from optkernels.kernels import _intrinsics
+    from optkernels.kernels.quantization import table_lookup, table_planes
+
+    monkeypatch.setattr(_intrinsics, "BYTE_PERMUTES", permutes)
+
+    @numba.njit(error_model="numpy")  # compiled here, after the switch (no cache)
+    def lookup(out, index, table, planes, scale):
+        table_lookup(out, 3, index, 5, table, planes, 1024, scale)
+        return _intrinsics.byte_permutes()
+
+    rng = np.random.default_rng(3)
+    odd = _bits([0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0x00000001, 0x807FFFFF, 0x3F7FFFFF])
+    tables = [dynamic_map(True), dynamic_map(False), rng.standard_normal(256).astype(f32)]
+    tables[2][:7] = odd
+    index = np.concatenate([[0, 0, 0, 0, 0], rng.permutation(256), [255]]).astype(np.uint8)
+    for table in tables:
+        planes = table_planes(dynamic_map(True), table)  # this table's planes at 1024
+        for scale in (f32(1.0), f32(-3.0517578e-05), f32(1.7e38), f32(0.0)):
+            out = np.full(262, f32(7.0))
+            used = lookup(out, index, table, planes, scale)
+            with np.errstate(all="ignore"):
+                want = table[index[5:261]] * scale
+            assert np.array_equal(out[3:259].view(np.uint32), want.view(np.uint32))
+            assert (out[:3] == 7).all() and (out[259:] == 7).all()
+    host = _intrinsics._byte_permutes_here(numba.core.registry.cpu_target.target_context)
+    assert used == (permutes and host)
+
+
+def test_sign_fixed_codes_at_both_ends_of_every_cpu_bucket():
+    # The state-1 table with bitsandbytes' sign fix in its entries (nearest_code_fixed): the first and last
+    # float32 of every bucket, NaNs of both signs, both zeros, infinities and every midpoint with its
+    # neighbours, against the reference's nearest code and sign fix (x = s/absmax has the sign of s).
+    from optkernels.kernels.quantization import KEY_SHIFT, nearest_code_fixed, search_tables, sign_fix_baked
+
+    @numba.njit
+    def fixed_all(x, start, out):
+        for i in range(x.size):
+            out[i] = nearest_code_fixed(x[i], start)
+        return sign_fix_baked(start)
+
+    code = dynamic_map(True)
+    low = np.arange(1 << (32 - KEY_SHIFT), dtype=np.uint32) << KEY_SHIFT
+    specials = _bits([0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0x80000000, 0])
+    mids = (code[:-1] + code[1:]) * f32(0.5)
+    x = np.concatenate([low.view(f32), (low | ((1 << KEY_SHIFT) - 1)).view(f32), specials, mids,
+                        np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2))])
+    out = np.zeros(x.size, np.uint8)
+    assert fixed_all(x, search_tables(code, "cpu", sign_fix=True)[1], out)
+    c = ref._nearest(x, code).astype(np.int32)
+    c = np.where(np.signbit(code[c]) != np.signbit(x), np.where(x > 0, c + 1, c - 1), c) % 256
+    assert np.array_equal(out, c.astype(np.uint8))
+    assert not search_tables(dynamic_map(False), "cpu", sign_fix=True)[1][-3]  # no negative entries

@@ -23,6 +23,11 @@
   a float64 for ``vrsqrt14sd``), the first step of MKL's sqrt kernels that torch's CPU ``sqrt`` runs
   (:mod:`optkernels.kernels.torch_rules`). Where the instruction is missing (ARM64, CUDA, no AVX-512) they
   are ``1/√x`` rounded.
+* :func:`byte_permutes` and :func:`lookup_block`: AVX-512 VBMI's byte permute ``vpermi2b`` as a table
+  lookup: 256 float32 values, kept as four planes of their bytes (:func:`byte_planes`), are looked up for
+  256 byte indices with 32 register permutes instead of 256 loads (a vector gather). The kernels call it
+  only where :func:`byte_permutes` is true (an x86 target with AVX-512 VBMI, decided when compiling) and
+  otherwise loop over the table (the same bits: both are the table's values times one float32).
 """
 
 from __future__ import annotations
@@ -293,3 +298,153 @@ def _rsqrt_estimate_cpu(x):
 @numba.njit(cache=True)
 def _rsqrt14_cpu(x):
     return _rsqrt14(x)
+
+
+#: Allow :func:`lookup_block` where the compiling target has AVX-512 VBMI (tests set False to compile the
+#: portable loop; the decision is taken when a function is compiled).
+BYTE_PERMUTES = True
+#: Values per :func:`lookup_block` call, and per permute of byte indices (one 512-bit register).
+LOOKUP_BLOCK = 256
+_CHUNK = 64
+
+
+def _target_features() -> str:
+    from llvmlite import binding
+
+    features = numba.config.CPU_FEATURES
+    return features if features is not None else binding.get_host_cpu_features().flatten()
+
+
+def _byte_permutes_here(context: Any) -> bool:
+    """Whether code compiled now by ``context`` may use ``vpermi2b`` (see :data:`BYTE_PERMUTES`)."""
+    from numba.core.cpu import CPUContext
+
+    if not (BYTE_PERMUTES and _X86 and isinstance(context, CPUContext)):
+        return False
+    features = _target_features().split(",")
+    return "+avx512vbmi" in features and "+avx512bw" in features
+
+
+@intrinsic
+def byte_permutes(typingctx):
+    """Whether :func:`lookup_block` permutes registers in the function being compiled (a constant: the
+    branch it guards is folded away)."""
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(1), int(_byte_permutes_here(context)))
+
+    return types.boolean(), codegen
+
+
+def _element_pointer(context: Any, builder: Any, array_type: Any, array: Any, index: Any, index_type: Any):
+    data = context.make_array(array_type)(context, builder, array)
+    i = context.cast(builder, index, index_type, types.intp)
+    return cgutils.get_item_pointer(context, builder, array_type, data, [i], wraparound=False)
+
+
+def _vector_at(builder: Any, pointer: Any, offset: int, vector: Any) -> Any:
+    """``pointer + offset`` (elements) as a pointer to ``vector``."""
+    moved = builder.gep(pointer, [ir.IntType(64)(offset)])
+    return builder.bitcast(moved, vector.as_pointer())
+
+
+def _mask(values: list) -> Any:
+    return ir.Constant(ir.VectorType(_I32, len(values)), values)
+
+
+def _unpack_mask(first: int, lane: int) -> Any:
+    """The shuffle of two vectors of 4 lanes of ``lane`` elements taking, per lane, elements ``first`` ..
+    ``first + lane/2 − 1`` of both alternately (x86 ``punpckl``/``punpckh``)."""
+    half = lane // 2
+    return _mask(
+        [
+            x
+            for k in range(4)
+            for i in range(first, first + half)
+            for x in (lane * k + i, 4 * lane + lane * k + i)
+        ]
+    )
+
+
+def _lookup_codegen(context, builder, signature, args):
+    out_type, out_base_type, index_type, first_type, planes_type, plane_base_type, _ = signature.args
+    if not _byte_permutes_here(context):  # never reached: callers test byte_permutes() first
+        return context.get_dummy_value()
+    out_base, first, plane_base, scale = args[1], args[3], args[5], args[6]
+    out = _element_pointer(context, builder, out_type, args[0], out_base, out_base_type)
+    index = _element_pointer(context, builder, index_type, args[2], first, first_type)
+    planes = _element_pointer(context, builder, planes_type, args[4], plane_base, plane_base_type)
+    byte, i32, f32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
+    bytes64 = ir.VectorType(byte, _CHUNK)
+    # plane b, quarter q: byte b of table entries 64q .. 64q + 63
+    quarters = [
+        [builder.load(_vector_at(builder, planes, 256 * b + _CHUNK * q, bytes64), align=1) for q in range(4)]
+        for b in range(4)
+    ]
+    permute = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(bytes64, [bytes64] * 3), "llvm.x86.avx512.vpermi2var.qi.512"
+    )
+    floats16 = ir.VectorType(f32, 16)
+    splat = builder.insert_element(ir.Constant(floats16, None), scale, i32(0))
+    splat = builder.shuffle_vector(splat, splat, _mask([0] * 16))
+    # The bytes of the 4 planes become float32 values by in-lane unpacks (bytes, then 16-bit pairs), which
+    # leave value k of register q holding element 16·lane + 4·q + i (k = 4·lane + i); the codes are put in
+    # that order first, so that register q holds elements 16q .. 16q + 15 in order.
+    order = _mask([16 * q + 4 * lane + i for lane in range(4) for q in range(4) for i in range(4)])
+    bytes_low, bytes_high = _unpack_mask(0, 16), _unpack_mask(8, 16)
+    words = [_unpack_mask(0, 8), _unpack_mask(4, 8)]
+    zero = ir.Constant(bytes64, [0] * _CHUNK)
+    for chunk in range(0, LOOKUP_BLOCK, _CHUNK):
+        codes = builder.load(_vector_at(builder, index, chunk, bytes64), align=1)
+        codes = builder.shuffle_vector(codes, ir.Constant(bytes64, None), order)
+        upper = builder.icmp_signed("<", codes, zero)  # index bit 7: entries 128 .. 255
+        planes_out = []
+        for b in range(4):
+            low = builder.call(permute, [quarters[b][0], codes, quarters[b][1]])  # index bits 0-6
+            high = builder.call(permute, [quarters[b][2], codes, quarters[b][3]])
+            planes_out.append(builder.select(upper, high, low))
+        pairs = [
+            builder.bitcast(
+                builder.shuffle_vector(planes_out[b], planes_out[b + 1], half),
+                ir.VectorType(ir.IntType(16), 32),
+            )
+            for half in (bytes_low, bytes_high)
+            for b in (0, 2)
+        ]  # bytes 0-1 and 2-3 of elements 0-7 of each lane, then of 8-15
+        for q in range(4):
+            low_pair, high_pair = pairs[2 * (q // 2)], pairs[2 * (q // 2) + 1]
+            values = builder.bitcast(builder.shuffle_vector(low_pair, high_pair, words[q % 2]), floats16)
+            builder.store(
+                builder.fmul(values, splat), _vector_at(builder, out, chunk + 16 * q, floats16), align=4
+            )
+    return context.get_dummy_value()
+
+
+@intrinsic
+def lookup_block(typingctx, out, out_base, index, first, planes, plane_base, scale):
+    """``out[out_base + k] = table[index[first + k]]·scale`` for k < :data:`LOOKUP_BLOCK` (256), the float32
+    ``table`` given as its :func:`byte_planes` at ``planes[plane_base:plane_base + 1024]``: ``out`` a
+    float32 array, ``index`` and ``planes`` uint8 arrays (1-D, contiguous), ``scale`` a float32. Register
+    permutes (``vpermi2b``); only where :func:`byte_permutes` is true (elsewhere it does nothing). Indices
+    are not checked."""
+    arrays = (out, index, planes)
+    if not (
+        all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in arrays)
+        and out.dtype == types.float32
+        and index.dtype == planes.dtype == types.uint8
+        and all(isinstance(i, types.Integer) for i in (out_base, first, plane_base))
+        and scale == types.float32
+    ):
+        raise TypingError(
+            "lookup_block takes (float32 array, int, uint8 array, int, uint8 array, int, float32)"
+        )
+    return types.void(out, out_base, index, first, planes, plane_base, scale), _lookup_codegen
+
+
+def byte_planes(table: np.ndarray) -> np.ndarray:
+    """The 1024 bytes :func:`lookup_block` reads for a float32 table of 256 values: byte ``b`` (little-endian
+    order) of entry ``c`` at ``256·b + c``."""
+    values = np.ascontiguousarray(table, np.float32)
+    if values.shape != (LOOKUP_BLOCK,):
+        raise ValueError(f"table must have {LOOKUP_BLOCK} values, got shape {values.shape}")
+    return np.ascontiguousarray(values.astype("<f4").view(np.uint8).reshape(LOOKUP_BLOCK, 4).T).reshape(-1)

@@ -27,12 +27,16 @@ from .quantization import (
     check_code,
     fast_search,
     nearest_code,
+    nearest_code_fixed,
     nearest_code_slow,
     scratch_block_elementwise,
     search_tables,
     sign_bit,
+    sign_fix_baked,
     sign_split,
+    table_lookup,
     table_math,
+    table_planes,
 )
 
 BLOCK = 256
@@ -42,6 +46,7 @@ ALGORITHMS = ("adam", "ademamix", "momentum", "lion", "rmsprop", "adagrad")
 """bitsandbytes' optimizer names accepted by the kernels (their index is the kernels' ``algo``)."""
 ADAM, ADEMAMIX, MOMENTUM, LION, RMSPROP, ADAGRAD = range(6)
 _F32 = np.float32
+INF = np.float32(np.inf)
 
 
 @scalar_math
@@ -143,9 +148,22 @@ def _code_sign_fixed(c, s, code):
 @table_math
 def _requantize(out, first, scratch, base, count, top, code, mids, start, negatives, signed):
     """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
-    ``s / top``, sign-fixed where ``signed``. Indices are unsigned (no wrap-around selects: the loop
-    loads and stores contiguously and is vectorised, the table lookups as gathers)."""
+    ``s / top``, sign-fixed where ``signed`` (by the table, :func:`.quantization.nearest_code_fixed`, where
+    ``start`` holds the fixed codes and ``top`` is finite and > 0; a block of zeros or infinities takes the
+    binary search). Indices are unsigned (no wrap-around selects: the loop loads and stores contiguously
+    and is vectorised, the table lookups as gathers)."""
+    # 0: binary search, 1: nearest_code (and the sign fix), 2: nearest_code_fixed. (An int: booleans
+    # combined by ``and`` and tested below keep the loops from being vectorised.)
+    mode = 0
     if fast_search(start) and (negatives >= 0 or not signed):
+        mode = 1
+        if signed and sign_fix_baked(start):
+            mode = 2 if top > ZERO and top < INF else 0
+    if mode == 2:
+        for k in range(count):
+            c = nearest_code_fixed(scratch[np.uint64(base + k)] / top, start)
+            out[np.uint64(first + k)] = c
+    elif mode == 1:
         negatives = np.int32(negatives)
         for k in range(count):
             s = scratch[np.uint64(base + k)]
@@ -187,10 +205,15 @@ def _abs_max(x, base, count, top):
 
 
 @table_math
-def _dequantize_into(scratch, base, codes, first, count, table, scale):
-    """``scratch[base + k] = table[codes[first + k]]·scale`` for k < count (a vectorised gather)."""
-    for k in range(count):
-        scratch[np.uint64(base + k)] = table[codes[np.uint64(first + k)]] * scale
+def _dequantize_into(scratch, base, codes, first, count, table, planes, plane_base, scale):
+    """``scratch[base + k] = table[codes[first + k]]·scale`` for k < count: a full block by
+    :func:`.quantization.table_lookup` (``planes[plane_base:]`` the table's planes), a partial one by a loop
+    (a vectorised gather)."""
+    if count == BLOCK:
+        table_lookup(scratch, base, codes, first, table, planes, plane_base, scale)
+    else:
+        for k in range(count):
+            scratch[np.uint64(base + k)] = table[codes[np.uint64(first + k)]] * scale
 
 
 @table_math
@@ -207,6 +230,7 @@ def _block_8bit(
     a3,
     q1,
     q2,
+    planes,
     mids1,
     start1,
     mids2,
@@ -250,11 +274,11 @@ def _block_8bit(
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
     # Pass 1: dequantize (gathers), the rule and the parameter (vectorised), the new states kept.
-    _dequantize_into(scratch, sm1, c1, start, count, q1, o1)
+    _dequantize_into(scratch, sm1, c1, start, count, q1, planes, 0, o1)
     if two:
-        _dequantize_into(scratch, sv, c2, start, count, q2, o2)
+        _dequantize_into(scratch, sv, c2, start, count, q2, planes, 1024, o2)
     if algo == ADEMAMIX:
-        _dequantize_into(scratch, sm2, c3, start, count, q1, o3)
+        _dequantize_into(scratch, sm2, c3, start, count, q1, planes, 0, o3)
     for k in range(count):
         i = np.uint64(start + k)
         x, m1, m2, v = _rule_call(
@@ -347,6 +371,7 @@ def _update_8bit(
     a3,
     q1,
     q2,
+    planes,
     mids1,
     start1,
     mids2,
@@ -376,6 +401,7 @@ def _update_8bit(
             a3,
             q1,
             q2,
+            planes,
             mids1,
             start1,
             mids2,
@@ -402,6 +428,7 @@ def _update_8bit(
             a3,
             q1,
             q2,
+            planes,
             mids1,
             start1,
             mids2,
@@ -709,7 +736,8 @@ def optimizer_update_8bit_blockwise(
             a3,
             q1,
             q2,
-            *search_tables(q1, device),
+            table_planes(q1, q2) if device == "cpu" else _dummy(device, np.uint8),
+            *search_tables(q1, device, sign_fix=True),
             *search_tables(q2, device),
             sign_split(q1),
             n,

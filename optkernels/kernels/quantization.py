@@ -22,6 +22,7 @@ import numpy as np
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
+from ._intrinsics import LOOKUP_BLOCK, byte_permutes, byte_planes, lookup_block
 from ._lowp import f32_bits
 from ._threading import for_this_process, parallel_launch
 
@@ -285,13 +286,18 @@ def _bucket_ends(sign: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return (np.where(sign, -ends[1], ends[0]), np.where(sign, -ends[0], ends[1]))
 
 
-def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
+def _build_key_table(mids: np.ndarray, kind: int = 0, negatives: int = -1) -> np.ndarray:
     """The CPU start table of :func:`nearest_code`: per bucket (:data:`SIDE` per sign, positive first)
     ``c << CODE_SHIFT | t``: ``c`` the number of midpoints below every value of the bucket, ``t`` the
-    position in the bucket (low :data:`KEY_SHIFT` bits of the float32, mirrored for negative values) of the
-    one midpoint inside it, :data:`NO_MID` where none is. Then the table's ``kind`` (:func:`map_kind`); last, 1 if that
-    encodes every bucket (at most one midpoint in each, none in the clamped first and last, no zero
-    midpoint), else 0."""
+    threshold of the step to ``c + 1`` on the position of ``x`` in the bucket (low :data:`KEY_SHIFT` bits
+    of the float32, mirrored for negative values): the midpoint's position ``+ 1``, or its position where
+    ``c`` is odd (a tie goes to the even index); :data:`NO_MID` ``+ 1`` where no midpoint is in the bucket.
+    With ``negatives >= 0`` (the table's first ``negatives`` entries have the sign bit, no other has), the
+    entries give the codes after bitsandbytes' state-1 sign fix instead (:func:`nearest_code_fixed`).
+    Then 1 if those entries are exact for every float32 of every bucket (NaN by its sign, as the sign fix
+    turns it), else 0 (always 0 without ``negatives``); then the table's ``kind`` (:func:`map_kind`); last,
+    1 if the plain search is exact (at most one midpoint in each bucket, none in the clamped first and
+    last, no zero midpoint), else 0."""
     keys = np.arange(2 * SIDE)
     sign, j = keys >= SIDE, keys % SIDE
     smallest, largest = _bucket_ends(sign, j)
@@ -302,9 +308,23 @@ def _build_key_table(mids: np.ndarray, kind: int = 0) -> np.ndarray:
     position = (mid_bits & LOW_MASK) ^ np.where(sign, LOW_MASK, 0)
     one = steps == 1
     ok = (steps <= 1) & ~(one & ((j == 0) | (j == SIDE - 1) | ((mid_bits & 0x7FFFFFFF) == 0)))
-    entries = (start.astype(np.int64) << CODE_SHIFT) | np.where(one, position, NO_MID)
-    flag = np.array([1 if ok.all() else 0], np.uint32)
-    return np.concatenate([entries.astype(np.uint32), np.array([kind], np.uint32), flag])
+    threshold = np.where(one, position.astype(np.int64) + 1 - (start & 1), NO_MID + 1)
+    baked = False
+    if negatives >= 1:
+        # x has the sign of the state s (s/absmax, absmax finite and > 0); the result r is c or c + 1.
+        # Negative side: r >= negatives moves down one (r - 1); r = c or c + 1 = negatives both give c.
+        fix_low = sign & (start >= negatives)
+        merge = sign & one & (start == negatives - 1)
+        start = np.where(fix_low, start - 1, start)
+        threshold = np.where(merge | (sign & ~one), NO_MID + 1, threshold)
+        # positive side: no fix anywhere (every code >= negatives); NaN: +NaN takes the last positive bucket
+        # (code 255: 0 moved down with wrap-around), -NaN the last negative one (code 0, not moved)
+        positive_ok = bool((start[~sign] >= negatives).all())
+        nan_ok = start[SIDE - 1] == 255 and not one[SIDE - 1] and start[2 * SIDE - 1] == 0
+        baked = positive_ok and nan_ok and bool((start >= 0).all())
+    entries = (start.astype(np.int64) << CODE_SHIFT) | threshold
+    flags = [1 if baked and ok.all() else 0, kind, 1 if ok.all() else 0]
+    return np.concatenate([entries.astype(np.uint32), np.array(flags, np.uint32)])
 
 
 def _map_kind(code_bytes: bytes) -> int:
@@ -316,9 +336,10 @@ def _map_kind(code_bytes: bytes) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def _host_search_tables(code_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _host_search_tables(code_bytes: bytes, sign_fix: bool = False) -> tuple[np.ndarray, np.ndarray]:
     mids, _ = _build_search_tables(np.frombuffer(code_bytes, np.float32))
-    return mids, _build_key_table(mids, _map_kind(code_bytes))
+    negatives = _sign_split(code_bytes) if sign_fix else -1
+    return mids, _build_key_table(mids, _map_kind(code_bytes), negatives)
 
 
 @functools.lru_cache(maxsize=16)
@@ -327,18 +348,55 @@ def _device_search_tables(code_bytes: bytes) -> tuple[Any, Any]:
     return tuple(cuda.to_device(t) for t in _build_search_tables(np.frombuffer(code_bytes, np.float32)))
 
 
-def search_tables(code: Any, device: str) -> tuple[Any, Any]:
+def search_tables(code: Any, device: str, sign_fix: bool = False) -> tuple[Any, Any]:
     """``(mids, start)`` of the table ``code`` for :func:`nearest_code` on ``device`` (cached per table):
     ``mids[c] = RN32((code[c] + code[c+1])·0.5)`` (NaN at 255) and the start table of the search, a lower
     bound of the nearest code per bucket of values. On the CPU (uint32, :func:`_build_key_table`) per bucket
     of the float32 ``x``'s bits, with the position of the midpoint inside the bucket; on CUDA (uint8) per
     cell k of the coarse grid over [-1, 1], then of the fine grid over [-2^-7, 2^-7] (the midpoints below
-    the start of cell k − 1). Then the table's kind (:func:`map_kind`; on CUDA always 0). Last, 1 if the
+    the start of cell k − 1). On the CPU with ``sign_fix``, the entries give the codes after bitsandbytes'
+    state-1 sign fix, for :func:`nearest_code_fixed`, and the table then says whether they are exact
+    (:func:`sign_fix_baked`). Then the table's kind (:func:`map_kind`; on CUDA always 0). Last, 1 if the
     CPU table encodes every bucket, or :data:`STEPS` (CUDA) midpoint steps from the start always reach the
     answer (true of bitsandbytes' maps), else 0."""
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     key = host.tobytes()
-    return _host_search_tables(key) if device == "cpu" else _device_search_tables(key)
+    return _host_search_tables(key, bool(sign_fix)) if device == "cpu" else _device_search_tables(key)
+
+
+@functools.lru_cache(maxsize=16)
+def _host_planes(code_bytes: bytes) -> np.ndarray:
+    planes = byte_planes(np.frombuffer(code_bytes, np.float32))
+    planes.flags.writeable = False
+    return planes
+
+
+def table_planes(*codes: Any) -> np.ndarray:
+    """The :func:`._intrinsics.byte_planes` of each float32 table of 256 values in ``codes`` (NumPy arrays,
+    or CUDA ones copied back), one after the other (1024 bytes each), for :func:`table_lookup` on the CPU
+    (cached per table)."""
+    tables = [
+        np.ascontiguousarray(c if isinstance(c, np.ndarray) else _cuda.to_host(c), np.float32) for c in codes
+    ]
+    return np.concatenate([_host_planes(t.tobytes()) for t in tables])
+
+
+def _table_lookup_loop(out, out_base, index, first, table, planes, plane_base, scale):
+    for k in range(LOOKUP_BLOCK):
+        out[out_base + k] = table[index[first + k]] * scale
+
+
+@table_math(device=_table_lookup_loop)
+def table_lookup(out, out_base, index, first, table, planes, plane_base, scale):
+    """``out[out_base + k] = table[index[first + k]]·scale`` for k < 256 (float32 ``table`` of 256 values,
+    uint8 ``index``): register permutes of the table's :func:`table_planes` at ``planes[plane_base:]``
+    where the CPU has AVX-512 VBMI (:func:`._intrinsics.lookup_block`), else a loop over ``table`` (a
+    vector gather); the same bits."""
+    if byte_permutes():
+        lookup_block(out, out_base, index, first, planes, plane_base, scale)
+    else:
+        for k in range(LOOKUP_BLOCK):
+            out[np.uint64(out_base + k)] = table[index[np.uint64(first + k)]] * scale
 
 
 @functools.lru_cache(maxsize=16)
@@ -389,8 +447,8 @@ def nearest_code(x, mids, start):
     (bitsandbytes' CUDA ``dQuantize`` / ``quantize_2D``).
 
     One lookup: the bucket of ``x``'s bits (sign, exponent, 7 mantissa bits; magnitudes clamped to
-    [2^-24, 1]) gives the answer's lower bound ``c`` and the position of the midpoint after it within the
-    bucket, which the low bits of ``x`` are compared with. No branch, indices unsigned: the loops calling it
+    [2^-24, 1]) gives the answer's lower bound ``c`` and the threshold of the step to ``c + 1`` (the
+    midpoint's position in the bucket, the tie rule included), which the low bits of ``x`` are compared with. No branch, indices unsigned: the loops calling it
     are vectorised."""
     x = x if x == x else NEG_INF  # NaN → code 0, as -inf
     u32, i32 = np.uint32, np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
@@ -402,9 +460,45 @@ def nearest_code(x, mids, start):
     key = u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative * u32(SIDE)))
     entry = start[np.uint16(key)]
     c = i32(entry >> u32(CODE_SHIFT))
-    mid = i32(entry & u32(NO_MID | LOW_MASK))
+    threshold = i32(entry & u32(NO_MID | LOW_MASK))
     low = i32(u32(bits & LOW_MASK) ^ u32(negative * LOW_MASK))
-    return i32(c + i32(i32(low > mid) | i32(i32(low == mid) & i32(c & i32(1)))))
+    return i32(c + i32(low >= threshold))
+
+
+def _no_code(x, start):
+    return 0
+
+
+@table_math(device=_no_code)
+def nearest_code_fixed(x, start):
+    """:func:`nearest_code` followed by bitsandbytes' state-1 sign fix (``.blockwise_optim._sign_fixed``),
+    for ``x = s/absmax`` with a finite ``absmax > 0`` (so that ``x`` has the sign of ``s``, NaN's
+    included), from a start table of ``search_tables(code, "cpu", sign_fix=True)`` where
+    :func:`sign_fix_baked` holds: the fix is in its entries, and NaN needs no test (its bits fall in the
+    last bucket of its sign). CPU only (never called on CUDA, where :func:`sign_fix_baked` is false)."""
+    u32, i32 = np.uint32, np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
+    bits = f32_bits(x)
+    magnitude = u32(bits & u32(0x7FFFFFFF))
+    magnitude = magnitude if magnitude > KEY_LOW else KEY_LOW
+    magnitude = magnitude if magnitude < KEY_HIGH else KEY_HIGH
+    negative = u32(i32(bits) >> i32(31))  # all ones for a negative x
+    key = u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative & u32(SIDE)))
+    entry = start[np.uint16(key)]
+    c = i32(entry >> u32(CODE_SHIFT))
+    threshold = i32(entry & u32(NO_MID | LOW_MASK))
+    low = i32(u32(bits & LOW_MASK) ^ u32(negative & LOW_MASK))
+    return i32(c + i32(low >= threshold))
+
+
+def _never(start):
+    return False
+
+
+@table_math(device=_never)
+def sign_fix_baked(start):
+    """Whether the CPU start table ``start`` holds the sign-fixed codes of :func:`nearest_code_fixed`
+    (false on CUDA)."""
+    return start[start.shape[0] - 3] == 1
 
 
 @table_math
