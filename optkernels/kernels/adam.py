@@ -97,10 +97,11 @@ def plain_adam_scalars(
     beta2: Scalar,
     epsilon: Scalar,
 ) -> tuple | None:
-    """``(lr_t, beta1, 1 − beta1, beta2, 1 − beta2, epsilon)`` in ``dtype`` (float32 or float64) as :func:`_bias_corrected_lr`
-    and :func:`_betas_epsilon` compute them, for the common call (Python or NumPy floats, each well inside
-    its range: the beta powers in [0, 1 − 2⁻²²] and [0, 1], the betas in [2⁻¹²⁶, 1 − 2⁻²⁴], lr and epsilon
-    >= 0); None for anything else, which the checked helpers then take (they word the errors)."""
+    """``(lr_t, beta1, 1 − beta1, beta2, 1 − beta2, epsilon)`` in ``dtype`` (float32 or float64), as
+    :func:`_bias_corrected_lr` and :func:`_betas_epsilon` compute them, for the common call (Python or
+    NumPy floats, each well inside its range: the beta powers in [0, 1 − 2⁻²²] and [0, 1], the betas in
+    [2⁻¹²⁶, 1 − 2⁻²⁴], lr and epsilon >= 0); None for anything else, which the checked helpers then take
+    (they word the errors)."""
     one = _ONES.get(dtype)
     kinds = _PLAIN_SCALARS
     if (
