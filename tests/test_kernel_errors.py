@@ -202,3 +202,30 @@ def test_overlapping_views_are_a_value_error_and_disjoint_views_work():
         assert np.array_equal(view, expected[k]), f"{k}: views of one buffer must give the same bits"
     shifted = buffer[1:size + 1].reshape(SHAPE)  # overlaps views[0] and views[1]
     assert_raises_and_unchanged(op, dict(disjoint, m=shifted), attrs, ValueError, "share memory")
+
+
+def test_apply_adam_plain_call_agrees_with_the_checked_path():
+    """apply_adam's common call (plain arrays, Python or NumPy floats: checked in a few reads) gives the bits
+    of the checked path (the scalars as 0-d arrays), and values that round onto a range's end in float32 (or
+    NaN) still meet the checked path's errors, with nothing written."""
+    from optkernels.kernels import apply_adam
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(37).astype(np.float32) for _ in range(4)]
+    arrays[2] = np.abs(arrays[2])
+    scalars = (0.9**3, 0.999**3, 1e-2, 0.9, 0.999, 1e-8)
+    runs = []
+    for convert in (float, np.float32, np.float64, np.asarray):
+        var, m, v, g = (a.copy() for a in arrays)
+        apply_adam(var, m, v, *map(convert, scalars), g, use_nesterov=True)
+        runs.append((var, m, v))
+    assert all(np.array_equal(x, y) for run in runs[1:] for x, y in zip(run, runs[0]))
+    assert not np.array_equal(runs[0][0], arrays[0])
+    for index, value, name in [(0, 1 - 2**-26, "beta1_power"), (3, 1 - 2**-26, "beta1"), (4, 1e-50, "beta2"),
+                               (2, float("nan"), "lr")]:
+        bad = list(scalars)
+        bad[index] = value
+        var, m, v, g = (a.copy() for a in arrays)
+        with pytest.raises(ValueError, match=name):
+            apply_adam(var, m, v, *bad, g)
+        assert all(np.array_equal(x, y) for x, y in zip((var, m, v), arrays))

@@ -331,3 +331,34 @@ def test_sparse_adagrad_v2_epsilon_is_outside_the_root(dtype):
     (ref_var, _) = R.sparse_apply_adagrad_v2(np.zeros((2, 1)), np.full((2, 1), 4.0), np.ones((1, 1)), [1],
                                             lr=1.0, epsilon=5.0, update_slots=False)
     assert ref_var[1, 0] == -1.0 / 7.0
+
+
+def test_lazy_adam_plain_call_agrees_with_the_checked_path():
+    """fused_sparse_lazy_adam's common call (plain arrays, Python or NumPy floats: checked in a few reads)
+    gives the bits of the checked path (0-d array scalars, a RowSparse gradient), drops and raises alike, and
+    a beta1_power whose float32 is within FLT_EPSILON of 1 still meets the checked path's error."""
+    rng = np.random.default_rng(5)
+    table = [rng.standard_normal((7, 3)).astype(np.float32) for _ in range(3)]
+    table[2] = np.abs(table[2])
+    idx, g = np.array([4, 1, 4, 9, 0], np.int32), rng.standard_normal((5, 3)).astype(np.float32)
+    scalars = (0.9**2, 0.999**2, 1e-2, 0.9, 0.999, 1e-8)
+    keep = idx < 7  # dropped by the other calls
+    calls = [
+        lambda s: S.fused_sparse_lazy_adam(*s, *scalars, g, idx, out_of_range="drop"),
+        lambda s: S.fused_sparse_lazy_adam(*s, *map(np.float32, scalars), g, idx, out_of_range="drop"),
+        lambda s: S.fused_sparse_lazy_adam(*s, *map(np.asarray, scalars), g, idx, out_of_range="drop"),
+        lambda s: S.fused_sparse_lazy_adam(*s, *scalars, S.RowSparse(idx[keep], g[keep], (7, 3))),
+    ]
+    runs = []
+    for call in calls:
+        state = [a.copy() for a in table]
+        call(state)
+        runs.append(state)
+    assert all(np.array_equal(x, y) for run in runs[1:] for x, y in zip(run, runs[0]))
+    assert not np.array_equal(runs[0][0][4], table[0][4]) and np.array_equal(runs[0][0][2], table[0][2])
+    for bad, error, match in [((1 - 2**-23,) + scalars[1:], ValueError, "beta1_power"),
+                              (scalars, IndexError, "9")]:
+        state = [a.copy() for a in table]
+        with pytest.raises(error, match=match):
+            S.fused_sparse_lazy_adam(*state, *bad, g, idx)
+        assert all(np.array_equal(x, y) for x, y in zip(state, table))

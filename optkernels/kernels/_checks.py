@@ -141,18 +141,23 @@ def check_arrays(
         ValueError: shapes differ; a state array is read-only or not C-contiguous; arrays overlap; a CUDA
             input is not contiguous.
     """
-    batch = _fast_numpy_batch(state, inputs) if same_shape else None
-    return batch if batch is not None else _checked_batch(state, inputs or {}, same_shape)
+    if same_shape:
+        arrays = [*state.values(), *inputs.values()] if inputs else [*state.values()]
+        batch = plain_batch(arrays, len(state))
+        if batch is not None:
+            return batch
+    return _checked_batch(state, inputs or {}, same_shape)
 
 
-def _fast_numpy_batch(state: Mapping[str, Any], inputs: Mapping[str, Any] | None) -> Batch | None:
-    """The common case in a few attribute reads, or None to take the full path (which also words errors).
+def plain_batch(arrays: list[Any], n_state: int) -> Batch | None:
+    """:func:`check_arrays`' common case in a few attribute reads, or None: the caller then takes
+    :func:`check_arrays`, which words the errors. ``arrays``: the state arrays (the first ``n_state``),
+    then the inputs, in order.
 
     Accepted here: NumPy arrays of one float dtype (or of float32, float16 and bfloat16 mixed, as the full
     path allows) and one shape, all C-contiguous, state arrays writeable, every array owning its memory
     (``base is None``) and no array passed twice -- arrays that own their memory cannot overlap.
     """
-    arrays = [*state.values(), *inputs.values()] if inputs else [*state.values()]
     first = arrays[0]
     if type(first) is not np.ndarray:
         return None
@@ -167,7 +172,7 @@ def _fast_numpy_batch(state: Mapping[str, Any], inputs: Mapping[str, Any] | None
             return None
         if not a.flags.c_contiguous:
             return None
-    for a in state.values():
+    for a in arrays[:n_state]:
         if not a.flags.writeable:
             return None
     if len(shape) == 1:

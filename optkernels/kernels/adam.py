@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._checks import attr_bool, attr_float, check_arrays, check_range, output_like
+import numpy as np
+
+from ._checks import attr_bool, attr_float, check_arrays, check_range, output_like, plain_batch
 from ._elementwise import elementwise
 from ._ieee import nan_max
 
@@ -48,6 +50,12 @@ def _adam_delta(
     delta[i] = -(lr_t * numerator) / (math.sqrt(v_new) + epsilon)
 
 
+def _step_size(one: Any, b1p: Any, b2p: Any, lr: Any) -> Any:
+    """``lr·sqrt(1 − b2p)/(1 − b1p)`` in the dtype of the NumPy scalars given (``one``: 1 in it)."""
+    # math.sqrt of the widened value, rounded back once, is the correctly rounded sqrt in float32 too.
+    return lr * type(one)(math.sqrt(one - b2p)) / (one - b1p)
+
+
 def _bias_corrected_lr(batch, beta1_power: Scalar, beta2_power: Scalar, lr: Scalar):
     """``lr_t = lr·sqrt(1 − beta2_power)/(1 − beta1_power)`` in the arrays' dtype, after range checks."""
     b1p = batch.scalar("beta1_power", beta1_power)
@@ -56,9 +64,7 @@ def _bias_corrected_lr(batch, beta1_power: Scalar, beta2_power: Scalar, lr: Scal
     check_range("beta1_power", b1p, 0.0, 1.0, high_open=True)
     check_range("beta2_power", b2p, 0.0, 1.0)
     check_range("lr", lr_, 0.0)
-    one = batch.dtype.type(1)
-    # math.sqrt of the widened value, rounded back once, is the correctly rounded sqrt in float32 too.
-    return lr_ * batch.dtype.type(math.sqrt(one - b2p)) / (one - b1p)
+    return _step_size(batch.dtype.type(1), b1p, b2p, lr_)
 
 
 def _betas_epsilon(batch, beta1: Scalar, beta2: Scalar, epsilon: Scalar):
@@ -69,6 +75,57 @@ def _betas_epsilon(batch, beta1: Scalar, beta2: Scalar, epsilon: Scalar):
     check_range("beta2", b2, 0.0, 1.0, low_open=True, high_open=True)
     check_range("epsilon", eps, 0.0)
     return b1, b2, eps
+
+
+#: The scalar types :func:`plain_adam_scalars` takes, and the float dtypes it converts to.
+_PLAIN_SCALARS = (float, np.float32, np.float64)
+_ONES = {np.dtype(np.float32): np.float32(1), np.dtype(np.float64): np.float64(1)}
+#: Bounds that hold for the value converted to float32 or float64 whenever they hold for the value (rounding
+#: is monotonic and keeps these exactly): beta1_power at most 1 − 2⁻²² stays more than FLT_EPSILON below 1
+#: (the sparse ops' check); betas in [2⁻¹²⁶, 1 − 2⁻²⁴] stay inside (0, 1).
+_POWER_MAX = 1.0 - 2.0**-22
+_BETA_MIN = 2.0**-126
+_BETA_MAX = 1.0 - 2.0**-24
+
+
+def plain_adam_scalars(
+    dtype: np.dtype,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+) -> tuple | None:
+    """``(lr_t, beta1, 1 − beta1, beta2, 1 − beta2, epsilon)`` in ``dtype`` (float32 or float64), as
+    :func:`_bias_corrected_lr` and :func:`_betas_epsilon` compute them, for the common call (Python or
+    NumPy floats, each well inside its range: the beta powers in [0, 1 − 2⁻²²] and [0, 1], the betas in
+    [2⁻¹²⁶, 1 − 2⁻²⁴], lr and epsilon >= 0); None for anything else, which the checked helpers then take
+    (they word the errors)."""
+    one = _ONES.get(dtype)
+    kinds = _PLAIN_SCALARS
+    if (
+        one is None
+        or type(beta1_power) not in kinds
+        or type(beta2_power) not in kinds
+        or type(lr) not in kinds
+        or type(beta1) not in kinds
+        or type(beta2) not in kinds
+        or type(epsilon) not in kinds
+    ):
+        return None
+    if not (
+        0.0 <= float(beta1_power) <= _POWER_MAX
+        and 0.0 <= float(beta2_power) <= 1.0
+        and float(lr) >= 0.0
+        and _BETA_MIN <= float(beta1) <= _BETA_MAX
+        and _BETA_MIN <= float(beta2) <= _BETA_MAX
+        and float(epsilon) >= 0.0
+    ):
+        return None
+    t = dtype.type
+    b1, b2 = t(beta1), t(beta2)
+    return _step_size(one, t(beta1_power), t(beta2_power), t(lr)), b1, one - b1, b2, one - b2, t(epsilon)
 
 
 def apply_adam(
@@ -123,13 +180,23 @@ def apply_adam(
             on different devices.
         ValueError: shapes differ, a state array is read-only or not contiguous, or a scalar is out of range.
     """
-    attr_bool("use_locking", use_locking)
-    nesterov = attr_bool("use_nesterov", use_nesterov)
-    batch = check_arrays({"var": var, "m": m, "v": v}, {"gradient": gradient})
-    lr_t = _bias_corrected_lr(batch, beta1_power, beta2_power, lr)
-    b1, b2, eps = _betas_epsilon(batch, beta1, beta2, epsilon)
-    one = batch.dtype.type(1)
-    _adam.launch(batch.device, batch.size, *batch.flat, lr_t, b1, one - b1, one - b2, eps, nesterov)
+    batch = scalars = None
+    if type(use_locking) is bool and type(use_nesterov) is bool:
+        batch = plain_batch([var, m, v, gradient], 3)
+        if batch is not None:
+            scalars = plain_adam_scalars(batch.dtype, beta1_power, beta2_power, lr, beta1, beta2, epsilon)
+    if batch is None or scalars is None:  # anything but the common call: every check, in order
+        attr_bool("use_locking", use_locking)
+        attr_bool("use_nesterov", use_nesterov)
+        batch = check_arrays({"var": var, "m": m, "v": v}, {"gradient": gradient})
+        lr_t = _bias_corrected_lr(batch, beta1_power, beta2_power, lr)
+        b1, b2, eps = _betas_epsilon(batch, beta1, beta2, epsilon)
+        one = batch.dtype.type(1)
+        scalars = (lr_t, b1, one - b1, b2, one - b2, eps)
+    lr_t, b1, one_minus_b1, _, one_minus_b2, eps = scalars
+    _adam.launch(
+        batch.device, batch.size, *batch.flat, lr_t, b1, one_minus_b1, one_minus_b2, eps, bool(use_nesterov)
+    )
     return var, m, v
 
 

@@ -140,7 +140,7 @@ def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_ran
             value and position are given).
     """
     drop = drop_out_of_range(out_of_range)
-    call = _plain_numpy_call(state, grad, indices, drop)
+    call = plain_numpy_call(state, grad, indices, drop)
     if call is not None:
         return call
     (var_name, var), *others = state.items()
@@ -173,7 +173,7 @@ def check_sparse_call(state: dict[str, Any], grad: Any, indices: Any, out_of_ran
     return call
 
 
-def _plain_numpy_call(state: dict[str, Any], grad: Any, indices: Any, drop: bool) -> SparseCall | None:
+def plain_numpy_call(state: dict[str, Any], grad: Any, indices: Any, drop: bool) -> SparseCall | None:
     """The common case checked in a few attribute reads, or None to take the full path (which also words
     the errors): NumPy state arrays of one float dtype and one shape (at least 1-D), C-contiguous and
     writeable; a C-contiguous gradient of that dtype and of shape ``(len(indices),) + shape[1:]``; 1-D

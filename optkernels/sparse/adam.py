@@ -25,8 +25,8 @@ from ..kernels import _cuda
 from ..kernels._checks import attr_bool
 from ..kernels._elementwise import scalar_math
 from ..kernels._upcast import via_float32
-from ..kernels.adam import Scalar, _betas_epsilon, _bias_corrected_lr
-from ._call import SparseCall, check_sparse_call
+from ..kernels.adam import Scalar, _betas_epsilon, _bias_corrected_lr, plain_adam_scalars
+from ._call import SparseCall, check_sparse_call, plain_numpy_call
 from ._half_rows import half_rows
 from ._rows import RowUpdate, generate, launch_config, run_tasks
 
@@ -303,6 +303,32 @@ fused_sparse_adam.__doc__ = (
 
 
 @half_rows("var", "m", "v")
+def _checked_lazy_adam(
+    var: Any,
+    m: Any,
+    v: Any,
+    beta1_power: Scalar,
+    beta2_power: Scalar,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    epsilon: Scalar,
+    grad: Any,
+    indices: Any = None,
+    *,
+    use_locking: bool = False,
+    use_nesterov: bool = False,
+    out_of_range: str = "raise",
+) -> tuple[Any, Any, Any]:
+    """:func:`fused_sparse_lazy_adam` with every check (float16/bfloat16 arrays on their indexed rows)."""
+    attr_bool("use_locking", use_locking)
+    nesterov = attr_bool("use_nesterov", use_nesterov)
+    call = check_sparse_call({"var": var, "m": m, "v": v}, grad, indices, out_of_range)
+    scalars = _adam_scalars(call, beta1_power, beta2_power, lr, beta1, beta2, epsilon) + (nesterov,)
+    _lazy_adam.launch(call, *scalars)
+    return var, m, v
+
+
 def fused_sparse_lazy_adam(
     var: Any,
     m: Any,
@@ -320,14 +346,36 @@ def fused_sparse_lazy_adam(
     use_nesterov: bool = False,
     out_of_range: str = "raise",
 ) -> tuple[Any, Any, Any]:
-    attr_bool("use_locking", use_locking)
-    nesterov = attr_bool("use_nesterov", use_nesterov)
-    call = check_sparse_call({"var": var, "m": m, "v": v}, grad, indices, out_of_range)
-    scalars = _adam_scalars(call, beta1_power, beta2_power, lr, beta1, beta2, epsilon) + (nesterov,)
-    _lazy_adam.launch(call, *scalars)
+    call = scalars = None
+    if type(use_locking) is bool and type(use_nesterov) is bool and type(out_of_range) is str:
+        drop = out_of_range == "drop"
+        if drop or out_of_range == "raise":
+            call = plain_numpy_call({"var": var, "m": m, "v": v}, grad, indices, drop)
+        if call is not None:
+            scalars = plain_adam_scalars(call.dtype, beta1_power, beta2_power, lr, beta1, beta2, epsilon)
+    if call is None or scalars is None:  # anything but the common call: every check, in order
+        return _checked_lazy_adam(
+            var,
+            m,
+            v,
+            beta1_power,
+            beta2_power,
+            lr,
+            beta1,
+            beta2,
+            epsilon,
+            grad,
+            indices,
+            use_locking=use_locking,
+            use_nesterov=use_nesterov,
+            out_of_range=out_of_range,
+        )
+    _lazy_adam.launch(call, *scalars, use_nesterov)
     return var, m, v
 
 
+# the kernel it runs (no check, no half-precision path), as the decorated functions name theirs
+functools.update_wrapper(fused_sparse_lazy_adam, _checked_lazy_adam.__wrapped__, assigned=(), updated=())
 fused_sparse_lazy_adam.__doc__ = (
     r"""Lazy sparse Adam in place (MindSpore ``ops.FusedSparseLazyAdam``): only
     the rows in ``indices`` change.
