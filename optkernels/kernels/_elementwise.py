@@ -29,8 +29,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from . import _cuda
-from ._threading import for_this_process, parallel_launch, thread_mask
+from . import _chunks, _cuda
+from ._threading import for_this_process, parallel_allowed, parallel_launch, thread_mask
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -119,6 +119,9 @@ class Elementwise:
         self.py_func = py_func
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
+        #: Whether :meth:`launch` runs the chunked CPU launch (:mod:`._chunks`): the plain loop
+        #: ``for i in range(n): f(i, ...)``, not a subclass's own driver.
+        self.chunked_cpu = type(self).cpu_template is _CPU_LOOP and type(self)._cpu_source is _BASE_SOURCE
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
@@ -132,6 +135,13 @@ class Elementwise:
     def cpu_uncached(self) -> Callable:
         """A fresh, uncached compilation of the CPU loop (its assembly can be inspected)."""
         return numba.njit(parallel=True, cache=False, **_JIT_OPTIONS)(self._cpu_source())
+
+    @functools.cached_property
+    def chunked(self) -> Callable:
+        """The chunked CPU launch (:mod:`._chunks`): ``chunked(parallel, n, *arrays, *scalars)``, compiled
+        per argument types on first use (a cached entry and a C chunk worker, no parallel loop)."""
+        _chunks.register(self)
+        return _chunks.entry(self.py_func)
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -156,7 +166,10 @@ class Elementwise:
             return
         if device == "cpu":
             with parallel_launch():
-                for_this_process(self.cpu)(n, *args)
+                if self.chunked_cpu:
+                    self.chunked(parallel_allowed(), n, *args)
+                else:
+                    for_this_process(self.cpu)(n, *args)
             return
         _cuda_launch(self.cuda, n, stream)(n, *args)
 
@@ -224,6 +237,9 @@ class Elementwise:
                     *prologue_scalars,
                     *scalars,
                 )
+
+
+_BASE_SOURCE = Elementwise._cpu_source
 
 
 class _SerialBelow:
