@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import inspect
 import sys
 from collections.abc import Callable
@@ -41,8 +40,8 @@ from numba.extending import intrinsic
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
 _ENTRY = """
-def {name}(_parallel, n, {args}):
-    run_chunks(_parallel, n, ({args},))
+def {name}(_parallel, _count, {args}):
+    run_chunks(_parallel, _count, ({args},))
 """
 
 _WORKER = """
@@ -65,9 +64,9 @@ WORKER_SIGNATURE = types.void(
 _BYTE_P = ir.IntType(8).as_pointer()
 _INTP = ir.IntType(64)
 
-#: (module, element function name) -> the object whose element function it is (anything with ``py_func``):
-#: how a cached entry finds its worker again in a new process.
-_KERNELS: dict[tuple[str, str], Any] = {}
+#: (module, function name) -> (the function, its salt) of every entry made in this process: how a cached
+#: entry finds its worker again.
+_FUNCTIONS: dict[tuple[str, str], tuple[Callable, str]] = {}
 #: symbol name -> the worker's cfunc (kept alive: its code must not be freed while the symbol is in use).
 _WORKERS: dict[str, Any] = {}
 
@@ -89,15 +88,11 @@ def _key(py_func: Callable) -> tuple[str, str]:
     return py_func.__module__, py_func.__qualname__
 
 
-def register(kernel: Any) -> None:
-    """Make ``kernel`` (with a ``py_func`` element function) findable by cached entries in this process."""
-    _KERNELS.setdefault(_key(kernel.py_func), kernel)
-
-
-def symbol_name(py_func: Callable, arg_types: tuple) -> str:
-    """The symbol of the worker of ``py_func`` for arguments of ``arg_types`` (a Numba type per argument)."""
+def symbol_name(py_func: Callable, arg_types: tuple, salt: str = "") -> str:
+    """The symbol of the worker of ``py_func`` for arguments of ``arg_types`` (a Numba type per argument);
+    ``salt``: the text of whatever generated ``py_func`` (see :func:`entry`)."""
     module, name = _key(py_func)
-    return f"optkernels_chunks_{name}_{_digest(module, name, _module_source(), str(arg_types))}"
+    return f"optkernels_chunks_{name}_{_digest(module, name, _module_source(), salt, str(arg_types))}"
 
 
 def _generate(template: str, name: str, py_func: Callable, namespace: dict) -> Callable:
@@ -135,11 +130,11 @@ def _loader(packed: types.Tuple) -> Any:
     return load_packed
 
 
-def compile_worker(py_func: Callable, arg_types: tuple, cache: bool = True) -> Any:
+def compile_worker(py_func: Callable, arg_types: tuple, cache: bool = True, salt: str = "") -> Any:
     """The chunk worker of ``py_func`` for arguments of ``arg_types``, compiled as a C function (cached on
     disk unless ``cache`` is False: a fresh compile keeps its assembly for ``inspect_asm``)."""
     packed = types.Tuple((types.int64, types.int64, *arg_types))
-    name = f"_chunks_{py_func.__name__}_{symbol_name(py_func, arg_types)[-12:]}"
+    name = f"_chunks_{py_func.__name__}_{symbol_name(py_func, arg_types, salt)[-12:]}"
     namespace = {
         "uint64": np.uint64,
         "load_packed": _loader(packed),
@@ -149,12 +144,12 @@ def compile_worker(py_func: Callable, arg_types: tuple, cache: bool = True) -> A
     return numba.cfunc(WORKER_SIGNATURE, cache=cache, **_JIT_OPTIONS)(function)
 
 
-def ensure_worker(py_func: Callable, arg_types: tuple) -> str:
+def ensure_worker(py_func: Callable, arg_types: tuple, salt: str = "") -> str:
     """Compile (or load) the worker of ``py_func`` for ``arg_types`` and register its symbol; return the
     symbol name. Called with Numba's compiler lock held (typing, or loading a cached entry)."""
-    symbol = symbol_name(py_func, arg_types)
+    symbol = symbol_name(py_func, arg_types, salt)
     if symbol not in _WORKERS:
-        worker = compile_worker(py_func, arg_types)
+        worker = compile_worker(py_func, arg_types, salt=salt)
         binding.add_symbol(symbol, worker.address)
         _WORKERS[symbol] = worker
     return symbol
@@ -162,12 +157,10 @@ def ensure_worker(py_func: Callable, arg_types: tuple) -> str:
 
 def reload_worker(module: str, name: str, arg_types: tuple) -> None:
     """Before a cached entry is loaded: register its worker (Numba runs this from the entry's
-    ``reload_init``; ``module`` and ``name`` are those of the element function)."""
-    kernel = _KERNELS.get((module, name))
-    if kernel is None:
-        importlib.import_module(module)
-        kernel = _KERNELS[(module, name)]
-    ensure_worker(kernel.py_func, arg_types)
+    ``reload_init``; ``module`` and ``name`` are those of the function :func:`entry` was made for, which
+    exists in this process since its entry is being called)."""
+    py_func, salt = _FUNCTIONS[(module, name)]
+    ensure_worker(py_func, arg_types, salt)
 
 
 def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
@@ -182,14 +175,14 @@ def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
     return args, dims, steps
 
 
-def _runner(py_func: Callable) -> Any:
+def _runner(py_func: Callable, salt: str) -> Any:
     """The intrinsic ``run_chunks(parallel, n, args)`` of ``py_func``'s entry (see the module docstring)."""
     module, name = _key(py_func)
 
     @intrinsic
     def run_chunks(typingctx, parallel, n, args):
         arg_types = tuple(args.types)
-        symbol = ensure_worker(py_func, arg_types)
+        symbol = ensure_worker(py_func, arg_types, salt)
         packed = types.Tuple((types.int64, types.int64, *arg_types))
 
         def codegen(context, builder, signature, llargs):
@@ -231,9 +224,12 @@ def _runner(py_func: Callable) -> Any:
     return run_chunks
 
 
-def entry(py_func: Callable) -> Any:
-    """The cached entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` (a Numba
-    dispatcher; ``parallel``: False to run on the calling thread only)."""
-    name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _WORKER, _module_source())}"
-    function = _generate(_ENTRY, name, py_func, {"run_chunks": _runner(py_func)})
+def entry(py_func: Callable, salt: str = "") -> Any:
+    """The cached entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
+    ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher; ``parallel``: False to run
+    on the calling thread only). ``salt``: the text of whatever generated ``py_func`` (a template), part of
+    the compiled functions' names so that a changed generator never loads a stale cache entry."""
+    _FUNCTIONS.setdefault(_key(py_func), (py_func, salt))
+    name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _WORKER, _module_source(), salt)}"
+    function = _generate(_ENTRY, name, py_func, {"run_chunks": _runner(py_func, salt)})
     return numba.njit(cache=True, nogil=True, **_JIT_OPTIONS)(function)

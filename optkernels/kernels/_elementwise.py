@@ -69,6 +69,21 @@ def {name}(n, chunk, sums0, sums1, {args}):
         sums1[c] = s1
 """
 
+# One chunk of _CPU_SUMSQ's loop, as a function of the chunk's number (for the chunked launch).
+_CHUNK_SUMSQ = """
+def {name}(c, n, chunk, sums0, sums1, {args}):
+    start = int64(c) * chunk
+    stop = min(start + chunk, n)
+    s0 = 0.0
+    s1 = 0.0
+    for i in range(start, stop):
+        x0, x1 = element(i, {args})
+        s0 += float(x0) * float(x0)
+        s1 += float(x1) * float(x1)
+    sums0[c] = s0
+    sums1[c] = s1
+"""
+
 _CUDA_SUMSQ = """
 def {name}(n, chunk, sums0, sums1, {args}):
     c = cuda.grid(1)
@@ -114,6 +129,9 @@ class Elementwise:
     #: per combination used, each without the branches those flags turn off): for element functions whose
     #: flags guard costly per-element work that LLVM would otherwise compute and discard.
     constant_flags = False
+    #: The function of index ``i`` that the chunked CPU launch runs for ``i`` in ``0 .. n - 1``, as a
+    #: template of :func:`_generate` (None: the element function itself).
+    chunk_template: str | None = None
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -121,7 +139,9 @@ class Elementwise:
         self.__doc__ = py_func.__doc__
         #: Whether :meth:`launch` runs the chunked CPU launch (:mod:`._chunks`): the plain loop
         #: ``for i in range(n): f(i, ...)``, not a subclass's own driver.
-        self.chunked_cpu = type(self).cpu_template is _CPU_LOOP and type(self)._cpu_source is _BASE_SOURCE
+        self.chunked_cpu = type(self)._cpu_source is _BASE_SOURCE and (
+            type(self).cpu_template is _CPU_LOOP or self.chunk_template is not None
+        )
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
@@ -140,8 +160,11 @@ class Elementwise:
     def chunked(self) -> Callable:
         """The chunked CPU launch (:mod:`._chunks`): ``chunked(parallel, n, *arrays, *scalars)``, compiled
         per argument types on first use (a cached entry and a C chunk worker, no parallel loop)."""
-        _chunks.register(self)
-        return _chunks.entry(self.py_func)
+        if self.chunk_template is None:
+            return _chunks.entry(self.py_func)
+        element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
+        function = _generate(self.chunk_template, "chunk", self.py_func, {"element": element, "int64": np.int64})
+        return _chunks.entry(function, salt=self.chunk_template)
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -279,6 +302,7 @@ class ChunkedSumsOfSquares(Elementwise):
 
     cpu_template = _CPU_SUMSQ
     cuda_template = _CUDA_SUMSQ
+    chunk_template = _CHUNK_SUMSQ
 
     def many(self, n_arrays: int, prologue: Any = None) -> Callable:
         raise NotImplementedError(f"{self.__name__}: sums of squares have no multi-tensor loop")
@@ -294,7 +318,10 @@ class ChunkedSumsOfSquares(Elementwise):
         if device == "cpu":
             sums0, sums1 = np.empty(chunks), np.empty(chunks)
             with parallel_launch():
-                for_this_process(self.cpu)(n, SUM_CHUNK, sums0, sums1, *args)
+                if self.chunked_cpu:
+                    self.chunked(parallel_allowed(), chunks, n, SUM_CHUNK, sums0, sums1, *args)
+                else:
+                    for_this_process(self.cpu)(n, SUM_CHUNK, sums0, sums1, *args)
         else:
             cuda = _cuda.module()
             d0, d1 = cuda.device_array(chunks), cuda.device_array(chunks)
