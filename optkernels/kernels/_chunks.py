@@ -41,7 +41,7 @@ _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
 _ENTRY = """
 def {name}(_parallel, _count, {args}):
-    run_chunks(_parallel, _count, ({args},))
+    run_chunks(_parallel, _count, {args})
 """
 
 _WORKER = """
@@ -180,8 +180,8 @@ def _runner(py_func: Callable, salt: str) -> Any:
     module, name = _key(py_func)
 
     @intrinsic
-    def run_chunks(typingctx, parallel, n, args):
-        arg_types = tuple(args.types)
+    def run_chunks(typingctx, parallel, n, *args):
+        arg_types = tuple(args)
         symbol = ensure_worker(py_func, arg_types, salt)
         packed = types.Tuple((types.int64, types.int64, *arg_types))
 
@@ -190,6 +190,7 @@ def _runner(py_func: Callable, salt: str) -> Any:
                 functools.partial(reload_worker, module, name, arg_types)
             )
             is_parallel, count, values = llargs
+            items = cgutils.unpack_tuple(builder, values, len(arg_types))
             count = context.cast(builder, count, signature.args[1], types.int64)
             mod = builder.module
             worker = cgutils.get_or_insert_function(
@@ -202,7 +203,6 @@ def _runner(py_func: Callable, salt: str) -> Any:
             is_parallel = context.cast(builder, is_parallel, signature.args[0], types.boolean)
             use_pool = builder.and_(is_parallel, builder.icmp_signed(">", num_threads, _INTP(1)))
             parts = builder.select(use_pool, num_threads, _INTP(1))
-            items = cgutils.unpack_tuple(builder, values, len(arg_types))
             slot = cgutils.alloca_once(builder, context.get_value_type(packed))
             builder.store(context.make_tuple(builder, packed, [count, parts, *items]), slot)
             data = builder.bitcast(slot, _BYTE_P)
@@ -219,7 +219,7 @@ def _runner(py_func: Callable, salt: str) -> Any:
                     builder.call(worker, [*_part_arguments(builder, _INTP(0), _INTP(1)), data])
             return context.get_dummy_value()
 
-        return types.void(parallel, n, args), codegen
+        return types.void(parallel, n, types.StarArgTuple.from_types(args)), codegen
 
     return run_chunks
 
@@ -232,4 +232,4 @@ def entry(py_func: Callable, salt: str = "") -> Any:
     _FUNCTIONS.setdefault(_key(py_func), (py_func, salt))
     name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _WORKER, _module_source(), salt)}"
     function = _generate(_ENTRY, name, py_func, {"run_chunks": _runner(py_func, salt)})
-    return numba.njit(cache=True, nogil=True, **_JIT_OPTIONS)(function)
+    return numba.njit(cache=True, nogil=True, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

@@ -627,7 +627,7 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tu
     from . import _lowp
 
     if target == "cpu" and not sr:
-        fused = _fused_driver(ew.py_func, kinds, flags) if flags else _fused_driver(ew.py_func, kinds)
+        fused = _fused_entry(ew.py_func, kinds, flags)
         if fused is not None:
             drivers[key] = fused
             drivers[("fused", *key)] = True
@@ -672,38 +672,69 @@ def {name}(n, _workspace, {args}):
 """
 
 
-def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
-    """The CPU loop over ``py_func`` rewritten to widen its half arrays' elements into float32 locals and
-    round the written ones back once (see ``_lowp.fused_element``): one pass over memory, no scratch. None
-    when the element function indexes a half array otherwise than by its own index. ``flags``: ``(position,
-    value)`` of bool scalars (among the arguments after the index) that the loop passes as constants (the
-    arguments themselves are still taken, and ignored)."""
+def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple | None:
+    """``(element, call_args, digest)``: ``py_func`` rewritten to widen its half arrays' elements into
+    float32 locals and round the written ones back once (see ``_lowp.fused_element``), the arguments its
+    loop passes it (``flags`` as constants) and a digest of its source; None where it cannot be fused."""
     from . import _lowp
 
     fused = _lowp.fused_element(py_func, kinds)
     if fused is None:
         return None
     element_name, element_source = fused
-    filename = inspect.getfile(py_func)
     namespace = dict(py_func.__globals__)
     namespace.update(_lowp.ONE)
-    exec(compile(element_source, filename, "exec"), namespace)
-    params = list(inspect.signature(py_func).parameters)[1:]
-    call_args = list(params)
+    exec(compile(element_source, inspect.getfile(py_func), "exec"), namespace)
+    call_args = list(inspect.signature(py_func).parameters)[1:]
     for position, value in flags:
         call_args[position] = repr(bool(value))
     digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp), ", ".join(call_args))
-    name = f"{element_name}_loop_{digest}"
+    return namespace[element_name], call_args, digest
+
+
+def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
+    """The CPU loop over ``py_func`` rewritten to widen its half arrays' elements into float32 locals and
+    round the written ones back once (see ``_lowp.fused_element``): one pass over memory, no scratch. None
+    when the element function indexes a half array otherwise than by its own index. ``flags``: ``(position,
+    value)`` of bool scalars (among the arguments after the index) that the loop passes as constants (the
+    arguments themselves are still taken, and ignored)."""
+    fused = _fused_element(py_func, kinds, flags)
+    if fused is None:
+        return None
+    element, call_args, digest = fused
+    params = list(inspect.signature(py_func).parameters)[1:]
+    name = f"{element.__name__}_loop_{digest}"
     source = _CPU_FUSED.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
-    loop_namespace = {
-        "prange": numba.prange,
-        "element": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[element_name]),
-    }
-    exec(compile(source, filename, "exec"), loop_namespace)
+    loop_namespace = {"prange": numba.prange, "element": numba.njit(inline="always", **_JIT_OPTIONS)(element)}
+    exec(compile(source, inspect.getfile(py_func), "exec"), loop_namespace)
     function = loop_namespace[name]
     function.__module__ = py_func.__module__
     function.__qualname__ = name
     return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
+
+
+_FUSED_CHUNK = """
+def {name}(_i, {args}):
+    element(_i, {call_args})
+"""
+
+
+def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
+    """As :func:`_fused_driver`, as a chunked launch (:func:`._chunks.entry`): ``entry(parallel, n,
+    *arguments)``."""
+    fused = _fused_element(py_func, kinds, flags)
+    if fused is None:
+        return None
+    element, call_args, digest = fused
+    params = list(inspect.signature(py_func).parameters)[1:]
+    name = f"{element.__name__}_{digest}"
+    source = _FUSED_CHUNK.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
+    namespace = {"element": numba.njit(inline="always", **_JIT_OPTIONS)(element)}
+    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
+    function = namespace[name]
+    function.__module__ = py_func.__module__
+    function.__qualname__ = name
+    return _chunks.entry(function, salt=source + digest)
 
 
 @functools.cache
@@ -750,6 +781,9 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
         with parallel_launch(), _SerialBelow(n):
+            if workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
+                driver(parallel_allowed(), n, *views)
+                return
             if workspace is None:
                 workspace = _workspace(len(half))
             for_this_process(driver)(n, workspace, *views, *extra)
@@ -778,7 +812,7 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
     return plan
 
 
-#: The workspace argument of the fused loop, which takes one (the chunked loop's signature) but uses none.
+#: The workspace of a fused launch: a placeholder marking it (a chunked launch, which takes none).
 _NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
 _UINT16 = np.dtype(np.uint16)
 _HALF_KINDS = ("f16", "bf16")
