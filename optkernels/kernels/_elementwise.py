@@ -142,6 +142,8 @@ class Elementwise:
         self.chunked_cpu = type(self)._cpu_source is _BASE_SOURCE and (
             type(self).cpu_template is _CPU_LOOP or self.chunk_template is not None
         )
+        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`).
+        self.chunked_many = self.chunked_cpu and type(self).many is Elementwise.many
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
@@ -208,6 +210,19 @@ class Elementwise:
             driver = drivers[key] = _many_driver(self.py_func, n_arrays, prologue and prologue.py_func, True)
         return driver
 
+    def many_chunked(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
+        """The multi-tensor loop as a chunked launch (:mod:`._chunks`, one index per row of the chunk
+        table): ``many_chunked(n_arrays)(parallel, rows, chunks, addresses, like, *scalars)``, with a
+        ``prologue`` ``(parallel, rows, chunks, addresses, like, workspace, *prologue_scalars, *scalars)``.
+        Each thread runs an equal block of rows, as the parallel loop of :meth:`many` does."""
+        drivers = self.__dict__.setdefault("_many_chunked", {})
+        key = (n_arrays, prologue)
+        driver = drivers.get(key)
+        if driver is None:
+            function, source = _many_function(self.py_func, n_arrays, prologue and prologue.py_func, True)
+            driver = drivers[key] = _chunks.entry(function, salt=source)
+        return driver
+
     def many_uncached(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
         """A fresh, uncached compilation of the multi-tensor loop (its assembly can be inspected)."""
         return _many_driver(self.py_func, n_arrays, prologue and prologue.py_func, False)
@@ -249,17 +264,13 @@ class Elementwise:
         with parallel_launch(), _SerialBelow(tensors.total) as threads:
             # the whole list: its rows in one block of equal elements per thread
             table = chunks if chunks is not None else tensors.balanced(threads)
-            if prologue is None:
-                for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
+            head = (table, tensors.addresses, tensors.like)
+            if prologue is not None:
+                head += (tensors.workspace(), *prologue_scalars)
+            if self.chunked_many:
+                self.many_chunked(n_arrays, prologue)(parallel_allowed(), table.shape[0], *head, *scalars)
             else:
-                for_this_process(self.many(n_arrays, prologue))(
-                    table,
-                    tensors.addresses,
-                    tensors.like,
-                    tensors.workspace(),
-                    *prologue_scalars,
-                    *scalars,
-                )
+                for_this_process(self.many(n_arrays, prologue))(*head, *scalars)
 
 
 _BASE_SOURCE = Elementwise._cpu_source
@@ -307,7 +318,7 @@ class ChunkedSumsOfSquares(Elementwise):
     def many(self, n_arrays: int, prologue: Any = None) -> Callable:
         raise NotImplementedError(f"{self.__name__}: sums of squares have no multi-tensor loop")
 
-    many_uncached = many
+    many_uncached = many_chunked = many
 
     def launch(self, device: str, n: int, *args: Any) -> tuple[float, float]:
         if _half_kinds(args) is not None:  # callers widen half arrays first (see _upcast.via_float32)
@@ -419,6 +430,15 @@ def _digest(*texts: str) -> str:
     return hashlib.sha1("\0".join(texts).encode()).hexdigest()[:8]
 
 
+def _as_row_function(name: str, source: str) -> tuple[str, str]:
+    """A multi-tensor driver's source (:data:`_CPU_MANY` or :data:`_CPU_MANY_PROLOGUE`, filled in) as the
+    function of one row ``_c`` of its chunk table that its parallel loop runs (for the chunked launch)."""
+    lines = source.split("\n")
+    k = next(j for j, line in enumerate(lines) if "in prange(_chunks.shape[0]):" in line)
+    head = [line.replace(f"def {name}(", f"def {name}_row(_c, ", 1) for line in lines[:k]]
+    return f"{name}_row", "\n".join(head + [line[4:] for line in lines[k + 1 :]])
+
+
 def _many_source(py_func: Callable, n_arrays: int, prologue: Callable | None) -> tuple[str, str]:
     """The multi-tensor driver's name and source for an element function with ``n_arrays`` array
     arguments (and a prologue element function, or None). The name carries a digest of the templates
@@ -453,10 +473,13 @@ def _many_source(py_func: Callable, n_arrays: int, prologue: Callable | None) ->
     return name, source
 
 
-def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
+def _many_function(py_func: Callable, n_arrays: int, prologue: Callable | None, row: bool) -> tuple:
+    """``(function, source)``: the multi-tensor driver's Python function, or (``row``) that of one row."""
     from ._pointers import address_as_pointer
 
     name, source = _many_source(py_func, n_arrays, prologue)
+    if row:
+        name, source = _as_row_function(name, source)
     namespace = {
         "prange": numba.prange,
         "carray": numba.carray,
@@ -471,6 +494,11 @@ def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, ca
     driver = namespace[name]
     driver.__module__ = py_func.__module__
     driver.__qualname__ = name
+    return driver, source
+
+
+def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
+    driver, _ = _many_function(py_func, n_arrays, prologue, False)
     return numba.njit(parallel=True, cache=cache, **_JIT_OPTIONS)(driver)
 
 
