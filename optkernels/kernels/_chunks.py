@@ -194,8 +194,11 @@ def _runner(py_func: Callable, salt: str) -> Any:
             count = context.cast(builder, count, signature.args[1], types.int64)
             mod = builder.module
             worker = cgutils.get_or_insert_function(
-                mod, ir.FunctionType(ir.VoidType(), [_BYTE_P.as_pointer(), _INTP.as_pointer(),
-                                                      _INTP.as_pointer(), _BYTE_P]), symbol
+                mod,
+                ir.FunctionType(
+                    ir.VoidType(), [_BYTE_P.as_pointer(), _INTP.as_pointer(), _INTP.as_pointer(), _BYTE_P]
+                ),
+                symbol,
             )
             num_threads = builder.call(
                 cgutils.get_or_insert_function(mod, ir.FunctionType(_INTP, []), "get_num_threads"), []

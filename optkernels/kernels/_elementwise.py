@@ -165,7 +165,9 @@ class Elementwise:
         if self.chunk_template is None:
             return _chunks.entry(self.py_func)
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
-        function = _generate(self.chunk_template, "chunk", self.py_func, {"element": element, "int64": np.int64})
+        function = _generate(
+            self.chunk_template, "chunk", self.py_func, {"element": element, "int64": np.int64}
+        )
         return _chunks.entry(function, salt=self.chunk_template)
 
     @functools.cached_property
