@@ -4,11 +4,14 @@ An element function has the form ``f(i, array_1, ..., array_k, scalar_1, ..., sc
 element ``i`` of its (flat, 1-D) arrays in place. :func:`elementwise` turns it into an
 :class:`Elementwise` whose two targets are compiled on first use from that one definition:
 
-* CPU: ``numba.njit`` loop ``for i in prange(n): f(i, ...)``, ``parallel=True``, ``cache=True``,
-  ``error_model="numpy"`` (the Python error model's zero-division checks stop vectorisation), no fastmath.
-  Each element is independent, so the result does not depend on the thread count.
+* CPU: the loop ``for i in range(start, stop): f(i, ...)`` over each thread's slice of ``0 .. n - 1``,
+  compiled as a C chunk worker and launched on Numba's threads without a parallel loop (:mod:`._chunks`:
+  no parfor is compiled per kernel); ``cache=True``, ``error_model="numpy"`` (the Python error model's
+  zero-division checks stop vectorisation), no fastmath. Each element is independent, so the result does
+  not depend on the thread count. (:attr:`Elementwise.cpu`, the same loop as a ``prange`` parallel loop,
+  remains for subclasses with their own CPU template.)
 * CUDA: a grid-stride kernel calling ``f`` compiled as a device function (through :mod:`._cuda`).
-* Multi-tensor CPU (:meth:`Elementwise.launch_many`): one parallel loop over the chunks of many tensors,
+* Multi-tensor CPU (:meth:`Elementwise.launch_many`): one chunked launch over the chunks of many tensors,
   whose arrays are given as tables of addresses (:mod:`._multi_tensor`); each element is computed by the
   same call of ``f`` as in the single-tensor loop, so the bits are the same as one launch per tensor.
 
@@ -69,21 +72,6 @@ def {name}(n, chunk, sums0, sums1, {args}):
         sums1[c] = s1
 """
 
-# One chunk of _CPU_SUMSQ's loop, as a function of the chunk's number (for the chunked launch).
-_CHUNK_SUMSQ = """
-def {name}(c, n, chunk, sums0, sums1, {args}):
-    start = int64(c) * chunk
-    stop = min(start + chunk, n)
-    s0 = 0.0
-    s1 = 0.0
-    for i in range(start, stop):
-        x0, x1 = element(i, {args})
-        s0 += float(x0) * float(x0)
-        s1 += float(x1) * float(x1)
-    sums0[c] = s0
-    sums1[c] = s1
-"""
-
 _CUDA_SUMSQ = """
 def {name}(n, chunk, sums0, sums1, {args}):
     c = cuda.grid(1)
@@ -129,9 +117,10 @@ class Elementwise:
     #: per combination used, each without the branches those flags turn off): for element functions whose
     #: flags guard costly per-element work that LLVM would otherwise compute and discard.
     constant_flags = False
-    #: The function of index ``i`` that the chunked CPU launch runs for ``i`` in ``0 .. n - 1``, as a
-    #: template of :func:`_generate` (None: the element function itself).
-    chunk_template: str | None = None
+    #: Whether the chunked CPU launch runs the body of :attr:`cpu_template`'s parallel loop as a function of
+    #: its index (its arguments are then the template's: ``chunked(parallel, iterations, *cpu_args)``),
+    #: rather than the element function itself.
+    chunk_rows = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -140,7 +129,7 @@ class Elementwise:
         #: Whether :meth:`launch` runs the chunked CPU launch (:mod:`._chunks`): the plain loop
         #: ``for i in range(n): f(i, ...)``, not a subclass's own driver.
         self.chunked_cpu = type(self)._cpu_source is _BASE_SOURCE and (
-            type(self).cpu_template is _CPU_LOOP or self.chunk_template is not None
+            type(self).cpu_template is _CPU_LOOP or self.chunk_rows
         )
         #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`).
         self.chunked_many = self.chunked_cpu and type(self).many is Elementwise.many
@@ -162,13 +151,14 @@ class Elementwise:
     def chunked(self) -> Callable:
         """The chunked CPU launch (:mod:`._chunks`): ``chunked(parallel, n, *arrays, *scalars)``, compiled
         per argument types on first use (a cached entry and a C chunk worker, no parallel loop)."""
-        if self.chunk_template is None:
+        if not self.chunk_rows:
             return _chunks.entry(self.py_func)
+        name = f"_rows_{self.py_func.__name__}"
+        params = ", ".join(list(inspect.signature(self.py_func).parameters)[1:])
+        name, source = _as_row_function(name, self.cpu_template.format(name=name, args=params))
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
-        function = _generate(
-            self.chunk_template, "chunk", self.py_func, {"element": element, "int64": np.int64}
-        )
-        return _chunks.entry(function, salt=self.chunk_template)
+        function = _exec_function(name, source, self.py_func, {"element": element, "int64": np.int64})
+        return _chunks.entry(function, salt=source)
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -315,7 +305,7 @@ class ChunkedSumsOfSquares(Elementwise):
 
     cpu_template = _CPU_SUMSQ
     cuda_template = _CUDA_SUMSQ
-    chunk_template = _CHUNK_SUMSQ
+    chunk_rows = True
 
     def many(self, n_arrays: int, prologue: Any = None) -> Callable:
         raise NotImplementedError(f"{self.__name__}: sums of squares have no multi-tensor loop")
@@ -433,12 +423,26 @@ def _digest(*texts: str) -> str:
 
 
 def _as_row_function(name: str, source: str) -> tuple[str, str]:
-    """A multi-tensor driver's source (:data:`_CPU_MANY` or :data:`_CPU_MANY_PROLOGUE`, filled in) as the
-    function of one row ``_c`` of its chunk table that its parallel loop runs (for the chunked launch)."""
+    """``(name, source)`` of the function of one index of the parallel loop of the driver ``name`` (its
+    ``source``: a filled-in template whose body is setup lines and one ``for v in prange(...)`` loop): the
+    driver's parameters after the index ``v`` (an int64, as in the loop), the setup, then the loop's body;
+    for the chunked launch, which calls it for every index."""
     lines = source.split("\n")
-    k = next(j for j, line in enumerate(lines) if "in prange(_chunks.shape[0]):" in line)
-    head = [line.replace(f"def {name}(", f"def {name}_row(_c, ", 1) for line in lines[:k]]
-    return f"{name}_row", "\n".join(head + [line[4:] for line in lines[k + 1 :]])
+    k = next(j for j, line in enumerate(lines) if " in prange(" in line)
+    index = lines[k].split()[1]
+    head = [line.replace(f"def {name}(", f"def {name}_row({index}, ", 1) for line in lines[:k]]
+    body = [f"    {index} = int64({index})"] + [line[4:] for line in lines[k + 1 :]]
+    return f"{name}_row", "\n".join(head + body)
+
+
+def _exec_function(name: str, source: str, py_func: Callable, namespace: dict) -> Callable:
+    """The function ``name`` defined by ``source``, run in ``namespace`` and attributed to ``py_func``'s file
+    and module (Numba's on-disk cache is keyed to that file)."""
+    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
+    function = namespace[name]
+    function.__module__ = py_func.__module__
+    function.__qualname__ = name
+    return function
 
 
 def _many_source(py_func: Callable, n_arrays: int, prologue: Callable | None) -> tuple[str, str]:
@@ -486,17 +490,14 @@ def _many_function(py_func: Callable, n_arrays: int, prologue: Callable | None, 
         "prange": numba.prange,
         "carray": numba.carray,
         "uint64": np.uint64,
+        "int64": np.int64,
         "get_thread_id": numba.get_thread_id,
         "address_as_pointer": address_as_pointer,
         "element": numba.njit(inline="always", **_JIT_OPTIONS)(py_func),
     }
     if prologue is not None:
         namespace["prologue"] = numba.njit(inline="always", **_JIT_OPTIONS)(prologue)
-    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
-    driver = namespace[name]
-    driver.__module__ = py_func.__module__
-    driver.__qualname__ = name
-    return driver, source
+    return _exec_function(name, source, py_func, namespace), source
 
 
 def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
@@ -760,11 +761,7 @@ def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable
     name = f"{element.__name__}_{digest}"
     source = _FUSED_CHUNK.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
     namespace = {"element": numba.njit(inline="always", **_JIT_OPTIONS)(element)}
-    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
-    function = namespace[name]
-    function.__module__ = py_func.__module__
-    function.__qualname__ = name
-    return _chunks.entry(function, salt=source + digest)
+    return _chunks.entry(_exec_function(name, source, py_func, namespace), salt=source + digest)
 
 
 @functools.cache
