@@ -95,15 +95,19 @@ def symbol_name(py_func: Callable, arg_types: tuple, salt: str = "") -> str:
     return f"optkernels_chunks_{name}_{_digest(module, name, _module_source(), salt, str(arg_types))}"
 
 
-def _generate(template: str, name: str, py_func: Callable, namespace: dict) -> Callable:
-    """``template`` for ``py_func``'s parameters, compiled as attributed to py_func's file and module (Numba's
-    on-disk cache is keyed to that file, so editing the math refreshes it)."""
-    source = template.format(name=name, args=", ".join(_params(py_func)))
+def define(name: str, source: str, py_func: Callable, namespace: dict) -> Callable:
+    """The function ``name`` defined by ``source``, run in ``namespace`` and attributed to ``py_func``'s file
+    and module (Numba's on-disk cache is keyed to that file, so editing the math refreshes it)."""
     exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
     function = namespace[name]
     function.__module__ = py_func.__module__
     function.__qualname__ = name
     return function
+
+
+def generate(template: str, name: str, py_func: Callable, namespace: dict) -> Callable:
+    """``template`` filled in for ``py_func``'s parameters, defined by :func:`define`."""
+    return define(name, template.format(name=name, args=", ".join(_params(py_func))), py_func, namespace)
 
 
 @functools.cache
@@ -140,7 +144,7 @@ def compile_worker(py_func: Callable, arg_types: tuple, cache: bool = True, salt
         "load_packed": _loader(packed),
         "element": numba.njit(inline="always", **_JIT_OPTIONS)(py_func),
     }
-    function = _generate(_WORKER, name, py_func, namespace)
+    function = generate(_WORKER, name, py_func, namespace)
     return numba.cfunc(WORKER_SIGNATURE, cache=cache, **_JIT_OPTIONS)(function)
 
 
@@ -234,5 +238,5 @@ def entry(py_func: Callable, salt: str = "") -> Any:
     the compiled functions' names so that a changed generator never loads a stale cache entry."""
     _FUNCTIONS.setdefault(_key(py_func), (py_func, salt))
     name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _WORKER, _module_source(), salt)}"
-    function = _generate(_ENTRY, name, py_func, {"run_chunks": _runner(py_func, salt)})
+    function = generate(_ENTRY, name, py_func, {"run_chunks": _runner(py_func, salt)})
     return numba.njit(cache=True, nogil=True, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

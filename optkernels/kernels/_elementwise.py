@@ -97,15 +97,7 @@ CUDA_MAX_BLOCKS = 65535
 
 def _generate(template: str, prefix: str, py_func: Callable, namespace: dict) -> Callable:
     """Build a driver around ``namespace['element']`` from ``template``, attributed to py_func's file."""
-    params = list(inspect.signature(py_func).parameters)[1:]
-    name = f"_{prefix}_{py_func.__name__}"
-    source = template.format(name=name, args=", ".join(params))
-    code = compile(source, inspect.getfile(py_func), "exec")
-    exec(code, namespace)
-    driver = namespace[name]
-    driver.__module__ = py_func.__module__
-    driver.__qualname__ = name
-    return driver
+    return _chunks.generate(template, f"_{prefix}_{py_func.__name__}", py_func, namespace)
 
 
 class Elementwise:
@@ -157,7 +149,7 @@ class Elementwise:
         params = ", ".join(list(inspect.signature(self.py_func).parameters)[1:])
         name, source = _as_row_function(name, self.cpu_template.format(name=name, args=params))
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
-        function = _exec_function(name, source, self.py_func, {"element": element, "int64": np.int64})
+        function = _chunks.define(name, source, self.py_func, {"element": element, "int64": np.int64})
         return _chunks.entry(function, salt=source)
 
     @functools.cached_property
@@ -435,16 +427,6 @@ def _as_row_function(name: str, source: str) -> tuple[str, str]:
     return f"{name}_row", "\n".join(head + body)
 
 
-def _exec_function(name: str, source: str, py_func: Callable, namespace: dict) -> Callable:
-    """The function ``name`` defined by ``source``, run in ``namespace`` and attributed to ``py_func``'s file
-    and module (Numba's on-disk cache is keyed to that file)."""
-    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
-    function = namespace[name]
-    function.__module__ = py_func.__module__
-    function.__qualname__ = name
-    return function
-
-
 def _many_source(py_func: Callable, n_arrays: int, prologue: Callable | None) -> tuple[str, str]:
     """The multi-tensor driver's name and source for an element function with ``n_arrays`` array
     arguments (and a prologue element function, or None). The name carries a digest of the templates
@@ -497,7 +479,7 @@ def _many_function(py_func: Callable, n_arrays: int, prologue: Callable | None, 
     }
     if prologue is not None:
         namespace["prologue"] = numba.njit(inline="always", **_JIT_OPTIONS)(prologue)
-    return _exec_function(name, source, py_func, namespace), source
+    return _chunks.define(name, source, py_func, namespace), source
 
 
 def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
@@ -723,25 +705,28 @@ def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple 
     return namespace[element_name], call_args, digest
 
 
+def _fused_function(py_func: Callable, kinds: tuple, flags: tuple, template: str, tag: str) -> tuple | None:
+    """``(function, salt)``: ``template`` (a loop or a chunk function) around :func:`_fused_element`'s
+    rewrite of ``py_func``, and the text its compiled names depend on; None where it cannot be fused."""
+    fused = _fused_element(py_func, kinds, flags)
+    if fused is None:
+        return None
+    element, call_args, digest = fused
+    params = list(inspect.signature(py_func).parameters)[1:]
+    name = f"{element.__name__}{tag}_{digest}"
+    source = template.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
+    namespace = {"prange": numba.prange, "element": numba.njit(inline="always", **_JIT_OPTIONS)(element)}
+    return _chunks.define(name, source, py_func, namespace), source + digest
+
+
 def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
     """The CPU loop over ``py_func`` rewritten to widen its half arrays' elements into float32 locals and
     round the written ones back once (see ``_lowp.fused_element``): one pass over memory, no scratch. None
     when the element function indexes a half array otherwise than by its own index. ``flags``: ``(position,
     value)`` of bool scalars (among the arguments after the index) that the loop passes as constants (the
     arguments themselves are still taken, and ignored)."""
-    fused = _fused_element(py_func, kinds, flags)
-    if fused is None:
-        return None
-    element, call_args, digest = fused
-    params = list(inspect.signature(py_func).parameters)[1:]
-    name = f"{element.__name__}_loop_{digest}"
-    source = _CPU_FUSED.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
-    loop_namespace = {"prange": numba.prange, "element": numba.njit(inline="always", **_JIT_OPTIONS)(element)}
-    exec(compile(source, inspect.getfile(py_func), "exec"), loop_namespace)
-    function = loop_namespace[name]
-    function.__module__ = py_func.__module__
-    function.__qualname__ = name
-    return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
+    fused = _fused_function(py_func, kinds, flags, _CPU_FUSED, "_loop")
+    return None if fused is None else numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(fused[0])
 
 
 _FUSED_CHUNK = """
@@ -753,15 +738,8 @@ def {name}(_i, {args}):
 def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
     """As :func:`_fused_driver`, as a chunked launch (:func:`._chunks.entry`): ``entry(parallel, n,
     *arguments)``."""
-    fused = _fused_element(py_func, kinds, flags)
-    if fused is None:
-        return None
-    element, call_args, digest = fused
-    params = list(inspect.signature(py_func).parameters)[1:]
-    name = f"{element.__name__}_{digest}"
-    source = _FUSED_CHUNK.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
-    namespace = {"element": numba.njit(inline="always", **_JIT_OPTIONS)(element)}
-    return _chunks.entry(_exec_function(name, source, py_func, namespace), salt=source + digest)
+    fused = _fused_function(py_func, kinds, flags, _FUSED_CHUNK, "")
+    return None if fused is None else _chunks.entry(fused[0], salt=fused[1])
 
 
 @functools.cache
