@@ -34,7 +34,7 @@ import numba
 import numpy as np
 from llvmlite import binding, ir
 from numba import types
-from numba.core import cgutils
+from numba.core import cgutils, compiler
 from numba.extending import intrinsic
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
@@ -51,8 +51,15 @@ def {name}(_args, _dims, _steps, _data):
     for _p in range(_first, _first + _dims[0]):
         _start = _p * _n // _parts
         _stop = (_p + 1) * _n // _parts
-        for i in range(uint64(_start), uint64(_stop)):
-            element(i, {args})
+        run_loop(_start, _stop, {args})
+"""
+
+# The element loop of a part, compiled inside the worker with ``noalias`` array arguments (as Numba compiles
+# the body of a parallel loop), so that LLVM may reorder one array's loads before another's stores.
+_LOOP = """
+def {name}(_start, _stop, {args}):
+    for i in range(uint64(_start), uint64(_stop)):
+        element(i, {args})
 """
 
 #: The C signature of a worker: Numba's parallel kernel ``void(char **args, intp *dims, intp *steps, void
@@ -110,6 +117,29 @@ def generate(template: str, name: str, py_func: Callable, namespace: dict) -> Ca
     return define(name, template.format(name=name, args=", ".join(_params(py_func))), py_func, namespace)
 
 
+def _loop_runner(loop: Callable) -> Any:
+    """An intrinsic ``run_loop(start, stop, *arguments)`` calling ``loop`` compiled as a subroutine whose
+    array arguments are ``noalias``."""
+
+    @intrinsic
+    def run_loop(typingctx, start, stop, *args):
+        signature = types.void(types.int64, types.int64, *args)
+
+        def codegen(context, builder, sig, llargs):
+            flags = compiler.Flags()
+            flags.noalias = True
+            flags.error_model = "numpy"
+            result = context.compile_subroutine(builder, loop, signature, flags=flags, caching=False)
+            values = cgutils.unpack_tuple(builder, llargs[2], len(args))
+            first, last = (context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], sig.args[:2]))
+            context.call_internal(builder, result.fndesc, signature, [first, last, *values])
+            return context.get_dummy_value()
+
+        return types.void(start, stop, types.StarArgTuple.from_types(args)), codegen
+
+    return run_loop
+
+
 @functools.cache
 def _loader(packed: types.Tuple) -> Any:
     """An intrinsic ``load_packed(data)`` reading a ``packed`` tuple from the address ``data``."""
@@ -139,11 +169,9 @@ def compile_worker(py_func: Callable, arg_types: tuple, cache: bool = True, salt
     disk unless ``cache`` is False: a fresh compile keeps its assembly for ``inspect_asm``)."""
     packed = types.Tuple((types.int64, types.int64, *arg_types))
     name = f"_chunks_{py_func.__name__}_{symbol_name(py_func, arg_types, salt)[-12:]}"
-    namespace = {
-        "uint64": np.uint64,
-        "load_packed": _loader(packed),
-        "element": numba.njit(inline="always", **_JIT_OPTIONS)(py_func),
-    }
+    element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
+    loop = generate(_LOOP, f"{name}_loop", py_func, {"uint64": np.uint64, "element": element})
+    namespace = {"load_packed": _loader(packed), "run_loop": _loop_runner(loop)}
     function = generate(_WORKER, name, py_func, namespace)
     return numba.cfunc(WORKER_SIGNATURE, cache=cache, **_JIT_OPTIONS)(function)
 
