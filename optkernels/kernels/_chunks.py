@@ -128,6 +128,7 @@ def _loop_runner(loop: Callable) -> Any:
         def codegen(context, builder, sig, llargs):
             flags = compiler.Flags()
             flags.noalias = True
+            flags.nrt = True
             flags.error_model = "numpy"
             result = context.compile_subroutine(builder, loop, signature, flags=flags, caching=False)
             values = cgutils.unpack_tuple(builder, llargs[2], len(args))
