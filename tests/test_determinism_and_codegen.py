@@ -93,3 +93,25 @@ def test_torch_adam_bfloat16_loop_is_vectorised():
     asm = loop.inspect_asm(loop.signatures[0])
     assert re.search(r"\bv?sqrtps\b", asm) and re.search(r"\bv?divps\b", asm), "no packed sqrtps/divps"
     assert not re.search(r"\bv?(sqrt|div)[sp]d\b|cvtu?qq2pd", asm), "bfloat16 loop promoted to float64"
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checks x86 instructions")
+@pytest.mark.parametrize("dtype, suffix", [(np.float32, "ps"), (np.float64, "pd")])
+def test_apply_adam_chunk_worker_is_vectorised_and_no_parallel_loop_is_compiled(dtype, suffix):
+    """The CPU launch runs the chunk worker (kernels/_chunks): packed sqrt and div there, and a launch compiles
+    no parallel loop (the parfor driver ``_adam.cpu`` is never compiled)."""
+    from optkernels.kernels import _chunks
+    from optkernels.kernels.adam import _adam
+
+    x = np.ones(64, dtype)
+    s = dtype(0.5)
+    arguments = (x, x.copy(), x.copy(), x.copy(), s, s, s, s, s, False)
+    worker = _chunks.compile_worker(_adam.py_func, tuple(map(numba.typeof, arguments)), cache=False)
+    asm = worker._library.get_asm_str()
+    assert re.search(rf"\bv?sqrt{suffix}\b", asm), f"no packed sqrt{suffix} in apply_adam's chunk worker"
+    assert re.search(rf"\bv?div{suffix}\b", asm), f"no packed div{suffix} in apply_adam's chunk worker"
+    if dtype == np.float32:
+        assert not re.search(r"\bv?(sqrt|div)[sp]d\b", asm), "float32 worker promoted to float64"
+    _adam.launch("cpu", x.size, *arguments)
+    parallel_loop = vars(_adam).get("cpu")  # built (not compiled) by `python -m optkernels info`
+    assert x[0] != 1 and (parallel_loop is None or not parallel_loop.signatures), "a parallel loop compiled"

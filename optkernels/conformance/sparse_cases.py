@@ -14,10 +14,12 @@ from .opcase import OpCase, adam_scalars, moments, nesterov_attr, normal, unifor
 
 
 def _row_sparse(rng, shape, dtype) -> dict:
-    """grad and indices: about two occurrences per row, unsorted, some rows absent; int32 or int64."""
+    """grad and indices: about two occurrences per row, unsorted, some rows absent; int64 indices with
+    float64 arrays, int32 with the others (both index dtypes are covered, and each float dtype's row code
+    is compiled for one of them: a cold ``verify`` compiles half the sparse row workers)."""
     rows = shape[0]
     count = int(rng.integers(0, 2 * rows + 1))
-    indices = rng.integers(0, rows, count).astype(rng.choice([np.int32, np.int64]))
+    indices = rng.integers(0, rows, count).astype(np.int64 if np.dtype(dtype) == np.float64 else np.int32)
     return dict(grad=normal(rng, (count,) + tuple(shape[1:]), dtype), indices=indices)
 
 

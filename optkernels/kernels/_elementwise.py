@@ -4,11 +4,14 @@ An element function has the form ``f(i, array_1, ..., array_k, scalar_1, ..., sc
 element ``i`` of its (flat, 1-D) arrays in place. :func:`elementwise` turns it into an
 :class:`Elementwise` whose two targets are compiled on first use from that one definition:
 
-* CPU: ``numba.njit`` loop ``for i in prange(n): f(i, ...)``, ``parallel=True``, ``cache=True``,
-  ``error_model="numpy"`` (the Python error model's zero-division checks stop vectorisation), no fastmath.
-  Each element is independent, so the result does not depend on the thread count.
+* CPU: the loop ``for i in range(start, stop): f(i, ...)`` over each thread's slice of ``0 .. n - 1``,
+  compiled as a C chunk worker and launched on Numba's threads without a parallel loop (:mod:`._chunks`:
+  no parfor is compiled per kernel); ``cache=True``, ``error_model="numpy"`` (the Python error model's
+  zero-division checks stop vectorisation), no fastmath. Each element is independent, so the result does
+  not depend on the thread count. (:attr:`Elementwise.cpu`, the same loop as a ``prange`` parallel loop,
+  remains for subclasses with their own CPU template.)
 * CUDA: a grid-stride kernel calling ``f`` compiled as a device function (through :mod:`._cuda`).
-* Multi-tensor CPU (:meth:`Elementwise.launch_many`): one parallel loop over the chunks of many tensors,
+* Multi-tensor CPU (:meth:`Elementwise.launch_many`): one chunked launch over the chunks of many tensors,
   whose arrays are given as tables of addresses (:mod:`._multi_tensor`); each element is computed by the
   same call of ``f`` as in the single-tensor loop, so the bits are the same as one launch per tensor.
 
@@ -29,8 +32,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from . import _cuda
-from ._threading import for_this_process, parallel_launch, thread_mask
+from . import _chunks, _cuda
+from ._threading import for_this_process, parallel_allowed, parallel_launch, thread_mask
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -94,15 +97,7 @@ CUDA_MAX_BLOCKS = 65535
 
 def _generate(template: str, prefix: str, py_func: Callable, namespace: dict) -> Callable:
     """Build a driver around ``namespace['element']`` from ``template``, attributed to py_func's file."""
-    params = list(inspect.signature(py_func).parameters)[1:]
-    name = f"_{prefix}_{py_func.__name__}"
-    source = template.format(name=name, args=", ".join(params))
-    code = compile(source, inspect.getfile(py_func), "exec")
-    exec(code, namespace)
-    driver = namespace[name]
-    driver.__module__ = py_func.__module__
-    driver.__qualname__ = name
-    return driver
+    return _chunks.generate(template, f"_{prefix}_{py_func.__name__}", py_func, namespace)
 
 
 class Elementwise:
@@ -114,11 +109,22 @@ class Elementwise:
     #: per combination used, each without the branches those flags turn off): for element functions whose
     #: flags guard costly per-element work that LLVM would otherwise compute and discard.
     constant_flags = False
+    #: Whether the chunked CPU launch runs the body of :attr:`cpu_template`'s parallel loop as a function of
+    #: its index (its arguments are then the template's: ``chunked(parallel, iterations, *cpu_args)``),
+    #: rather than the element function itself.
+    chunk_rows = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
+        #: Whether :meth:`launch` runs the chunked CPU launch (:mod:`._chunks`): the plain loop
+        #: ``for i in range(n): f(i, ...)``, not a subclass's own driver.
+        self.chunked_cpu = type(self)._cpu_source is _BASE_SOURCE and (
+            type(self).cpu_template is _CPU_LOOP or self.chunk_rows
+        )
+        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`).
+        self.chunked_many = self.chunked_cpu and type(self).many is Elementwise.many
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
@@ -132,6 +138,19 @@ class Elementwise:
     def cpu_uncached(self) -> Callable:
         """A fresh, uncached compilation of the CPU loop (its assembly can be inspected)."""
         return numba.njit(parallel=True, cache=False, **_JIT_OPTIONS)(self._cpu_source())
+
+    @functools.cached_property
+    def chunked(self) -> Callable:
+        """The chunked CPU launch (:mod:`._chunks`): ``chunked(parallel, n, *arrays, *scalars)``, compiled
+        per argument types on first use (a cached entry and a C chunk worker, no parallel loop)."""
+        if not self.chunk_rows:
+            return _chunks.entry(self.py_func)
+        name = f"_rows_{self.py_func.__name__}"
+        params = ", ".join(list(inspect.signature(self.py_func).parameters)[1:])
+        name, source = _as_row_function(name, self.cpu_template.format(name=name, args=params))
+        element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
+        function = _chunks.define(name, source, self.py_func, {"element": element, "int64": np.int64})
+        return _chunks.entry(function, salt=source)
 
     @functools.cached_property
     def cuda(self) -> Callable:
@@ -156,7 +175,10 @@ class Elementwise:
             return
         if device == "cpu":
             with parallel_launch():
-                for_this_process(self.cpu)(n, *args)
+                if self.chunked_cpu:
+                    self.chunked(parallel_allowed(), n, *args)
+                else:
+                    for_this_process(self.cpu)(n, *args)
             return
         _cuda_launch(self.cuda, n, stream)(n, *args)
 
@@ -170,6 +192,19 @@ class Elementwise:
         driver = drivers.get(key)
         if driver is None:
             driver = drivers[key] = _many_driver(self.py_func, n_arrays, prologue and prologue.py_func, True)
+        return driver
+
+    def many_chunked(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
+        """The multi-tensor loop as a chunked launch (:mod:`._chunks`, one index per row of the chunk
+        table): ``many_chunked(n_arrays)(parallel, rows, chunks, addresses, like, *scalars)``, with a
+        ``prologue`` ``(parallel, rows, chunks, addresses, like, workspace, *prologue_scalars, *scalars)``.
+        Each thread runs an equal block of rows, as the parallel loop of :meth:`many` does."""
+        drivers = self.__dict__.setdefault("_many_chunked", {})
+        key = (n_arrays, prologue)
+        driver = drivers.get(key)
+        if driver is None:
+            function, source = _many_function(self.py_func, n_arrays, prologue and prologue.py_func, True)
+            driver = drivers[key] = _chunks.entry(function, salt=source)
         return driver
 
     def many_uncached(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
@@ -213,17 +248,16 @@ class Elementwise:
         with parallel_launch(), _SerialBelow(tensors.total) as threads:
             # the whole list: its rows in one block of equal elements per thread
             table = chunks if chunks is not None else tensors.balanced(threads)
-            if prologue is None:
-                for_this_process(self.many(n_arrays))(table, tensors.addresses, tensors.like, *scalars)
+            head = (table, tensors.addresses, tensors.like)
+            if prologue is not None:
+                head += (tensors.workspace(), *prologue_scalars)
+            if self.chunked_many:
+                self.many_chunked(n_arrays, prologue)(parallel_allowed(), table.shape[0], *head, *scalars)
             else:
-                for_this_process(self.many(n_arrays, prologue))(
-                    table,
-                    tensors.addresses,
-                    tensors.like,
-                    tensors.workspace(),
-                    *prologue_scalars,
-                    *scalars,
-                )
+                for_this_process(self.many(n_arrays, prologue))(*head, *scalars)
+
+
+_BASE_SOURCE = Elementwise._cpu_source
 
 
 class _SerialBelow:
@@ -263,11 +297,12 @@ class ChunkedSumsOfSquares(Elementwise):
 
     cpu_template = _CPU_SUMSQ
     cuda_template = _CUDA_SUMSQ
+    chunk_rows = True
 
     def many(self, n_arrays: int, prologue: Any = None) -> Callable:
         raise NotImplementedError(f"{self.__name__}: sums of squares have no multi-tensor loop")
 
-    many_uncached = many
+    many_uncached = many_chunked = many
 
     def launch(self, device: str, n: int, *args: Any) -> tuple[float, float]:
         if _half_kinds(args) is not None:  # callers widen half arrays first (see _upcast.via_float32)
@@ -278,7 +313,10 @@ class ChunkedSumsOfSquares(Elementwise):
         if device == "cpu":
             sums0, sums1 = np.empty(chunks), np.empty(chunks)
             with parallel_launch():
-                for_this_process(self.cpu)(n, SUM_CHUNK, sums0, sums1, *args)
+                if self.chunked_cpu:
+                    self.chunked(parallel_allowed(), chunks, n, SUM_CHUNK, sums0, sums1, *args)
+                else:
+                    for_this_process(self.cpu)(n, SUM_CHUNK, sums0, sums1, *args)
         else:
             cuda = _cuda.module()
             d0, d1 = cuda.device_array(chunks), cuda.device_array(chunks)
@@ -376,6 +414,19 @@ def _digest(*texts: str) -> str:
     return hashlib.sha1("\0".join(texts).encode()).hexdigest()[:8]
 
 
+def _as_row_function(name: str, source: str) -> tuple[str, str]:
+    """``(name, source)`` of the function of one index of the parallel loop of the driver ``name`` (its
+    ``source``: a filled-in template whose body is setup lines and one ``for v in prange(...)`` loop): the
+    driver's parameters after the index ``v`` (an int64, as in the loop), the setup, then the loop's body;
+    for the chunked launch, which calls it for every index."""
+    lines = source.split("\n")
+    k = next(j for j, line in enumerate(lines) if " in prange(" in line)
+    index = lines[k].split()[1]
+    head = [line.replace(f"def {name}(", f"def {name}_row({index}, ", 1) for line in lines[:k]]
+    body = [f"    {index} = int64({index})"] + [line[4:] for line in lines[k + 1 :]]
+    return f"{name}_row", "\n".join(head + body)
+
+
 def _many_source(py_func: Callable, n_arrays: int, prologue: Callable | None) -> tuple[str, str]:
     """The multi-tensor driver's name and source for an element function with ``n_arrays`` array
     arguments (and a prologue element function, or None). The name carries a digest of the templates
@@ -410,24 +461,29 @@ def _many_source(py_func: Callable, n_arrays: int, prologue: Callable | None) ->
     return name, source
 
 
-def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
+def _many_function(py_func: Callable, n_arrays: int, prologue: Callable | None, row: bool) -> tuple:
+    """``(function, source)``: the multi-tensor driver's Python function, or (``row``) that of one row."""
     from ._pointers import address_as_pointer
 
     name, source = _many_source(py_func, n_arrays, prologue)
+    if row:
+        name, source = _as_row_function(name, source)
     namespace = {
         "prange": numba.prange,
         "carray": numba.carray,
         "uint64": np.uint64,
+        "int64": np.int64,
         "get_thread_id": numba.get_thread_id,
         "address_as_pointer": address_as_pointer,
         "element": numba.njit(inline="always", **_JIT_OPTIONS)(py_func),
     }
     if prologue is not None:
         namespace["prologue"] = numba.njit(inline="always", **_JIT_OPTIONS)(prologue)
-    exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
-    driver = namespace[name]
-    driver.__module__ = py_func.__module__
-    driver.__qualname__ = name
+    return _chunks.define(name, source, py_func, namespace), source
+
+
+def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
+    driver, _ = _many_function(py_func, n_arrays, prologue, False)
     return numba.njit(parallel=True, cache=cache, **_JIT_OPTIONS)(driver)
 
 
@@ -584,7 +640,7 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tu
     from . import _lowp
 
     if target == "cpu" and not sr:
-        fused = _fused_driver(ew.py_func, kinds, flags) if flags else _fused_driver(ew.py_func, kinds)
+        fused = _fused_entry(ew.py_func, kinds, flags)
         if fused is not None:
             drivers[key] = fused
             drivers[("fused", *key)] = True
@@ -629,38 +685,61 @@ def {name}(n, _workspace, {args}):
 """
 
 
-def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
-    """The CPU loop over ``py_func`` rewritten to widen its half arrays' elements into float32 locals and
-    round the written ones back once (see ``_lowp.fused_element``): one pass over memory, no scratch. None
-    when the element function indexes a half array otherwise than by its own index. ``flags``: ``(position,
-    value)`` of bool scalars (among the arguments after the index) that the loop passes as constants (the
-    arguments themselves are still taken, and ignored)."""
+def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple | None:
+    """``(element, call_args, digest)``: ``py_func`` rewritten to widen its half arrays' elements into
+    float32 locals and round the written ones back once (see ``_lowp.fused_element``), the arguments its
+    loop passes it (``flags`` as constants) and a digest of its source; None where it cannot be fused."""
     from . import _lowp
 
     fused = _lowp.fused_element(py_func, kinds)
     if fused is None:
         return None
     element_name, element_source = fused
-    filename = inspect.getfile(py_func)
     namespace = dict(py_func.__globals__)
     namespace.update(_lowp.ONE)
-    exec(compile(element_source, filename, "exec"), namespace)
-    params = list(inspect.signature(py_func).parameters)[1:]
-    call_args = list(params)
+    exec(compile(element_source, inspect.getfile(py_func), "exec"), namespace)
+    call_args = list(inspect.signature(py_func).parameters)[1:]
     for position, value in flags:
         call_args[position] = repr(bool(value))
     digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp), ", ".join(call_args))
-    name = f"{element_name}_loop_{digest}"
-    source = _CPU_FUSED.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
-    loop_namespace = {
-        "prange": numba.prange,
-        "element": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[element_name]),
-    }
-    exec(compile(source, filename, "exec"), loop_namespace)
-    function = loop_namespace[name]
-    function.__module__ = py_func.__module__
-    function.__qualname__ = name
-    return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
+    return namespace[element_name], call_args, digest
+
+
+def _fused_function(py_func: Callable, kinds: tuple, flags: tuple, template: str, tag: str) -> tuple | None:
+    """``(function, salt)``: ``template`` (a loop or a chunk function) around :func:`_fused_element`'s
+    rewrite of ``py_func``, and the text its compiled names depend on; None where it cannot be fused."""
+    fused = _fused_element(py_func, kinds, flags)
+    if fused is None:
+        return None
+    element, call_args, digest = fused
+    params = list(inspect.signature(py_func).parameters)[1:]
+    name = f"{element.__name__}{tag}_{digest}"
+    source = template.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
+    namespace = {"prange": numba.prange, "element": numba.njit(inline="always", **_JIT_OPTIONS)(element)}
+    return _chunks.define(name, source, py_func, namespace), source + digest
+
+
+def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
+    """The CPU loop over ``py_func`` rewritten to widen its half arrays' elements into float32 locals and
+    round the written ones back once (see ``_lowp.fused_element``): one pass over memory, no scratch. None
+    when the element function indexes a half array otherwise than by its own index. ``flags``: ``(position,
+    value)`` of bool scalars (among the arguments after the index) that the loop passes as constants (the
+    arguments themselves are still taken, and ignored)."""
+    fused = _fused_function(py_func, kinds, flags, _CPU_FUSED, "_loop")
+    return None if fused is None else numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(fused[0])
+
+
+_FUSED_CHUNK = """
+def {name}(_i, {args}):
+    element(_i, {call_args})
+"""
+
+
+def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
+    """As :func:`_fused_driver`, as a chunked launch (:func:`._chunks.entry`): ``entry(parallel, n,
+    *arguments)``."""
+    fused = _fused_function(py_func, kinds, flags, _FUSED_CHUNK, "")
+    return None if fused is None else _chunks.entry(fused[0], salt=fused[1])
 
 
 @functools.cache
@@ -707,6 +786,9 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
         with parallel_launch(), _SerialBelow(n):
+            if workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
+                driver(parallel_allowed(), n, *views)
+                return
             if workspace is None:
                 workspace = _workspace(len(half))
             for_this_process(driver)(n, workspace, *views, *extra)
@@ -735,7 +817,7 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
     return plan
 
 
-#: The workspace argument of the fused loop, which takes one (the chunked loop's signature) but uses none.
+#: The workspace of a fused launch: a placeholder marking it (a chunked launch, which takes none).
 _NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
 _UINT16 = np.dtype(np.uint16)
 _HALF_KINDS = ("f16", "bf16")

@@ -184,6 +184,13 @@ def for_this_process(function: Any) -> Any:
     return entry[1]
 
 
+def parallel_allowed() -> bool:
+    """Whether launches may run on Numba's thread pool: False in a process forked from one that had started
+    GNU OpenMP (there they run on the calling thread, see :func:`for_this_process`). Call it inside
+    :func:`parallel_launch`."""
+    return not _forked_from_gnu_omp
+
+
 def prefer_openmp() -> bool:
     """Ask the first launch for Numba's OpenMP layer (then TBB, then ``workqueue``) instead of the
     fork-safe choice, unless the user chose a layer or the layer is already settled; True if the request

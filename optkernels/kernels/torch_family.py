@@ -34,6 +34,7 @@ from ._elementwise import (
     scalar_math,
 )
 from ._intrinsics import fma as _fma
+from ._threading import parallel_launch
 from .adam import Scalar
 
 __all__ = [
@@ -123,6 +124,10 @@ def launch_small(kernel: Elementwise, device: str, n: int, *args: Any) -> None:
     element is independent)."""
     if device != "cpu" or n >= SERIAL_BELOW or _half_kinds(args) is not None:
         kernel.launch(device, n, *args)
+        return
+    if kernel.chunked_cpu:  # the parallel launch's own compiled code, on the calling thread
+        with parallel_launch():
+            kernel.chunked(False, n, *args)
         return
     loop = _SERIAL_LOOPS.get(kernel)
     if loop is None:
