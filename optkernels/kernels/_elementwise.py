@@ -649,6 +649,11 @@ def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callabl
     call_args = list(params)
     for position, value in flags:
         call_args[position] = repr(bool(value))
+    split = _torch_tail_module().tail_variants(
+        element_source, next(iter(inspect.signature(py_func).parameters))
+    )
+    if split is not None:
+        return _split_driver(py_func, namespace, split, params, call_args)
     digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp), ", ".join(call_args))
     name = f"{element_name}_loop_{digest}"
     source = _CPU_FUSED.format(name=name, args=", ".join(params), call_args=", ".join(call_args))
@@ -661,6 +666,99 @@ def _fused_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callabl
     function.__module__ = py_func.__module__
     function.__qualname__ = name
     return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
+
+
+# The fused loop of an element function that tests torch's scalar tail (``_torch_tail.torch_tail``): each
+# block of elements is split where torch's tails begin and end, the body variant of the element
+# function runs over the rest and the tail variant over the tails (``_torch_tail.tail_variants``), so the
+# vector loop carries no per-element test (and, with an unsigned index, no test for a negative one). The
+# tails (at most 2 × vector width − 1 elements per torch thread) run in a function of their own: a parfor body
+# into which the element function is inlined twice fails one of Numba's checks (NumbaIRAssumptionWarning).
+_CPU_FUSED_SPLIT = """
+def {name}_tail(_lo, _hi, {args}):
+    for _j in range(uint64(_lo), uint64(_hi)):
+        tail(_j, {call_args})
+
+{name}_tail = njit(**options)({name}_tail)
+
+def {name}(n, _workspace, {args}):
+    for _b in prange((n + {block} - 1) // {block}):
+        _i = _b * {block}
+        _hi = min(_i + {block}, n)
+        while _i < _hi:
+            _end = _hi
+            _in_tail = _i >= {tail_from}
+            if not _in_tail:
+                _chunk_end = {tail_from}
+                _tail_start = {tail_from}
+                if {chunk_tail} > 0:
+                    _chunk_end = (_i // {chunk} + 1) * {chunk}
+                    _tail_start = _chunk_end - {chunk_tail}
+                _in_tail = _i >= _tail_start
+                _end = min(_hi, _tail_start, {tail_from}) if not _in_tail else min(_hi, _chunk_end)
+            if _in_tail:
+                {name}_tail(_i, _end, {args})
+            else:
+                for _j in range(uint64(_i), uint64(_end)):
+                    body(_j, {call_args})
+            _i = _end
+"""
+
+#: Elements per block of the split loop's parallel range (each thread takes a run of whole blocks): small
+#: enough to balance two threads within a few percent at 10⁵ elements, large enough that a block's split
+#: costs nothing next to its elements.
+SPLIT_BLOCK = 2048
+
+
+def _split_driver(
+    py_func: Callable, namespace: dict, split: tuple, params: list, call_args: list
+) -> Callable:
+    """The fused CPU loop of ``py_func`` over its body and tail variants (see :data:`_CPU_FUSED_SPLIT`):
+    ``split`` is ``_torch_tail.tail_variants``' result, ``namespace`` the element function's globals."""
+    body_source, tail_source, (tail_from, chunk, chunk_tail) = split
+    filename = inspect.getfile(py_func)
+    for source in (body_source, tail_source):
+        exec(compile(source, filename, "exec"), namespace)
+    body_name = body_source.split("(", 1)[0].split()[-1]
+    tail_name = tail_source.split("(", 1)[0].split()[-1]
+    digest = _digest(
+        _CPU_FUSED_SPLIT,
+        body_source,
+        tail_source,
+        inspect.getsource(_lowp_module()),
+        ", ".join(call_args),
+        str(SPLIT_BLOCK),
+    )
+    name = f"{body_name[: -len('_body')]}_split_{digest}"
+    source = _CPU_FUSED_SPLIT.format(
+        name=name,
+        block=SPLIT_BLOCK,
+        args=", ".join(params),
+        call_args=", ".join(call_args),
+        tail_from=tail_from,
+        chunk=chunk,
+        chunk_tail=chunk_tail,
+    )
+    loop_namespace = {
+        "__name__": py_func.__module__,
+        "prange": numba.prange,
+        "uint64": np.uint64,
+        "njit": numba.njit,
+        "options": dict(cache=True, **_JIT_OPTIONS),
+        "body": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[body_name]),
+        "tail": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[tail_name]),
+    }
+    exec(compile(source, filename, "exec"), loop_namespace)
+    function = loop_namespace[name]
+    function.__module__ = py_func.__module__
+    function.__qualname__ = name
+    return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
+
+
+def _torch_tail_module() -> Any:
+    from . import _torch_tail
+
+    return _torch_tail
 
 
 @functools.cache
@@ -712,6 +810,55 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
             for_this_process(driver)(n, workspace, *views, *extra)
         return
     _cuda_launch(driver, n, stream)(n, *views, *extra)
+
+
+class HalfLauncher:
+    """Repeated CPU launches of ``ew`` (see :meth:`Elementwise.launch`) over arguments like ``args``: the same
+    array kinds, scalar types and bool values, the float16/bfloat16 arrays given as their ``uint16`` views.
+    What :meth:`Elementwise.launch` works out at every call (the kinds, the constant flags, the driver) is
+    worked out once, here; the same bits.
+
+    Parameters
+    ----------
+    ew : Elementwise
+        The element function.
+    args : tuple
+        Example arguments (arrays with their half dtypes, and scalars), as :meth:`Elementwise.launch` takes.
+    """
+
+    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half")
+
+    def __init__(self, ew: Elementwise, args: tuple):
+        kinds = _half_kinds(args)
+        if kinds is None:
+            raise TypeError(f"{ew.__name__}: a half launcher needs float16/bfloat16 arrays")
+        flags = ()
+        if ew.constant_flags:
+            flags = tuple((k, a) for k, a in enumerate(args) if a is True or a is False)
+        self.flags = flags
+        self._driver, half, scalars, self._workspace = _half_plan(ew, "cpu", kinds, False, flags)
+        self._n_half = len(half)
+        self._nan_scalars = tuple(k for k in scalars if type(args[k]) in _FLOAT_SCALARS)
+
+    def fits(self, args: tuple) -> bool:
+        """Whether ``args`` has the bool values this launcher's loop was compiled for."""
+        return all(args[k] is value for k, value in self.flags)
+
+    def __call__(self, n: int, *args: Any) -> bool:
+        """Launch over ``n`` elements (half arrays as ``uint16`` views); False (nothing done) where a
+        stochastic-rounding context is active, which :meth:`Elementwise.launch` serves."""
+        if _lowp_module().stochastic_stream() is not None:
+            return False
+        if n == 0:
+            return True
+        for k in self._nan_scalars:  # all-bfloat16 call: a NaN scalar as the default NaN (see _launch_half)
+            a = args[k]
+            if a != a:
+                args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
+        with parallel_launch(), _SerialBelow(n):
+            workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
+            for_this_process(self._driver)(n, workspace, *args)
+        return True
 
 
 def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tuple = ()) -> tuple:
