@@ -842,7 +842,10 @@ class HalfLauncher:
 
     def fits(self, args: tuple) -> bool:
         """Whether ``args`` has the bool values this launcher's loop was compiled for."""
-        return all(args[k] is value for k, value in self.flags)
+        for k, value in self.flags:
+            if args[k] is not value:
+                return False
+        return True
 
     def __call__(self, n: int, *args: Any) -> bool:
         """Launch over ``n`` elements (half arrays as ``uint16`` views); False (nothing done) where a

@@ -718,10 +718,12 @@ class KernelOptimizer(torch.optim.Optimizer):
             return False
         scalars = self._scalars(group, step, _FLOAT32)[:-3] + _tail_scalars(n)
         args = (*bits, _bits(grad), *scalars)
-        launcher = next((f for f in kept[2:] if f.fits(args)), None)
-        if launcher is None:
-            launcher = HalfLauncher(ew, (*arrays, _views.view(_flat(grad), "cpu", flat=True), *scalars))
-            kept.append(launcher)
+        launcher = kept[-1]  # the last one made: the one that fits, unless a flag changed since
+        if not (isinstance(launcher, HalfLauncher) and launcher.fits(args)):
+            launcher = next((f for f in kept[2:] if f.fits(args)), None)
+            if launcher is None:
+                launcher = HalfLauncher(ew, (*arrays, _views.view(_flat(grad), "cpu", flat=True), *scalars))
+                kept.append(launcher)
         return launcher(n, *args)
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
@@ -809,7 +811,8 @@ def _half_kernel(kernel: Any) -> Any:
 def _bits(t: torch.Tensor) -> np.ndarray:
     """The flat ``uint16`` array over a float16/bfloat16 tensor's memory (dense, as :func:`_flat` takes)."""
     if t.is_contiguous():
-        return t.detach().view(torch.uint16).numpy().reshape(-1)
+        bits = t.detach().view(torch.uint16).numpy()
+        return bits if bits.ndim == 1 else bits.reshape(-1)
     return _views.view(_flat(t), "cpu", flat=True).view(np.uint16)
 
 
