@@ -265,6 +265,20 @@ def test_bfloat16_nan_bits_are_torchs(case):
     assert 0x7FC0 in seen and seen - {0x7FC0, -64}  # NaN other than the quiet NaN of either sign were written
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_half_tails_move_with_torchs_thread_count(threads):
+    """torch's scalar tails end its threads' chunks, which move with its thread count: with 1 and 3 threads
+    (one chunk of 65,539 elements; three of 21,847, each with a tail inside one of the drop-in's blocks) the
+    drop-in still writes torch's bits, NaN bits and the tail's rounding of weight decay included."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        seen = _half_steps("Adam", dict(amsgrad=True, maximize=True, weight_decay=0.1), BF16, nan=True, steps=3)
+    finally:
+        torch.set_num_threads(before)
+    assert 0x7FC0 in seen and seen - {0x7FC0, -64}
+
+
 SPARSE_CASES = [
     ("SparseAdam", {}),
     ("SparseAdam", dict(maximize=True, betas=(0.3, 0.9), lr=0.01)),

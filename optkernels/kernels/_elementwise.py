@@ -640,6 +640,11 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tu
     from . import _lowp
 
     if target == "cpu" and not sr:
+        split = _fused_split_driver(ew.py_func, kinds, flags)
+        if split is not None:
+            drivers[key] = split
+            drivers[("split", *key)] = True
+            return split
         fused = _fused_entry(ew.py_func, kinds, flags)
         if fused is not None:
             drivers[key] = fused
@@ -685,10 +690,11 @@ def {name}(n, _workspace, {args}):
 """
 
 
-def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple | None:
-    """``(element, call_args, digest)``: ``py_func`` rewritten to widen its half arrays' elements into
-    float32 locals and round the written ones back once (see ``_lowp.fused_element``), the arguments its
-    loop passes it (``flags`` as constants) and a digest of its source; None where it cannot be fused."""
+def _fused_parts(py_func: Callable, kinds: tuple, flags: tuple) -> tuple | None:
+    """``(namespace, element_name, element_source, params, call_args)``: ``py_func`` rewritten to widen its
+    half arrays' elements into float32 locals and round the written ones back once (see
+    ``_lowp.fused_element``), defined in ``namespace``, its loop parameters and the arguments its loop passes
+    it (``flags`` as constants); None where it cannot be fused."""
     from . import _lowp
 
     fused = _lowp.fused_element(py_func, kinds)
@@ -698,11 +704,36 @@ def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple 
     namespace = dict(py_func.__globals__)
     namespace.update(_lowp.ONE)
     exec(compile(element_source, inspect.getfile(py_func), "exec"), namespace)
-    call_args = list(inspect.signature(py_func).parameters)[1:]
+    params = list(inspect.signature(py_func).parameters)[1:]
+    call_args = list(params)
     for position, value in flags:
         call_args[position] = repr(bool(value))
-    digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp), ", ".join(call_args))
+    return namespace, element_name, element_source, params, call_args
+
+
+def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple | None:
+    """``(element, call_args, digest)``: the rewrite of :func:`_fused_parts`, the arguments its loop passes
+    it and a digest of its source; None where it cannot be fused."""
+    parts = _fused_parts(py_func, kinds, flags)
+    if parts is None:
+        return None
+    namespace, element_name, element_source, _, call_args = parts
+    digest = _digest(_CPU_FUSED, element_source, inspect.getsource(_lowp_module()), ", ".join(call_args))
     return namespace[element_name], call_args, digest
+
+
+def _fused_split_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
+    """The fused loop split around torch's scalar tails (:data:`_CPU_FUSED_SPLIT`) where the rewritten
+    element function tests them (``_torch_tail.tail_variants``); None otherwise. Called as
+    ``driver(n, workspace, *arguments)`` (the workspace is ignored)."""
+    parts = _fused_parts(py_func, kinds, flags)
+    if parts is None:
+        return None
+    namespace, _, element_source, params, call_args = parts
+    split = _torch_tail_module().tail_variants(
+        element_source, next(iter(inspect.signature(py_func).parameters))
+    )
+    return None if split is None else _split_driver(py_func, namespace, split, params, call_args)
 
 
 def _fused_function(py_func: Callable, kinds: tuple, flags: tuple, template: str, tag: str) -> tuple | None:
@@ -740,6 +771,99 @@ def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable
     *arguments)``."""
     fused = _fused_function(py_func, kinds, flags, _FUSED_CHUNK, "")
     return None if fused is None else _chunks.entry(fused[0], salt=fused[1])
+
+
+# The fused loop of an element function that tests torch's scalar tail (``_torch_tail.torch_tail``): each
+# block of elements is split where torch's tails begin and end, the body variant of the element
+# function runs over the rest and the tail variant over the tails (``_torch_tail.tail_variants``), so the
+# vector loop carries no per-element test (and, with an unsigned index, no test for a negative one). The
+# tails (at most 2 × vector width − 1 elements per torch thread) run in a function of their own: a parfor body
+# into which the element function is inlined twice fails one of Numba's checks (NumbaIRAssumptionWarning).
+_CPU_FUSED_SPLIT = """
+def {name}_tail(_lo, _hi, {args}):
+    for _j in range(uint64(_lo), uint64(_hi)):
+        tail(_j, {call_args})
+
+{name}_tail = njit(**options)({name}_tail)
+
+def {name}(n, _workspace, {args}):
+    for _b in prange((n + {block} - 1) // {block}):
+        _i = _b * {block}
+        _hi = min(_i + {block}, n)
+        while _i < _hi:
+            _end = _hi
+            _in_tail = _i >= {tail_from}
+            if not _in_tail:
+                _chunk_end = {tail_from}
+                _tail_start = {tail_from}
+                if {chunk_tail} > 0:
+                    _chunk_end = (_i // {chunk} + 1) * {chunk}
+                    _tail_start = _chunk_end - {chunk_tail}
+                _in_tail = _i >= _tail_start
+                _end = min(_hi, _tail_start, {tail_from}) if not _in_tail else min(_hi, _chunk_end)
+            if _in_tail:
+                {name}_tail(_i, _end, {args})
+            else:
+                for _j in range(uint64(_i), uint64(_end)):
+                    body(_j, {call_args})
+            _i = _end
+"""
+
+#: Elements per block of the split loop's parallel range (each thread takes a run of whole blocks): small
+#: enough to balance two threads within a few percent at 10⁵ elements, large enough that a block's split
+#: costs nothing next to its elements.
+SPLIT_BLOCK = 2048
+
+
+def _split_driver(
+    py_func: Callable, namespace: dict, split: tuple, params: list, call_args: list
+) -> Callable:
+    """The fused CPU loop of ``py_func`` over its body and tail variants (see :data:`_CPU_FUSED_SPLIT`):
+    ``split`` is ``_torch_tail.tail_variants``' result, ``namespace`` the element function's globals."""
+    body_source, tail_source, (tail_from, chunk, chunk_tail) = split
+    filename = inspect.getfile(py_func)
+    for source in (body_source, tail_source):
+        exec(compile(source, filename, "exec"), namespace)
+    body_name = body_source.split("(", 1)[0].split()[-1]
+    tail_name = tail_source.split("(", 1)[0].split()[-1]
+    digest = _digest(
+        _CPU_FUSED_SPLIT,
+        body_source,
+        tail_source,
+        inspect.getsource(_lowp_module()),
+        ", ".join(call_args),
+        str(SPLIT_BLOCK),
+    )
+    name = f"{body_name[: -len('_body')]}_split_{digest}"
+    source = _CPU_FUSED_SPLIT.format(
+        name=name,
+        block=SPLIT_BLOCK,
+        args=", ".join(params),
+        call_args=", ".join(call_args),
+        tail_from=tail_from,
+        chunk=chunk,
+        chunk_tail=chunk_tail,
+    )
+    loop_namespace = {
+        "__name__": py_func.__module__,
+        "prange": numba.prange,
+        "uint64": np.uint64,
+        "njit": numba.njit,
+        "options": dict(cache=True, **_JIT_OPTIONS),
+        "body": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[body_name]),
+        "tail": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[tail_name]),
+    }
+    exec(compile(source, filename, "exec"), loop_namespace)
+    function = loop_namespace[name]
+    function.__module__ = py_func.__module__
+    function.__qualname__ = name
+    return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
+
+
+def _torch_tail_module() -> Any:
+    from . import _torch_tail
+
+    return _torch_tail
 
 
 @functools.cache
@@ -796,12 +920,68 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     _cuda_launch(driver, n, stream)(n, *views, *extra)
 
 
+class HalfLauncher:
+    """Repeated CPU launches of ``ew`` (see :meth:`Elementwise.launch`) over arguments like ``args``: the same
+    array kinds, scalar types and bool values, the float16/bfloat16 arrays given as their ``uint16`` views.
+    What :meth:`Elementwise.launch` works out at every call (the kinds, the constant flags, the driver) is
+    worked out once, here; the same bits.
+
+    Parameters
+    ----------
+    ew : Elementwise
+        The element function.
+    args : tuple
+        Example arguments (arrays with their half dtypes, and scalars), as :meth:`Elementwise.launch` takes.
+    """
+
+    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half")
+
+    def __init__(self, ew: Elementwise, args: tuple):
+        kinds = _half_kinds(args)
+        if kinds is None:
+            raise TypeError(f"{ew.__name__}: a half launcher needs float16/bfloat16 arrays")
+        flags = ()
+        if ew.constant_flags:
+            flags = tuple((k, a) for k, a in enumerate(args) if a is True or a is False)
+        self.flags = flags
+        self._driver, half, scalars, self._workspace = _half_plan(ew, "cpu", kinds, False, flags)
+        self._n_half = len(half)
+        self._nan_scalars = tuple(k for k in scalars if type(args[k]) in _FLOAT_SCALARS)
+
+    def fits(self, args: tuple) -> bool:
+        """Whether ``args`` has the bool values this launcher's loop was compiled for."""
+        for k, value in self.flags:
+            if args[k] is not value:
+                return False
+        return True
+
+    def __call__(self, n: int, *args: Any) -> bool:
+        """Launch over ``n`` elements (half arrays as ``uint16`` views); False (nothing done) where a
+        stochastic-rounding context is active, which :meth:`Elementwise.launch` serves."""
+        if _lowp_module().stochastic_stream() is not None:
+            return False
+        if n == 0:
+            return True
+        for k in self._nan_scalars:  # all-bfloat16 call: a NaN scalar as the default NaN (see _launch_half)
+            a = args[k]
+            if a != a:
+                args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
+        with parallel_launch(), _SerialBelow(n):
+            if self._workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
+                self._driver(parallel_allowed(), n, *args)
+                return True
+            workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
+            for_this_process(self._driver)(n, workspace, *args)
+        return True
+
+
 def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tuple = ()) -> tuple:
     """``(driver, positions of the half arrays, positions of the scalars, workspace)`` of a launch with
     arrays of ``kinds`` and the constant ``flags``: the scalars' positions only in an all-bfloat16 call (a
-    NaN scalar is passed as the default NaN there); the workspace is a fixed placeholder where the driver is
-    the fused loop (which needs none), None where it is the chunked one (it takes :func:`_workspace`). Kept
-    with the drivers, per kinds and flags."""
+    NaN scalar is passed as the default NaN there); the workspace is :data:`_NO_WORKSPACE` where the driver is
+    the fused loop's chunked launch (called as ``driver(parallel, n, *arguments)``), :data:`_SPLIT_WORKSPACE`
+    where it is the split fused loop (which ignores it), None where it is the scratch loop (it takes
+    :func:`_workspace`). Kept with the drivers, per kinds and flags."""
     drivers = ew.__dict__.setdefault("_half_drivers", {})
     key = ("plan", device, kinds, sr, flags)
     plan = drivers.get(key)
@@ -810,15 +990,19 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
             raise TypeError(f"{ew.__name__}: float64 arrays cannot be mixed with float16/bfloat16 arrays")
         driver = _half_driver(ew, device, kinds, sr, flags)
         fused = drivers.get(("fused", device, kinds, sr, flags), False)
+        split = drivers.get(("split", device, kinds, sr, flags), False)
         half = tuple(k for k, kind in enumerate(kinds) if kind in _HALF_KINDS)
         pure = all(kind in (None, "bf16") for kind in kinds)
         scalars = tuple(k for k, kind in enumerate(kinds) if kind is None) if pure else ()
-        plan = drivers[key] = (driver, half, scalars, _NO_WORKSPACE if fused else None)
+        workspace = _NO_WORKSPACE if fused else _SPLIT_WORKSPACE if split else None
+        plan = drivers[key] = (driver, half, scalars, workspace)
     return plan
 
 
 #: The workspace of a fused launch: a placeholder marking it (a chunked launch, which takes none).
 _NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
+#: The workspace of a split fused loop (a parallel loop that takes one and ignores it).
+_SPLIT_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
 _UINT16 = np.dtype(np.uint16)
 _HALF_KINDS = ("f16", "bf16")
 _LOWP: list = []

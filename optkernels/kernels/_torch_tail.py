@@ -12,6 +12,7 @@ width.
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 import numpy as np
@@ -114,3 +115,56 @@ def torch_tail_scalars(n: int, threads: int, width: int) -> tuple:
     tail_from = n - ((n - last_start) & (width - 1))
     kind = np.int32 if n + width < 2**30 else np.int64
     return kind(tail_from), kind(chunk), kind(chunk & (width - 1))
+
+
+def tail_variants(element_source: str, index: str) -> tuple[str, str, tuple[str, str, str]] | None:
+    """The vector-body and scalar-tail variants of a fused half element function's source (see
+    :func:`optkernels.kernels._lowp.fused_element`): its call ``torch_tail(index, a, b, c, like)`` replaced
+    by ``False`` and by ``True``, the functions renamed ``<name>_body`` and ``<name>_tail``; with the names
+    ``(a, b, c)`` of :func:`torch_tail_scalars`' three arguments. None where the function makes no such call
+    on a half array (``like`` a fused function's half marker), or makes more than one.
+
+    A loop that runs the body variant over the elements outside torch's tails and the tail variant over
+    those inside computes the same values as the original over all of them, without the per-element test.
+    """
+    func = ast.parse(element_source).body[0]
+    if not isinstance(func, ast.FunctionDef):
+        return None
+    calls = [
+        node
+        for node in ast.walk(func)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "torch_tail"
+    ]
+    if len(calls) != 1:
+        return None
+    names = [arg.id for arg in calls[0].args if isinstance(arg, ast.Name)]
+    if not (len(names) == len(calls[0].args) == 5 and names[0] == index and names[4].startswith("_like_")):
+        return None
+    a, b, c = names[1:4]
+    if not {a, b, c} <= {arg.arg for arg in func.args.args}:
+        return None
+    body, tail = (
+        _with_tail(element_source, value, suffix) for value, suffix in ((False, "_body"), (True, "_tail"))
+    )
+    return body, tail, (a, b, c)
+
+
+class _TailConstant(ast.NodeTransformer):
+    """Replace every ``torch_tail(...)`` call by the constant ``value``."""
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if isinstance(node.func, ast.Name) and node.func.id == "torch_tail":
+            return ast.copy_location(ast.Constant(self.value), node)
+        return self.generic_visit(node)
+
+
+def _with_tail(element_source: str, value: bool, suffix: str) -> str:
+    """``element_source`` with its ``torch_tail`` call replaced by ``value``, its function renamed."""
+    tree = _TailConstant(value).visit(ast.parse(element_source))
+    func = tree.body[0]
+    assert isinstance(func, ast.FunctionDef)  # checked by tail_variants
+    func.name += suffix
+    return ast.unparse(ast.fix_missing_locations(tree))

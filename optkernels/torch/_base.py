@@ -28,6 +28,7 @@ Nothing is allocated per step in proportion to the model.
 
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from collections.abc import Callable
@@ -39,6 +40,7 @@ import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks as _global_post_hooks
 from torch.optim.optimizer import _global_optimizer_pre_hooks as _global_pre_hooks
 
+from ..kernels._elementwise import Elementwise, HalfLauncher
 from ..kernels._multi_tensor import TensorList
 from ..kernels.axpy import _axpy_scal
 from ..kernels.torch_rules import TAKES_TAIL, torch_tail_scalars
@@ -60,6 +62,7 @@ _IS_CONTIGUOUS = torch.Tensor.is_contiguous
 _NUMEL = torch.Tensor.numel
 _IS_CPU = operator.attrgetter("is_cpu")
 _FLOAT32 = np.dtype(np.float32)
+_HALF_NUMPY = frozenset(_views.HALF_DTYPES.values())
 _MEMO_SIZE = 64
 _MISFIT = "gradient or state tensors of another shape, dtype, device or layout than their parameter"
 
@@ -115,6 +118,7 @@ class _Plan:
         self.kept: list = []  # the state tensors whose addresses the tables hold (kept alive)
         self.private_steps: Any = None  # int64 step numbers of a state without 'step' (SGD)
         self.copies: list = []  # (parameter, contiguous working copy) of parameters not dense in memory
+        self.half: dict = {}  # k -> [half Elementwise or None, uint16 views of the arrays, *HalfLaunchers]
 
     def same_memory(self, params: list) -> bool:
         """The parameters still have the memory, sizes, strides and dtypes the tables hold (a device cannot
@@ -685,7 +689,11 @@ class KernelOptimizer(torch.optim.Optimizer):
                     chunks=tensors.chunks_without(others),
                     **pre,
                 )
-        for k, kind, arrays, n, buffer in plan.single:
+        for entry in plan.single:
+            k, kind, arrays, n, buffer = entry
+            step = first if uniform else int(steps[k])
+            if kind == "cpu" and prestep is None and self._launch_half(plan, entry, group, grads[k], step):
+                continue
             dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
             grad = _views.view(_flat(grads[k]), kind, flat=True)
             if prestep is not None:
@@ -701,12 +709,37 @@ class KernelOptimizer(torch.optim.Optimizer):
                     True,
                 )
                 grad = buffer
-            scalars = self._scalars(group, first if uniform else int(steps[k]), dtype)
+            scalars = self._scalars(group, step, dtype)
             if kernel in TAKES_TAIL and params[k].dtype in _views.HALF_DTYPES:
-                scalars = scalars[:-3] + torch_tail_scalars(n, torch.get_num_threads(), _half_width())
+                scalars = scalars[:-3] + _tail_scalars(n)
             kernel.launch(kind, n, *arrays, grad, *scalars)
         for p, copy in plan.copies:
             p.detach().copy_(copy)
+
+    def _launch_half(self, plan: _Plan, entry: tuple, group: dict, grad: torch.Tensor, step: int) -> bool:
+        """The step numbered ``step`` of ``plan``'s single ``entry`` where it is a float16/bfloat16 CPU
+        parameter whose kernel takes torch's tail scalars (and no pre-step buffer): the same launch as
+        ``kernel.launch`` makes, through a :class:`HalfLauncher` kept in the plan, with the parameter's and
+        state's ``uint16`` views made once. False (nothing done) for any other entry, or where the
+        launcher cannot serve the step (then ``kernel.launch`` does)."""
+        k, _, arrays, n, _ = entry
+        kept = plan.half.get(k)
+        if kept is None:
+            kernel = plan.key[1][0]
+            ew = _half_kernel(kernel) if kernel in TAKES_TAIL and arrays[0].dtype in _HALF_NUMPY else None
+            kept = plan.half[k] = [ew, [a.view(np.uint16) for a in arrays] if ew is not None else None]
+        ew, bits = kept[0], kept[1]
+        if ew is None:
+            return False
+        scalars = self._scalars(group, step, _FLOAT32)[:-3] + _tail_scalars(n)
+        args = (*bits, _bits(grad), *scalars)
+        launcher = kept[-1]  # the last one made: the one that fits, unless a flag changed since
+        if not (isinstance(launcher, HalfLauncher) and launcher.fits(args)):
+            launcher = next((f for f in kept[2:] if f.fits(args)), None)
+            if launcher is None:
+                launcher = HalfLauncher(ew, (*arrays, _views.view(_flat(grad), "cpu", flat=True), *scalars))
+                kept.append(launcher)
+        return launcher(n, *args)
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
         """Step numbers of an optimizer whose state has no 'step' (SGD): override."""
@@ -773,9 +806,37 @@ def _step_dtype(group: dict) -> torch.dtype:
     return torch.float32
 
 
+@functools.cache
 def _half_width() -> int:
-    """Elements per vector of torch's CPU float16/bfloat16 loops: 32 with AVX-512, else 16 (AVX2)."""
+    """Elements per vector of torch's CPU float16/bfloat16 loops: 32 with AVX-512, else 16 (AVX2) (torch
+    settles its CPU capability once per process)."""
     return 32 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 16
+
+
+@functools.lru_cache(maxsize=256)
+def _tail_scalars_of(n: int, threads: int) -> tuple:
+    return torch_tail_scalars(n, threads, _half_width())
+
+
+def _tail_scalars(n: int) -> tuple:
+    """:func:`torch_tail_scalars` of a half tensor of ``n`` elements stepped by torch now (its thread count
+    and vector width)."""
+    return _tail_scalars_of(n, torch.get_num_threads())
+
+
+def _half_kernel(kernel: Any) -> Any:
+    """The :class:`Elementwise` that ``kernel`` runs for a float16/bfloat16 CPU tensor (its ``half`` rule
+    where it has one, see ``_half_rule.HalfRule``), or None where that is not a plain element function."""
+    ew = getattr(kernel, "half", kernel)
+    return ew if isinstance(ew, Elementwise) and ew.constant_flags else None
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    """The flat ``uint16`` array over a float16/bfloat16 tensor's memory (dense, as :func:`_flat` takes)."""
+    if t.is_contiguous():
+        bits = t.detach().view(torch.uint16).numpy()
+        return bits if bits.ndim == 1 else bits.reshape(-1)
+    return _views.view(_flat(t), "cpu", flat=True).view(np.uint16)
 
 
 def _laid_out(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
