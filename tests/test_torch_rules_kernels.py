@@ -144,6 +144,24 @@ def test_torch_sparse_adam_matches_reference():
     np.testing.assert_array_equal(arrays[0][[1, 3, 5]], w[[1, 3, 5]])
 
 
+@pytest.mark.parametrize("rows_loop", ["torch_sparse_adam_rows", "torch_sparse_adam_rows_parallel"])
+def test_torch_sparse_adam_rows_are_the_element_functions_bits(rows_loop):
+    """The row loop (serial and parallel) against the element function: float32, rows in any order, a
+    width of 19 (vector body and tail), IEEE and MKL-path sqrt."""
+    rng = np.random.default_rng(5)
+    rows = np.array([7, 0, 3, 9, 1], np.int64)
+    for mkl in (K.IEEE_SQRT, K.MKL_AVX_SQRT):
+        a = [rng.standard_normal((10, 19)).astype(np.float32).reshape(-1) for _ in range(2)]
+        a.append(np.abs(rng.standard_normal(190)).astype(np.float32))
+        b = [x.copy() for x in a]
+        values = rng.standard_normal(rows.size * 19).astype(np.float32)
+        scalars = K.sparse_adam_scalars(np.dtype(np.float32), 3, 0.01, 0.9, 0.999, 1e-8, mkl)
+        K._torch_sparse_adam.launch("cpu", values.size, *a, values, rows, 19, *scalars)
+        getattr(K, rows_loop)(*b, values, rows, 19, *scalars)
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
+
+
 def test_division_by_bias_correction_is_the_float32_division():
     """divide_by_constant's float64 product rounds to the float32 quotient for every float32 significand
     (all 2^23 of one binade: the exponent only shifts the result), for the bias corrections of torch's

@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numba
 import numpy as np
-from numba import types
+from numba import prange, types
 from numba.extending import overload, register_jitable
 
 from ._checks import check_arrays, check_range
-from ._elementwise import elementwise
+from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
 from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, rounded_as
@@ -568,6 +569,14 @@ def _torch_sgd_momentum(
 # -------------------------------------------------------------------------------------------- SparseAdam
 
 
+@scalar_math
+def torch_sparse_adam_math(w, m, v, g, one_minus_beta1, one_minus_beta2, eps, neg_step_size, mkl):
+    """One element of torch's ``sparse_adam`` (a coalesced gradient's value ``g``): the new ``(w, m, v)``."""
+    m = m + (g - m) * one_minus_beta1  # exp_avg.add_(sparse((g − m)·(1 − β1)))
+    v = v + (g * g - v) * one_minus_beta2  # exp_avg_sq.add_(sparse((g² − v)·(1 − β2)))
+    return w + neg_step_size * (m / (torch_sqrt(v, mkl) + eps)), m, v
+
+
 @elementwise
 def _torch_sparse_adam(
     i,
@@ -585,14 +594,34 @@ def _torch_sparse_adam(
 ):
     # element i of a coalesced row-sparse gradient (unique rows): row rows[i // width], column i % width
     j = rows[i // width] * width + i % width
-    g = values[i]
-    m = exp_avg[j]
-    v = exp_avg_sq[j]
-    m = m + (g - m) * one_minus_beta1  # exp_avg.add_(sparse((g − m)·(1 − β1)))
-    v = v + (g * g - v) * one_minus_beta2  # exp_avg_sq.add_(sparse((g² − v)·(1 − β2)))
-    exp_avg[j] = m
-    exp_avg_sq[j] = v
-    var[j] = var[j] + neg_step_size * (m / (torch_sqrt(v, mkl) + eps))
+    var[j], exp_avg[j], exp_avg_sq[j] = torch_sparse_adam_math(
+        var[j],
+        exp_avg[j],
+        exp_avg_sq[j],
+        values[i],
+        one_minus_beta1,
+        one_minus_beta2,
+        eps,
+        neg_step_size,
+        mkl,
+    )
+
+
+def _sparse_adam_rows(var, exp_avg, exp_avg_sq, values, rows, width, b1, b2, eps, neg_step_size, mkl):
+    for r in prange(rows.shape[0]):
+        w = var[rows[r] * width : (rows[r] + 1) * width]
+        m = exp_avg[rows[r] * width : (rows[r] + 1) * width]
+        v = exp_avg_sq[rows[r] * width : (rows[r] + 1) * width]
+        g = values[r * width : (r + 1) * width]
+        for c in range(width):
+            w[c], m[c], v[c] = torch_sparse_adam_math(w[c], m[c], v[c], g[c], b1, b2, eps, neg_step_size, mkl)
+
+
+#: ``_torch_sparse_adam`` over whole rows (``rows``: the coalesced gradient's unique rows, ``values`` their
+#: ``width`` elements each, flat): serial, and parallel over rows. The same bits as the element function (each
+#: element is independent), without its division per element.
+torch_sparse_adam_rows = numba.njit(cache=True, **_JIT_OPTIONS)(_sparse_adam_rows)
+torch_sparse_adam_rows_parallel = numba.njit(cache=True, parallel=True, **_JIT_OPTIONS)(_sparse_adam_rows)
 
 
 @elementwise

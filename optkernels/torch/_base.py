@@ -22,6 +22,9 @@ the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-ste
   gradients' addresses refilled each step), the pre-step folded into the same loop; CUDA parameters and
   float16/bfloat16 CPU parameters get one launch per tensor, the pre-step into a buffer allocated once per
   parameter (float32 for a half parameter). The group's step counters are views into one float32 tensor.
+  A plan of one launch table is checked at the next step by one compiled read of the tensors' own fields
+  (:class:`._fields.Guard`: the same parameters, memory, sizes, strides, dtypes, devices, and gradients
+  laid out as their parameters); anything else takes the Python checks above.
 
 Nothing is allocated per step in proportion to the model.
 """
@@ -44,7 +47,7 @@ from ..kernels._elementwise import Elementwise, HalfLauncher
 from ..kernels._multi_tensor import TensorList
 from ..kernels.axpy import _axpy_scal
 from ..kernels.torch_rules import TAKES_TAIL, torch_tail_scalars
-from . import _delegate, _memory, _views
+from . import _delegate, _fields, _memory, _views
 from ._sqrt import sqrt_kernel
 
 __all__ = ["KernelOptimizer"]
@@ -119,6 +122,7 @@ class _Plan:
         self.private_steps: Any = None  # int64 step numbers of a state without 'step' (SGD)
         self.copies: list = []  # (parameter, contiguous working copy) of parameters not dense in memory
         self.half: dict = {}  # k -> [half Elementwise or None, uint16 views of the arrays, *HalfLaunchers]
+        self.guard: _fields.Guard | None = None  # the fast check of a whole plan's tensors (see _sort)
 
     def same_memory(self, params: list) -> bool:
         """The parameters still have the memory, sizes, strides and dtypes the tables hold (a device cannot
@@ -149,7 +153,7 @@ class _Work:
     def __init__(self, index: int, group: dict):
         self.index, self.group = index, group
         self.dense: list = []  # parameters the kernels update from a dense gradient
-        self.grads: list = []  # their gradients (as found: laid out at run time)
+        self.grads: list = []  # their gradients (as found: laid out at run time; none where ptrs came from a guard)
         self.ptrs: np.ndarray | None = None  # the gradients' addresses (fast path: laid out already)
         self.sparse: list = []  # parameters the kernels update from a sparse gradient
         self.by_torch: list = []  # parameters torch's own step updates
@@ -430,6 +434,12 @@ class KernelOptimizer(torch.optim.Optimizer):
             and plan.key[1] == self._kernel(group)
             and not (group.get("differentiable") or group.get("capturable"))
         ):
+            guard = plan.guard
+            found = guard.addresses(params) if guard is not None else None
+            if guard is not None and found is not None:  # every field as the plan was built for, read
+                # in one compiled loop (the gradients' addresses are all the launch table needs of them)
+                work.dense, work.ptrs, work.plan = params, found[guard.n :], plan
+                return work
             members, grads = params, list(map(_GRAD, params))
             try:
                 # raises for a missing gradient (TypeError) and for one without strided storage (sparse);
@@ -492,6 +502,13 @@ class KernelOptimizer(torch.optim.Optimizer):
         if work.dense and type(self)._dense_step is KernelOptimizer._dense_step:
             work.plan = self._plan(index, group, work.dense)
             work.plan.whole = not (work.plan.copies or work.by_torch or work.sparse)
+            if (
+                work.plan.whole
+                and work.plan.guard is None
+                and len(work.plan.cpu) == 1
+                and not work.plan.single
+            ):
+                work.plan.guard = _guard(work.dense, work.grads)
         return work
 
     def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
@@ -804,6 +821,19 @@ def _step_dtype(group: dict) -> torch.dtype:
     if torch.get_default_dtype() is torch.float64 and not group.get("fused"):
         return torch.float64
     return torch.float32
+
+
+def _guard(params: list, grads: list) -> _fields.Guard | None:
+    """The fast check of a whole plan's parameters and gradients (gradients laid out as their parameters'
+    state), or None where the tensors' fields are not readable here, or a parameter has more than 5
+    dimensions or is of a tensor subclass (the Python checks then run every step)."""
+    at = _fields.layout()
+    if at is None:
+        return None
+    try:
+        return _fields.Guard(params, grads, at, [_layout(p) for p in params])
+    except ValueError:
+        return None
 
 
 @functools.cache

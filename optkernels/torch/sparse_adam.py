@@ -9,7 +9,14 @@ from typing import Any
 
 import torch
 
-from ..kernels.torch_rules import _torch_sparse_adam, sparse_adam_scalars
+from ..kernels._elementwise import SERIAL_BELOW
+from ..kernels._threading import for_this_process, parallel_launch
+from ..kernels.torch_rules import (
+    _torch_sparse_adam,
+    sparse_adam_scalars,
+    torch_sparse_adam_rows,
+    torch_sparse_adam_rows_parallel,
+)
 from . import _views
 from ._base import KernelOptimizer
 from ._sparse import coalesced_rows, launch_rows
@@ -77,12 +84,16 @@ class SparseAdam(KernelOptimizer):
         if rows is None:
             return
         dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-        launch_rows(
-            _torch_sparse_adam,
-            kind,
-            [p, state["exp_avg"], state["exp_avg_sq"]],
-            rows,
-            sparse_adam_scalars(
-                dtype, step, host_lr(group["lr"]), beta1, beta2, group["eps"], self._sqrt_kernel(dtype)
-            ),
+        tensors = [p, state["exp_avg"], state["exp_avg_sq"]]
+        scalars = sparse_adam_scalars(
+            dtype, step, host_lr(group["lr"]), beta1, beta2, group["eps"], self._sqrt_kernel(dtype)
         )
+        if kind == "cpu" and p.dtype in _views.FLOAT_DTYPES:  # whole rows: no index arithmetic per element
+            arrays = [_views.host_view(t).reshape(-1) for t in tensors]
+            if rows[0].size < SERIAL_BELOW:
+                torch_sparse_adam_rows(*arrays, *rows, *scalars)
+            else:
+                with parallel_launch():
+                    for_this_process(torch_sparse_adam_rows_parallel)(*arrays, *rows, *scalars)
+            return
+        launch_rows(_torch_sparse_adam, kind, tensors, rows, scalars)

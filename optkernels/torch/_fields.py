@@ -1,0 +1,315 @@
+"""A step's check that a group's parameters and gradients are still what its launch table was built for,
+read in one compiled loop from the tensors' own C++ fields instead of ~10 Python calls per tensor.
+
+A plan's table holds data addresses. Before a step may use it, the group's list must hold the same
+parameter objects, each with the data address, element count, sizes, strides, dtype, device and dispatch
+keys it had, and each parameter's gradient the parameter's sizes, the expected strides, dtype, device and
+dispatch keys (its address is then the one the step writes into the table). Read through Python
+(``p.grad``, ``p.data_ptr()``, ``g.shape``, ``g.dtype``, ...) that is about 0.7 µs per tensor; :class:`Guard`
+reads the same fields where CPython and torch keep them: a list object holds its size and item array after
+the object header; a tensor's Python object its ``TensorImpl*`` (``THPVariable.cdata``); the ``TensorImpl``
+the storage pointer, the autograd metadata (whose ``grad_`` is the gradient's ``TensorImpl*``), the storage
+offset, element count, dimension, sizes and strides (inline up to 5 dimensions), the dtype and device word
+and the dispatch key set; the ``StorageImpl`` the data pointer.
+
+Where each field sits is not assumed: it is found once per process (:func:`layout`) on probe tensors by
+matching words against what torch's Python API reports for them (``_cdata``, ``untyped_storage()._cdata``,
+``storage_offset()``, ``numel()``, sizes, strides, dispatch keys, ``untyped_storage().data_ptr()``,
+``grad._cdata``), each field required at exactly one position within the object (``TensorImpl`` is at most
+26 words: c10's own size check); a pointer is followed only after its position was matched (the autograd
+metadata: the word after the storage, as c10 declares them, null for a tensor without autograd metadata),
+and the result is checked on fresh probes. If any field is not found, :func:`layout` is None and callers
+keep their Python checks. At a step, a mismatch of any field (or a list of another length, a parameter
+without autograd metadata, a gradient that is None, sparse, of a Python subclass's dispatch keys) makes
+:meth:`Guard.addresses` return None: the caller then runs its full checks, which raise or route as they do
+without this module.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+
+from ..kernels._pointers import address_as_pointer
+
+__all__ = ["Guard", "layout"]
+
+_IMPL_WORDS = 26  # sizeof(TensorImpl) <= 26 words (c10's TensorImpl size check on 64-bit platforms)
+_STORAGE_WORDS = 6  # the StorageImpl's data pointer is among its first words (after its refcounts)
+_INLINE = 5  # C10_SIZES_AND_STRIDES_MAX_INLINE_SIZE: sizes and strides inline up to 5 dimensions
+_LOW40 = (1 << 40) - 1  # data_type_ (2 bytes) and device_opt_ (3 bytes) at the start of their word
+# columns of a Guard's table of expected values (``_DATA``: the data address, or -1 for any)
+_OBJECT, _KEYS, _KIND, _NUMEL, _DIM, _ITEM, _DATA, _SIZES = range(8)
+_STRIDES = _SIZES + _INLINE
+_COLUMNS = _STRIDES + _INLINE
+# the word offsets of a layout: cdata in the object; storage, storage offset, numel, dim (sizes and
+# strides follow it), dispatch keys, dtype/device, autograd metadata in the TensorImpl; the data pointer in
+# the StorageImpl; the gradient in the autograd metadata
+_CDATA, _STORAGE, _OFFSET, _NUMEL_AT, _DIM_AT, _KEYS_AT, _KIND_AT, _DATA_AT, _META, _GRAD = range(10)
+# a CPython list object: PyObject_VAR_HEAD (refcount, type, size), then the item array's address
+_LIST_SIZE, _LIST_ITEMS = 2, 3
+
+
+@numba.njit(cache=True)
+def _read(address: int, count: int, out: np.ndarray) -> None:
+    pointer = address_as_pointer(address, out)
+    for k in range(count):
+        out[k] = pointer[k]
+
+
+@numba.njit(cache=True, inline="always")
+def _word(address: int, k: int, like: np.ndarray) -> int:
+    return address_as_pointer(address, like)[k]
+
+
+@numba.njit(cache=True, inline="always")
+def _fits(impl: int, row: np.ndarray, at: np.ndarray, like: np.ndarray) -> int:
+    """The data address of the TensorImpl at ``impl`` when its fields are ``row``'s, else -1."""
+    if impl == 0 or _word(impl, at[_KEYS_AT], like) != row[_KEYS]:
+        return -1
+    if (_word(impl, at[_KIND_AT], like) & _LOW40) != row[_KIND]:
+        return -1
+    dim = _word(impl, at[_DIM_AT], like)
+    if dim != row[_DIM] or _word(impl, at[_NUMEL_AT], like) != row[_NUMEL]:
+        return -1
+    for d in range(dim):
+        if _word(impl, at[_DIM_AT] + 1 + d, like) != row[_SIZES + d]:
+            return -1
+        if _word(impl, at[_DIM_AT] + 1 + _INLINE + d, like) != row[_STRIDES + d]:
+            return -1
+    storage = _word(impl, at[_STORAGE], like)
+    if storage == 0:
+        return -1
+    data = _word(storage, at[_DATA_AT], like) + _word(impl, at[_OFFSET], like) * row[_ITEM]
+    if data < 0 or (row[_DATA] != -1 and data != row[_DATA]):
+        return -1
+    return data
+
+
+@numba.njit(cache=True)
+def _check(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray) -> int:
+    """-1 when the Python list at ``params`` holds the expected objects (rows ``0..n-1`` of ``expected``)
+    with the expected fields and their gradients have the fields of rows ``n..2n-1``: the data addresses
+    are then in ``out`` (parameters, then gradients). Else the index of the first row that differs (-2:
+    the list's length); no pointer read from a tensor that differs is followed further."""
+    n = expected.shape[0] // 2
+    if _word(params, _LIST_SIZE, out) != n:
+        return -2
+    items = _word(params, _LIST_ITEMS, out)
+    for k in range(n):
+        obj = _word(items, k, out)
+        if obj != expected[k, _OBJECT]:
+            return k
+        impl = _word(obj, at[_CDATA], out)
+        out[k] = _fits(impl, expected[k], at, out)
+        if out[k] < 0:
+            return k
+        meta = _word(impl, at[_META], out)
+        if meta == 0:
+            return n + k
+        out[n + k] = _fits(_word(meta, at[_GRAD], out), expected[n + k], at, out)
+        if out[n + k] < 0:
+            return n + k
+    return -1
+
+
+def _words(address: int, count: int) -> list[int]:
+    out = np.empty(count, np.int64)
+    _read(address, count, out)
+    return out.tolist()
+
+
+def _probes() -> list[torch.Tensor]:
+    """Tensors of varied dtypes, devices, offsets, sizes, strides and dimensions; the last two a Parameter
+    and the gradient autograd wrote for it."""
+    base = torch.arange(60, dtype=torch.float32)
+    weight = torch.nn.Parameter(torch.ones(3, 7, dtype=torch.float64))
+    (weight * 2.0).sum().backward()
+    assert weight.grad is not None
+    return [
+        base,
+        base[3:],
+        base.view(4, 15)[1:, 2:9],
+        base.view(3, 4, 5).permute(2, 0, 1)[1:],
+        base.view(2, 2, 3, 5)[:, 1],
+        base.view(1, 2, 2, 3, 5),
+        torch.zeros((), dtype=torch.float64),
+        torch.ones(11, dtype=torch.bfloat16)[5:],
+        torch.ones(13, dtype=torch.float16),
+        torch.from_numpy(np.ones((5, 2))),
+        torch.empty(9, device="meta"),
+        weight,
+        weight.grad,
+    ]
+
+
+def _unique(candidates: list[int]) -> int:
+    if len(candidates) != 1:
+        raise LookupError("a tensor field found at no or several positions")
+    return candidates[0]
+
+
+def _find() -> np.ndarray:
+    """The word offsets of the fields (see the module docstring), found and checked on probe tensors."""
+    probes = _probes()
+    lists = [_words(id(x), 4) for x in ([], probes)]
+    if [w[_LIST_SIZE] for w in lists] != [0, len(probes)] or _words(lists[1][_LIST_ITEMS], len(probes)) != [
+        id(t) for t in probes
+    ]:
+        raise LookupError("a list object of another layout")
+    objects = [_words(id(t), type(t).__basicsize__ // 8) for t in probes]
+    at = np.zeros(10, np.int64)
+    at[_CDATA] = _unique(
+        [
+            k
+            for k in range(2, min(map(len, objects)))
+            if all(w[k] == t._cdata for w, t in zip(objects, probes))
+        ]
+    )
+    impls = [_words(t._cdata, _IMPL_WORDS) for t in probes]
+
+    def where(value: Any) -> int:
+        return _unique(
+            [k for k in range(_IMPL_WORDS) if all(w[k] == value(t) for w, t in zip(impls, probes))]
+        )
+
+    at[_STORAGE] = where(lambda t: t.untyped_storage()._cdata)
+    at[_OFFSET] = where(lambda t: t.storage_offset())
+    at[_NUMEL_AT] = where(lambda t: t.numel())
+    at[_KEYS_AT] = where(lambda t: _signed(torch._C._dispatch_keys(t).raw_repr()))
+    at[_DIM_AT] = _unique(
+        [
+            k
+            for k in range(_IMPL_WORDS - 2 * _INLINE)
+            if all(
+                w[k] == t.dim()
+                and w[k + 1 : k + 1 + t.dim()] == list(t.shape)
+                and w[k + 1 + _INLINE : k + 1 + _INLINE + t.dim()] == list(t.stride())
+                for w, t in zip(impls, probes)
+            )
+        ]
+    )
+    kinds = [(t.dtype, t.device) for t in probes]
+    at[_KIND_AT] = _unique(
+        [
+            k
+            for k in range(_IMPL_WORDS)
+            if all(
+                (impls[i][k] & _LOW40 == impls[j][k] & _LOW40) == (kinds[i] == kinds[j])
+                for i in range(len(probes))
+                for j in range(i)
+            )
+        ]
+    )
+    stored = [t for t in probes if t.untyped_storage().data_ptr()]
+    storages = [_words(t.untyped_storage()._cdata, _STORAGE_WORDS) for t in stored]
+    at[_DATA_AT] = _unique(
+        [
+            k
+            for k in range(_STORAGE_WORDS)
+            if all(w[k] == t.untyped_storage().data_ptr() for w, t in zip(storages, stored))
+        ]
+    )
+    # c10 declares storage_, autograd_meta_, extra_meta_, version_counter_, pyobj_slot_, sizes_and_strides_
+    # in that order (one word each but the last): the autograd metadata is followed only where the found
+    # offsets agree, and where that word is null for the tensors without autograd metadata (the probes that
+    # are not views, but the Parameter) and not for the Parameter
+    at[_META] = at[_STORAGE] + 1
+    metas = [w[at[_META]] for w in impls]
+    bare = [m for m, t in zip(metas, probes) if not t._is_view() and t is not probes[-2]]
+    if at[_DIM_AT] != at[_STORAGE] + 5 or any(bare) or not metas[-2]:
+        raise LookupError("the autograd metadata is not where c10 declares it")
+    at[_GRAD] = _unique([k for k, w in enumerate(_words(metas[-2], 8)) if w == probes[-1]._cdata])
+    # checked where it is used: the step's check on fresh probes, and a refusal of a wrong size
+    fresh = [torch.nn.Parameter(t) for t in _probes()[:-4] if t.dtype.is_floating_point]
+    grads = [torch.full_like(t, float(k)) for k, t in enumerate(fresh)]
+    for t, g in zip(fresh, grads):
+        t.grad = g
+    guard = Guard(fresh, grads, at, [g.stride() for g in grads])
+    found = guard.addresses(fresh)
+    if found is None or found.tolist() != [t.data_ptr() for t in fresh + grads]:
+        raise LookupError("the fields found do not give the probes' addresses")
+    guard.table[-1, _NUMEL] += 1
+    if guard.addresses(fresh) is not None:
+        raise LookupError("the fields found do not tell a changed size")
+    return at
+
+
+def _signed(value: int) -> int:
+    """An unsigned 64-bit value as the int64 the word holds."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+@functools.cache
+def layout() -> np.ndarray | None:
+    """The fields' word offsets in this torch build (found once per process), or None where they were not
+    all found (callers then check tensors through torch's Python API)."""
+    try:
+        return _find()
+    except (LookupError, RuntimeError, TypeError, ValueError, AttributeError):
+        return None
+
+
+class Guard:
+    """The expected fields of a group's parameters and of their gradients (see the module docstring).
+
+    Args:
+        params: the parameters (checked by the caller: dense, of at most 5 dimensions, plain tensors or
+            ``torch.nn.Parameter``), each expected to stay in the group's list, in order, with its data
+            address, sizes, strides, dtype, device and dispatch keys.
+        grads: their gradients as they are now (checked by the caller: of the parameter's shape, dtype and
+            device): later gradients are expected to have their dtype, device and dispatch keys, the
+            parameter's sizes and the strides of ``layouts`` (any tensor, any address).
+        at: the field offsets (:func:`layout`).
+        layouts: the strides expected of each gradient (default: its parameter's).
+
+    Raises:
+        ValueError: a parameter of more than 5 dimensions, or of a tensor subclass other than
+            ``torch.nn.Parameter`` (its ``grad`` may not be the autograd field).
+    """
+
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        grads: Sequence[torch.Tensor],
+        at: np.ndarray,
+        layouts: Sequence[tuple] | None = None,
+    ):
+        self.at = at
+        self.n = len(params)
+        self.table = np.zeros((2 * self.n, _COLUMNS), np.int64)
+        layouts = layouts if layouts is not None else [p.stride() for p in params]
+        for k, (p, g) in enumerate(zip(params, grads, strict=True)):
+            if type(p) not in (torch.Tensor, torch.nn.Parameter):
+                raise ValueError("a tensor subclass: checked through Python")
+            self._fill(k, p, p, p.stride(), id(p), p.data_ptr())
+            self._fill(self.n + k, g, p, layouts[k], 0, -1)
+
+    def _fill(
+        self, k: int, t: torch.Tensor, shape_of: torch.Tensor, strides: tuple, obj: int, data: int
+    ) -> None:
+        if shape_of.dim() > _INLINE:
+            raise ValueError("tensors of more than 5 dimensions are checked through Python")
+        impl = _words(t._cdata, _IMPL_WORDS)
+        row = self.table[k]
+        row[_OBJECT], row[_DATA], row[_ITEM] = obj, data, t.element_size()
+        row[_KEYS], row[_KIND] = impl[self.at[_KEYS_AT]], impl[self.at[_KIND_AT]] & _LOW40
+        row[_NUMEL], row[_DIM] = shape_of.numel(), shape_of.dim()
+        row[_SIZES : _SIZES + shape_of.dim()] = list(shape_of.shape)
+        row[_STRIDES : _STRIDES + shape_of.dim()] = list(strides)
+
+    def addresses(self, params: list) -> np.ndarray | None:
+        """The data addresses of the parameters of the group's list ``params`` then of their gradients (an
+        int64 array) when every tensor is as expected, else None (the caller then checks them through
+        Python)."""
+        if type(params) is not list:
+            return None
+        out = np.empty(2 * self.n, np.int64)
+        if _check(id(params), self.table, self.at, out) != -1:
+            return None
+        return out
