@@ -209,3 +209,40 @@ def test_refused_first_step_leaves_torchs_state(label, case):
             assert float(state1[1][key][2]) == 0.0 and float(value) == 1.0
             continue
         assert torch.equal(value, state1[1][key][2]), key
+
+
+LATE_CASES = {
+    "p.data replaced (same shape)": lambda p: setattr(p, "data", torch.full((2, 3), 0.5)),
+    "grad transposed in place": lambda p: p.grad.t_(),
+    "grad.data of another shape": lambda p: setattr(p.grad, "data", torch.ones(3, 2)),
+    "grad.data a view (6,)": lambda p: setattr(p.grad, "data", p.grad.data.view(6)),
+}
+
+
+@pytest.mark.parametrize("case", list(LATE_CASES))
+@pytest.mark.parametrize("label", ["Adam", "SGD-momentum"])
+def test_change_after_steady_steps(label, case):
+    """After steps over the same gradient objects (zeroed in place: the re-checks are skipped while nothing
+    moved), a parameter or gradient changed at the same address or a new one: ours raises what torch raises
+    or steps to torch's values."""
+    name, kwargs = CLASSES[label]
+    out = []
+    for lib in (torch.optim, okt):
+        p = torch.linspace(1, 2, 6).reshape(2, 3).requires_grad_()
+        p.grad = torch.zeros(2, 3)
+        opt = getattr(lib, name)([p], lr=0.1, **kwargs)
+        for k in range(3):
+            p.grad.copy_(torch.linspace(-0.5, 0.25, 6).reshape(2, 3) * (k + 1))
+            opt.step()
+        LATE_CASES[case](p)
+        try:
+            opt.step()
+        except Exception as error:  # noqa: BLE001 - the exception is what is compared
+            out.append((type(error), str(error)))
+            continue
+        out.append(p.detach().clone())
+    if isinstance(out[0], tuple):
+        assert out[1] == out[0]
+    else:
+        assert isinstance(out[1], torch.Tensor), f"torch ran, ours raised {out[1]}"
+        torch.testing.assert_close(out[1], out[0], rtol=2e-6, atol=1e-7)

@@ -68,8 +68,12 @@ class Lion(KernelOptimizer):
         return plan.private_steps
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
-        wd = group["weight_decay"]
+        lr, wd = group["lr"], group["weight_decay"]
+        beta1, beta2 = group["betas"]
+        key = (lr, beta1, beta2, wd, self.decoupled_wd, self._init_lr, dtype)
+        return self._remembered(key, lambda: self._lion_scalars(dtype, lr, beta1, beta2, wd))
+
+    def _lion_scalars(self, dtype: np.dtype, lr: Any, beta1: Any, beta2: Any, wd: Any) -> tuple:
         if self.decoupled_wd:
             wd /= self._init_lr
-        beta1, beta2 = group["betas"]
-        return lion_scalars(dtype, float(group["lr"]), beta1, beta2, wd)
+        return lion_scalars(dtype, float(lr), beta1, beta2, wd)
