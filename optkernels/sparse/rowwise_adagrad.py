@@ -44,7 +44,7 @@ def _row(j, var, momentum, grad, rows, totals, dense, summed, d, lr, eps, wd, l2
     # Row r = rows[j] (j itself for a dense gradient) of the 2-D table var with row j of the 2-D grad; its
     # sum of squares is totals[j] if summed, else computed here. (Two indices, the column one from 0 up:
     # no wraparound select on the column, and no row view whose reference count the loop would update.)
-    r = j
+    r = np.int64(j)  # one signed type for both cases (a CPU launch's index j is unsigned)
     if not dense:
         r = rows[j]
     row_len = var.shape[1]
