@@ -119,7 +119,15 @@ def generate(template: str, name: str, py_func: Callable, namespace: dict) -> Ca
 
 def _loop_runner(loop: Callable) -> Any:
     """An intrinsic ``run_loop(start, stop, *arguments)`` calling ``loop`` compiled as a subroutine whose
-    array arguments are ``noalias``."""
+    array arguments are ``noalias``, inlined into the worker (``alwaysinline``).
+
+    The inlining is what makes the worker's code the same in every process. The subroutine is compiled
+    into a library of its own, which Numba finalises into the process's JIT at once, and the worker's
+    module gets a weak (``linkonce_odr``) copy of it. A call left in the worker names that copy's symbol,
+    and the JIT resolves a weak symbol to a definition it already holds. In the process that compiles
+    the worker, that is the separate library's copy, which is optimised once and, for a multi-tensor
+    row loop, not vectorised. Loaded from the cache it is the worker's own copy, optimised twice over
+    and vectorised. Inlined, no such call is left."""
 
     @intrinsic
     def run_loop(typingctx, start, stop, *args):
@@ -130,6 +138,7 @@ def _loop_runner(loop: Callable) -> Any:
             flags.noalias = True
             flags.nrt = True
             flags.error_model = "numpy"
+            flags.forceinline = True
             result = context.compile_subroutine(builder, loop, signature, flags=flags, caching=False)
             values = cgutils.unpack_tuple(builder, llargs[2], len(args))
             first, last = (context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], sig.args[:2]))

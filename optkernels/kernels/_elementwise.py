@@ -123,10 +123,8 @@ class Elementwise:
         self.chunked_cpu = type(self)._cpu_source is _BASE_SOURCE and (
             type(self).cpu_template is _CPU_LOOP or self.chunk_rows
         )
-        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`). Off: compiled in a
-        #: process with an empty cache, the chunked multi-tensor loop ran 5-7x slower than the same loop
-        #: loaded from the cache (cause not found), so multi-tensor launches keep the parallel loop.
-        self.chunked_many = False
+        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`).
+        self.chunked_many = self.chunked_cpu and type(self).many is Elementwise.many
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
