@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..kernels import torch_many as M
 from ..kernels import torch_half_rules as H
 from ..kernels.torch_adafactor import (
     _adafactor_factored,
@@ -130,13 +131,23 @@ class Adafactor(KernelOptimizer):
         )
         for p, _grad in zip(params, grads):  # every state checked before anything is written
             self._check_state(p)
+        if eps1 is None and params:
+            eps1 = torch.finfo(params[0].dtype).eps
+        host = (lr, tau, eps2, d, wd, maximize)
+        batches: dict = {}  # dtype -> [(p, grad)]: CPU float32/float64 tensors laid out in index order
         for p, given in zip(params, grads):
+            if (
+                p.dtype in _views.FLOAT_DTYPES
+                and _views.device_kind(p) == "cpu"
+                and p.is_contiguous()
+                and given.is_contiguous()
+            ):
+                batches.setdefault(p.dtype, []).append((p, given))
+                continue
             # the kernels run in index order: a parameter or gradient laid out otherwise goes through a
             # contiguous copy (the reductions are taken on the tensors as given, as torch takes them)
             grad = given if given.is_contiguous() else given.contiguous()
             state = self._adafactor_state(p, grad)
-            if eps1 is None:
-                eps1 = torch.finfo(p.dtype).eps
             state["step"] += 1
             w_t, alpha = adafactor_host(state["step"].item(), lr, tau, eps2, _norm(p).item(), p.numel())
             kind = _views.device_kind(p)
@@ -147,6 +158,81 @@ class Adafactor(KernelOptimizer):
                 self._float_step(p, target, grad, given, state, (w_t, alpha, eps1, lr, wd, d, maximize))
             if not p.is_contiguous():
                 p.detach().copy_(target)
+        for dtype, pairs in batches.items():
+            self._many_step(dtype, pairs, eps1, host)
+
+    def _many_step(self, dtype: torch.dtype, pairs: list, eps1: float, host: tuple) -> None:
+        """The step of contiguous CPU parameters of one float dtype (``pairs``: ``(p, grad)``), each phase one
+        compiled call over all of them (:mod:`optkernels.kernels.torch_many`); the reductions are
+        torch's, one ``_foreach_norm`` for the parameters' norms and one for the updates' (per tensor, as
+        torch's ``norm``), and each matrix's row and column norms and row mean.
+        ``host``: ``(lr, τ, ε2, d, wd, maximize)``."""
+        lr, tau, eps2, d, wd, maximize = host
+        np_dtype = _views.FLOAT_DTYPES[dtype]
+        params = [p for p, _ in pairs]
+        grads = [g for _, g in pairs]
+        states = [self._adafactor_state(p, g) for p, g in pairs]
+        steps = [s["step"] for s in states]
+        torch._foreach_add_(steps, 1)
+        numels = list(map(torch.Tensor.numel, params))
+        hosts = [
+            adafactor_host(t, lr, tau, eps2, norm, n)
+            for t, norm, n in zip(
+                torch.stack(steps).tolist(), torch.stack(torch._foreach_norm(params)).tolist(), numels
+            )
+        ]
+        lerps = [lerp_scalars(w_t, np_dtype) for w_t, _ in hosts]
+        weights = np.array([lerp[:2] for lerp in lerps], np_dtype).T.copy()
+        small = np.array([lerp[2] for lerp in lerps], np.bool_)
+        like = np.empty(0, np_dtype)
+        matrices = [k for k, g in enumerate(grads) if g.dim() > 1]
+        means: dict = {}
+        if matrices:
+            rows = [states[k]["row_var"] for k in matrices]
+            cols = [states[k]["col_var"] for k in matrices]
+            row_norms = [_norm(grads[k], 2, -1, True) for k in matrices]
+            col_norms = [_norm(grads[k], 2, -2, True) for k in matrices]
+            M.lerp_factors(
+                _views.addresses(rows, row_norms, cols, col_norms),
+                np.array([list(map(torch.Tensor.numel, rows)), list(map(torch.Tensor.numel, cols))], np.int64),
+                np.array([[grads[k].size(-1) for k in matrices], [grads[k].size(-2) for k in matrices]], np_dtype),
+                weights[:, matrices].copy(),
+                small[matrices].copy(),
+                like,
+            )
+            means = {k: r.mean(dim=-2, keepdim=True) for k, r in zip(matrices, rows)}
+        updates = [self._pre_buffer(p) for p in params]
+        moments = []
+        shapes = np.zeros((2, len(params)), np.int64)
+        for k, (g, state) in enumerate(zip(grads, states)):
+            if k in means:
+                moments.append((state["row_var"], state["col_var"], means[k]))
+                shapes[:, k] = g.shape[-2:]
+            else:
+                moments.append((state["variance"], state["variance"], state["variance"]))
+        chunks = _views.chunks(numels)
+        M.updates(
+            chunks,
+            _views.addresses(updates, grads, *zip(*moments)),
+            shapes,
+            weights,
+            small,
+            like,
+            maximize,
+            np_dtype.type(eps1),
+            np_dtype.type(eps1 * eps1),
+            np_dtype.type(1),
+        )
+        neg_steps = np.array(
+            [
+                -alpha / adafactor_denominator(norm, n, d)
+                for (_, alpha), norm, n in zip(hosts, torch.stack(torch._foreach_norm(updates)).tolist(), numels)
+            ],
+            np_dtype,
+        )
+        M.decayed_steps(
+            chunks, _views.addresses(params, updates), neg_steps, np_dtype.type(1 - lr * wd if wd != 0 else 1), like
+        )
 
     def _float_step(
         self,
@@ -270,3 +356,4 @@ class Adafactor(KernelOptimizer):
             else:
                 state["variance"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
         return state
+

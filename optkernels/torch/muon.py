@@ -11,9 +11,11 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..kernels import torch_family as K
+from ..kernels import torch_many as M
 from ..optimizers.muon import default_muon_split as _split_by_name
 from . import _views
 from ._base import KernelOptimizer, _Work
@@ -180,43 +182,69 @@ class Muon(KernelOptimizer):
         group, params, grads = work.group, work.dense, work.grads
         # a tensor lr stays a tensor in torch's arithmetic (rounded to its dtype): the same numbers here
         lr = group["lr"]
-        momentum, decay = group["momentum"], float(1 - lr * group["weight_decay"])
+        if any(grad.ndim != 2 for grad in grads):
+            raise ValueError("Param gradient must be a 2D matrix")
+        batches: dict = {}  # dtype -> [(p, grad)]: CPU float32/float64 tensors laid out in index order
         for p, grad in zip(params, grads):
-            if grad.ndim != 2:
-                raise ValueError("Param gradient must be a 2D matrix")
-            grad = grad if grad.is_contiguous() else grad.contiguous()
-            state = self.state[p]
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
-            kind = _views.device_kind(p)
-            dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-            update = self._pre_buffer(p)
-            buf, u, g = (_views.view(t, kind, flat=True) for t in (state["momentum_buffer"], update, grad))
-            K.launch_small(
-                K._muon_momentum,
-                kind,
-                p.numel(),
-                buf,
-                u,
-                g,
-                *K.muon_momentum_scalars(dtype, momentum, group["nesterov"]),
-            )
-            ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
-            update.copy_(ortho)  # bfloat16 -> the parameter's dtype: exact
-            step = -float(adjusted_lr(lr, group["adjust_lr_fn"], p.shape))
-            # the kernels run in index order: a parameter laid out otherwise goes through a contiguous copy
-            target = p.detach() if p.is_contiguous() else p.detach().contiguous()
-            K.launch_small(
-                K._decayed_step,
-                kind,
-                p.numel(),
-                _views.view(target, kind, flat=True),
-                u,
-                dtype.type(decay),
-                dtype.type(step),
-            )
-            if not p.is_contiguous():
-                p.detach().copy_(target)
+            if (
+                p.dtype in _views.FLOAT_DTYPES
+                and _views.device_kind(p) == "cpu"
+                and p.is_contiguous()
+                and grad.is_contiguous()
+            ):
+                batches.setdefault(p.dtype, []).append((p, grad))
+            else:
+                self._one_step(p, grad, group)
+        for dtype, pairs in batches.items():
+            self._many_step(_views.FLOAT_DTYPES[dtype], pairs, group)
+
+    def _buffer(self, p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+        return state["momentum_buffer"]
+
+    def _many_step(self, dtype: np.dtype, pairs: list, group: dict) -> None:
+        """The step of contiguous CPU parameters of one float dtype (``pairs``: ``(p, grad)``): the momenta in
+        one compiled call, Newton–Schulz per matrix (torch's calls), the steps in one compiled call
+        (:mod:`optkernels.kernels.torch_many`)."""
+        lr = group["lr"]
+        params = [p for p, _ in pairs]
+        grads = [g for _, g in pairs]
+        buffers = [self._buffer(p, g) for p, g in pairs]
+        updates = [self._pre_buffer(p) for p in params]
+        chunks, like = _views.chunks(list(map(torch.Tensor.numel, params))), np.empty(0, dtype)
+        scalars = K.muon_momentum_scalars(dtype, group["momentum"], group["nesterov"])
+        M.muon_momenta(chunks, _views.addresses(buffers, updates, grads), like, *scalars)
+        for update in updates:
+            # bfloat16 -> the parameter's dtype: exact
+            update.copy_(newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"]))
+        steps = [-float(adjusted_lr(lr, group["adjust_lr_fn"], p.shape)) for p in params]
+        decay = dtype.type(float(1 - lr * group["weight_decay"]))
+        M.decayed_steps(chunks, _views.addresses(params, updates), np.array(steps, dtype), decay, like)
+
+    def _one_step(self, p: torch.Tensor, grad: torch.Tensor, group: dict) -> None:
+        """The step of one parameter (CUDA, or laid out other than in index order)."""
+        lr = group["lr"]
+        grad = grad if grad.is_contiguous() else grad.contiguous()
+        buffer = self._buffer(p, grad)
+        kind = _views.device_kind(p)
+        dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+        update = self._pre_buffer(p)
+        buf, u, g = (_views.view(t, kind, flat=True) for t in (buffer, update, grad))
+        scalars = K.muon_momentum_scalars(dtype, group["momentum"], group["nesterov"])
+        K.launch_small(K._muon_momentum, kind, p.numel(), buf, u, g, *scalars)
+        ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+        update.copy_(ortho)  # bfloat16 -> the parameter's dtype: exact
+        step = -float(adjusted_lr(lr, group["adjust_lr_fn"], p.shape))
+        # the kernels run in index order: a parameter laid out otherwise goes through a contiguous copy
+        target = p.detach() if p.is_contiguous() else p.detach().contiguous()
+        decay = dtype.type(float(1 - lr * group["weight_decay"]))
+        K.launch_small(
+            K._decayed_step, kind, p.numel(), _views.view(target, kind, flat=True), u, decay, dtype.type(step)
+        )
+        if not p.is_contiguous():
+            p.detach().copy_(target)
 
 
 def default_muon_split(name: str, p: torch.Tensor, module: torch.nn.Module | None = None) -> bool:
