@@ -31,7 +31,7 @@ from ._threading import for_this_process, parallel_launch
 from .torch_adafactor import _factored_element, _vector_element
 from .torch_family import SERIAL_BELOW, _muon_momentum, fma, torch_lerp
 
-__all__ = ["decayed_steps", "lerp_factors", "muon_momenta", "updates"]
+__all__ = ["decayed_steps", "increment_steps", "lerp_factors", "muon_momenta", "updates"]
 
 
 # Element loops run over uint64 indices: an unsigned index needs no negative-index wraparound, which would
@@ -145,6 +145,14 @@ def _momenta_serial(chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov):
 def _momenta_parallel(chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov):
     for k in numba.prange(chunks.shape[0]):
         _momentum_chunk(k, chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov)
+
+
+@numba.njit(cache=True, **_JIT_OPTIONS)
+def _increment_steps(addresses, like, out):
+    for t in range(addresses.shape[0]):
+        step = _at(addresses[t], like, 1)
+        step[0] += 1
+        out[t] = step[0]
 
 
 def _run(serial: Any, parallel: Any, total: int, *args: Any) -> None:
@@ -265,3 +273,11 @@ def muon_momenta(chunks: np.ndarray, addresses: np.ndarray, like: np.ndarray, *s
         :func:`~.torch_family.muon_momentum_scalars` of the dtype.
     """
     _run(_momenta_serial, _momenta_parallel, _total(chunks), chunks, addresses, like, *scalars)
+
+
+def increment_steps(addresses: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``t ← t + 1`` in place for every one-element step counter (torch's ``step_t += 1``, in the counters'
+    dtype, that of ``like``) at ``addresses`` (int64, one per counter); returns the new values, float64."""
+    out = np.empty(addresses.shape[0], np.float64)
+    _increment_steps(addresses, like, out)
+    return out
