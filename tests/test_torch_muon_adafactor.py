@@ -433,3 +433,27 @@ def test_mixed_group_of_many_tensors_equals_torch(name):
             assert torch.equal(p, q), (step, tuple(p.shape))
             a, b = opt_ours.state.get(p, {}), opt_theirs.state.get(q, {})
             assert set(a) == set(b) and all(torch.equal(a[key], b[key]) for key in a), (step, tuple(p.shape))
+
+
+def test_muon_matrices_of_one_shape_iterate_as_a_stack_with_torchs_bits(monkeypatch):
+    # same-shape matrices go through torch.baddbmm once a first step has shown it gives torch.addmm's bits
+    # (a zero gradient shows nothing: no verdict from it); either way the results are torch's
+    monkeypatch.setattr(ot.muon, "_BATCH_VERDICTS", {})
+    gen = torch.Generator().manual_seed(8)
+    shapes = [(24, 16)] * 3 + [(16, 24)] * 2 + [(9, 9)]
+    ours = [torch.randn(s, generator=gen) for s in shapes]
+    theirs = [p.clone() for p in ours]
+    opt_ours, opt_theirs = ot.Muon(ours), torch.optim.Muon(theirs)
+    for step in range(4):
+        for p, q in zip(ours, theirs):
+            p.grad = torch.zeros(p.shape) if step == 0 else torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        opt_ours.step()
+        opt_theirs.step()
+        verdicts = ot.muon._BATCH_VERDICTS
+        assert len(verdicts) == (0 if step == 0 else 2)
+        for p, q in zip(ours, theirs):
+            assert torch.equal(p, q), (step, tuple(p.shape))
+            assert torch.equal(opt_ours.state[p]["momentum_buffer"], opt_theirs.state[q]["momentum_buffer"])
+    out = ot.muon.newton_schulz_many([p.grad for p in ours])
+    assert all(torch.equal(x, ot.muon.newton_schulz(p.grad)) for x, p in zip(out, ours))

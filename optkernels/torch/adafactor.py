@@ -131,13 +131,13 @@ class Adafactor(KernelOptimizer):
             group["weight_decay"],
             bool(group["maximize"]),
         )
-        for p, _grad in zip(params, grads):  # every state checked before anything is written
-            self._check_state(p)
         if eps1 is None and params:
             eps1 = torch.finfo(params[0].dtype).eps
         host = (lr, tau, eps2, d, wd, maximize)
         batches: dict = {}  # dtype -> [(p, grad)]: CPU float32/float64 tensors laid out in index order
         float_lr = not isinstance(lr, torch.Tensor)
+        if float_lr and _one_batch(params, grads):  # the common case, checked in C-level maps
+            batches, params = {params[0].dtype: list(zip(params, grads))}, []
         for p, given in zip(params, grads):
             if (
                 float_lr
@@ -325,18 +325,27 @@ class Adafactor(KernelOptimizer):
             layout = layouts[key] = _Layout(key[1], _views.FLOAT_DTYPES[dtype])
         return layout
 
+    def _state_fits(self, p: torch.Tensor, group: dict) -> bool:
+        """As the base class's, and a state that does not fit ``p`` raises here (:meth:`_check_state`), when
+        the step sorts its parameters, before anything is written."""
+        fits = super()._state_fits(p, group)
+        if fits:
+            self._check_state(p)
+        return fits
+
     def _check_state(self, p: torch.Tensor) -> None:
         """A loaded or edited state must fit its parameter (the kernels index it by the parameter's shape)."""
         state = self.state.get(p)
         if not state:
             return
-        if p.dim() > 1:
-            expected = {"row_var": p.shape[:-1] + (1,), "col_var": p.shape[:-2] + (1, p.shape[-1])}
+        shape, dtype = p.shape, p.dtype
+        if len(shape) > 1:
+            expected: tuple = (("row_var", shape[:-1] + (1,)), ("col_var", shape[:-2] + (1, shape[-1])))
         else:
-            expected = {"variance": p.shape}
-        for name, shape in expected.items():
+            expected = (("variance", shape),)
+        for name, shape in expected:
             t = state.get(name)
-            if t is None or tuple(t.shape) != tuple(shape) or t.dtype != p.dtype or not t.is_contiguous():
+            if t is None or t.shape != shape or t.dtype is not dtype or not t.is_contiguous():
                 raise ValueError(
                     f"Adafactor: state '{name}' of a parameter of shape {tuple(p.shape)} must be a "
                     f"contiguous {p.dtype} tensor of shape {tuple(shape)}, got "
@@ -400,3 +409,22 @@ def _increment(counters: list) -> list:
         return M.increment_steps(_views.addresses(counters)[0], np.empty(0, _STEP_DTYPES[dtype])).tolist()
     torch._foreach_add_(counters, 1)
     return _floats(counters).tolist()
+
+
+_IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_IS_CPU = operator.attrgetter("is_cpu")
+_DTYPE = operator.attrgetter("dtype")
+
+
+def _one_batch(params: list, grads: list) -> bool:
+    """Whether every parameter is a CPU float32 or float64 tensor of one dtype, it and its gradient laid out
+    in index order (outside :func:`~optkernels.torch._views.simulate_cuda`)."""
+    return (
+        bool(params)
+        and params[0].dtype in _views.FLOAT_DTYPES
+        and all(map(_IS_CPU, params))
+        and all(map(_IS_CONTIGUOUS, params))
+        and all(map(_IS_CONTIGUOUS, grads))
+        and len(set(map(_DTYPE, params))) == 1
+        and _views.device_kind(params[0]) == "cpu"
+    )
