@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernels import torch_many as M
 from ..kernels import torch_half_rules as H
+from ..kernels import torch_many as M
 from ..kernels.torch_adafactor import (
     _adafactor_factored,
     _adafactor_vector,
@@ -367,11 +367,13 @@ class Adafactor(KernelOptimizer):
         return state
 
 
-
 _SHAPE = operator.attrgetter("shape")
 
 #: numpy dtypes of step counters :func:`_increment` updates in one compiled call
-_STEP_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+_STEP_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+}
 
 
 class _Layout:
@@ -396,7 +398,7 @@ class _Layout:
             self.dims[:, k] = s[-2:]
 
 
-def _floats(tensors: list) -> np.ndarray:
+def _floats(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> np.ndarray:
     """The values of one-element tensors, float64."""
     return np.array(torch.stack(tensors).tolist(), np.float64).reshape(-1)
 
@@ -404,9 +406,9 @@ def _floats(tensors: list) -> np.ndarray:
 def _increment(counters: list) -> list:
     """torch's ``step_t += 1`` of every step counter (one-element tensors); their new values, Python floats.
     Counters of one float dtype on the CPU (torch's own) in one compiled call."""
-    dtype = counters[0].dtype if counters else None
-    if dtype in _STEP_DTYPES and all(c.dtype is dtype and c.is_cpu for c in counters):
-        return M.increment_steps(_views.addresses(counters)[0], np.empty(0, _STEP_DTYPES[dtype])).tolist()
+    like: np.dtype | None = _STEP_DTYPES.get(counters[0].dtype) if counters else None
+    if like is not None and all(c.dtype is counters[0].dtype and c.is_cpu for c in counters):
+        return M.increment_steps(_views.addresses(counters)[0], np.empty(0, like)).tolist()
     torch._foreach_add_(counters, 1)
     return _floats(counters).tolist()
 

@@ -256,8 +256,6 @@ class Muon(KernelOptimizer):
 
     def _dense_step(self, work: _Work) -> None:
         group, params, grads = work.group, work.dense, work.grads
-        # a tensor lr stays a tensor in torch's arithmetic (rounded to its dtype): the same numbers here
-        lr = group["lr"]
         if any(grad.ndim != 2 for grad in grads):
             raise ValueError("Param gradient must be a 2D matrix")
         _check_newton_schulz(grads, group["ns_coefficients"], group["ns_steps"])  # before anything is written
@@ -285,7 +283,7 @@ class Muon(KernelOptimizer):
         """The step of contiguous CPU parameters of one float dtype (``pairs``: ``(p, grad)``): the momenta in
         one compiled call, Newton–Schulz per matrix (torch's calls), the steps in one compiled call
         (:mod:`optkernels.kernels.torch_many`)."""
-        lr = group["lr"]
+        lr = group["lr"]  # a tensor lr stays a tensor in torch's arithmetic (rounded to its dtype), as here
         params = [p for p, _ in pairs]
         grads = [g for _, g in pairs]
         buffers = [self._buffer(p, g) for p, g in pairs]
