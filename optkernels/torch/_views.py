@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from ..kernels import _cuda
+from ..kernels._multi_tensor import chunk_table
 
-__all__ = ["device_kind", "device_view", "host_view", "simulate_cuda"]
+__all__ = ["addresses", "chunks", "device_kind", "device_view", "host_view", "simulate_cuda"]
 
 _SIMULATED = [False]
 
@@ -103,3 +104,24 @@ def view(t: torch.Tensor, kind: str, flat: bool = False) -> Any:
     if kind == "cpu":
         return host_view(t).reshape(-1) if flat else host_view(t)
     return device_view(t, flat)
+
+
+def addresses(*columns: list) -> np.ndarray:
+    """int64 ``(len(columns), T)``: the data address of each of the T tensors of each list (CPU tensors;
+    the caller keeps them alive while the table is used)."""
+    return np.array([list(map(torch.Tensor.data_ptr, column)) for column in columns], np.int64)
+
+
+_CHUNK_TABLES: dict = {}
+
+
+def chunks(sizes: list) -> np.ndarray:
+    """:func:`~optkernels.kernels._multi_tensor.chunk_table` of ``sizes`` (element counts), remembered: a
+    model's sizes repeat every step."""
+    key = tuple(sizes)
+    table = _CHUNK_TABLES.get(key)
+    if table is None:
+        if len(_CHUNK_TABLES) >= 64:
+            _CHUNK_TABLES.clear()
+        table = _CHUNK_TABLES[key] = chunk_table(sizes)
+    return table

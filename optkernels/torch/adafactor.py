@@ -11,6 +11,8 @@ bfloat16 CPU parameter's element-wise work rounds every operation to its dtype, 
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 from ..kernels import torch_half_rules as H
+from ..kernels import torch_many as M
 from ..kernels.torch_adafactor import (
     _adafactor_factored,
     _adafactor_vector,
@@ -128,15 +131,27 @@ class Adafactor(KernelOptimizer):
             group["weight_decay"],
             bool(group["maximize"]),
         )
-        for p, _grad in zip(params, grads):  # every state checked before anything is written
-            self._check_state(p)
+        if eps1 is None and params:
+            eps1 = torch.finfo(params[0].dtype).eps
+        host = (lr, tau, eps2, d, wd, maximize)
+        batches: dict = {}  # dtype -> [(p, grad)]: CPU float32/float64 tensors laid out in index order
+        float_lr = not isinstance(lr, torch.Tensor)
+        if float_lr and _one_batch(params, grads):  # the common case, checked in C-level maps
+            batches, params = {params[0].dtype: list(zip(params, grads))}, []
         for p, given in zip(params, grads):
+            if (
+                float_lr
+                and p.dtype in _views.FLOAT_DTYPES
+                and _views.device_kind(p) == "cpu"
+                and p.is_contiguous()
+                and given.is_contiguous()
+            ):
+                batches.setdefault(p.dtype, []).append((p, given))
+                continue
             # the kernels run in index order: a parameter or gradient laid out otherwise goes through a
             # contiguous copy (the reductions are taken on the tensors as given, as torch takes them)
             grad = given if given.is_contiguous() else given.contiguous()
             state = self._adafactor_state(p, grad)
-            if eps1 is None:
-                eps1 = torch.finfo(p.dtype).eps
             state["step"] += 1
             w_t, alpha = adafactor_host(state["step"].item(), lr, tau, eps2, _norm(p).item(), p.numel())
             kind = _views.device_kind(p)
@@ -147,6 +162,66 @@ class Adafactor(KernelOptimizer):
                 self._float_step(p, target, grad, given, state, (w_t, alpha, eps1, lr, wd, d, maximize))
             if not p.is_contiguous():
                 p.detach().copy_(target)
+        for dtype, pairs in batches.items():
+            self._many_step(dtype, pairs, eps1, host)
+
+    def _many_step(self, dtype: torch.dtype, pairs: list, eps1: float, host: tuple) -> None:
+        """The step of contiguous CPU parameters of one float dtype (``pairs``: ``(p, grad)``) and a float lr,
+        each phase one compiled call over all of them (:mod:`optkernels.kernels.torch_many`); the reductions
+        are torch's: one ``_foreach_norm`` for the parameters' norms and one for the updates' (per tensor,
+        torch's ``norm``), and each matrix's row and column norms and row mean. The host arithmetic is
+        torch's, in float64 (Python's floats), per tensor. ``host``: ``(lr, τ, ε2, d, wd, maximize)``."""
+        lr, tau, eps2, d, wd, maximize = host
+        np_dtype = _views.FLOAT_DTYPES[dtype]
+        params = [p for p, _ in pairs]
+        grads = [g for _, g in pairs]
+        layout = self._layout(dtype, params)
+        state_of = self.state
+        states = [state_of[p] for p in params]
+        if not all(states):
+            states = [self._adafactor_state(p, g) for p, g in pairs]
+        # the host's scalars, per tensor as torch's loop computes them (Python floats: numpy's float64)
+        steps = _increment([s["step"] for s in states])
+        terms = {t: (t**tau, min(lr, 1 / (t**0.5))) for t in set(steps)}  # (w_t, ρ) of each step number
+        rms = _floats(torch._foreach_norm(params)) / layout.roots
+        alpha = np.where(rms > eps2, rms, eps2) * np.array([terms[t][1] for t in steps])  # max(ε2, RMS(w))·ρ
+        lerps = {t: lerp_scalars(w_t, np_dtype) for t, (w_t, _) in terms.items()}
+        weights = np.array([lerps[t][:2] for t in steps], np_dtype).T.copy()
+        small = np.array([lerps[t][2] for t in steps], np.bool_)
+        like = np.empty(0, np_dtype)
+        updates = [self._pre_buffer(p) for p in params]
+        table = np.zeros((5, len(params)), np.int64)
+        table[0] = _views.addresses(updates)[0]
+        table[1] = _views.addresses(grads)[0]
+        if layout.vectors:
+            table[2, layout.vectors] = _views.addresses([states[k]["variance"] for k in layout.vectors])[0]
+        if layout.matrices:
+            mats = layout.matrices
+            rows = [states[k]["row_var"] for k in mats]
+            cols = [states[k]["col_var"] for k in mats]
+            row_norms = [_norm(grads[k], 2, -1, True) for k in mats]
+            col_norms = [_norm(grads[k], 2, -2, True) for k in mats]
+            factors = _views.addresses(rows, row_norms, cols, col_norms)
+            M.lerp_factors(factors, layout.counts, layout.divisors, weights[:, mats], small[mats], like)
+            means = [r.mean(dim=-2, keepdim=True) for r in rows]
+            table[2, mats], table[3, mats] = factors[0], factors[2]
+            table[4, mats] = _views.addresses(means)[0]
+        M.updates(
+            layout.chunks,
+            table,
+            layout.dims,
+            weights,
+            small,
+            like,
+            maximize,
+            np_dtype.type(eps1),
+            np_dtype.type(eps1 * eps1),
+            np_dtype.type(1),
+        )
+        ratio = _floats(torch._foreach_norm(updates)) / (layout.roots * d)
+        neg_steps = (-alpha / np.where(ratio > 1.0, ratio, 1.0)).astype(np_dtype)  # −α/max(1, RMS(U)/d)
+        decay = np_dtype.type(1 - lr * wd if wd != 0 else 1)
+        M.decayed_steps(layout.chunks, _views.addresses(params, updates), neg_steps, decay, like)
 
     def _float_step(
         self,
@@ -239,18 +314,38 @@ class Adafactor(KernelOptimizer):
             "cpu", p.numel(), flat[0], flat[1], wd != 0, f32(1 - lr * wd), f32(-alpha / den), *tail
         )
 
+    def _layout(self, dtype: torch.dtype, params: list) -> _Layout:
+        """The :class:`_Layout` of ``params``' shapes (remembered while they stay the same)."""
+        key = (dtype, tuple(map(_SHAPE, params)))
+        layouts = self.__dict__.setdefault("_layouts", {})
+        layout = layouts.get(key)
+        if layout is None:
+            if len(layouts) >= 8:
+                layouts.clear()
+            layout = layouts[key] = _Layout(key[1], _views.FLOAT_DTYPES[dtype])
+        return layout
+
+    def _state_fits(self, p: torch.Tensor, group: dict) -> bool:
+        """As the base class's, and a state that does not fit ``p`` raises here (:meth:`_check_state`), when
+        the step sorts its parameters, before anything is written."""
+        fits = super()._state_fits(p, group)
+        if fits:
+            self._check_state(p)
+        return fits
+
     def _check_state(self, p: torch.Tensor) -> None:
         """A loaded or edited state must fit its parameter (the kernels index it by the parameter's shape)."""
         state = self.state.get(p)
         if not state:
             return
-        if p.dim() > 1:
-            expected = {"row_var": p.shape[:-1] + (1,), "col_var": p.shape[:-2] + (1, p.shape[-1])}
+        shape, dtype = p.shape, p.dtype
+        if len(shape) > 1:
+            expected: tuple = (("row_var", shape[:-1] + (1,)), ("col_var", shape[:-2] + (1, shape[-1])))
         else:
-            expected = {"variance": p.shape}
-        for name, shape in expected.items():
+            expected = (("variance", shape),)
+        for name, shape in expected:
             t = state.get(name)
-            if t is None or tuple(t.shape) != tuple(shape) or t.dtype != p.dtype or not t.is_contiguous():
+            if t is None or t.shape != shape or t.dtype is not dtype or not t.is_contiguous():
                 raise ValueError(
                     f"Adafactor: state '{name}' of a parameter of shape {tuple(p.shape)} must be a "
                     f"contiguous {p.dtype} tensor of shape {tuple(shape)}, got "
@@ -270,3 +365,68 @@ class Adafactor(KernelOptimizer):
             else:
                 state["variance"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
         return state
+
+
+_SHAPE = operator.attrgetter("shape")
+
+#: numpy dtypes of step counters :func:`_increment` updates in one compiled call
+_STEP_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+}
+
+
+class _Layout:
+    """What a batch's step needs of its tensors' shapes alone: sizes, chunk table, ``√N`` (Python's
+    ``N**0.5``, as torch's host arithmetic), which tensors are matrices and their dimensions."""
+
+    def __init__(self, shapes: tuple, dtype: np.dtype):
+        numels = [math.prod(s) for s in shapes]
+        self.chunks = _views.chunks(numels)
+        self.roots = np.array([n**0.5 for n in numels])
+        self.matrices = [k for k, s in enumerate(shapes) if len(s) > 1]
+        self.vectors = [k for k, s in enumerate(shapes) if len(s) <= 1]
+        mats = [shapes[k] for k in self.matrices]
+        #: element counts of each matrix's row_var and col_var
+        self.counts = np.array([[math.prod(s[:-1]) for s in mats], [math.prod(s[:-2]) * s[-1] for s in mats]])
+        self.counts = self.counts.astype(np.int64).reshape(2, len(mats))
+        #: the row length m and the column length n of each matrix, in the dtype
+        self.divisors = np.array([[s[-1] for s in mats], [s[-2] for s in mats]], dtype).reshape(2, len(mats))
+        #: (n, m) per tensor, (0, 0) for a vector
+        self.dims = np.zeros((2, len(shapes)), np.int64)
+        for k, s in zip(self.matrices, mats):
+            self.dims[:, k] = s[-2:]
+
+
+def _floats(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> np.ndarray:
+    """The values of one-element tensors, float64."""
+    return np.array(torch.stack(tensors).tolist(), np.float64).reshape(-1)
+
+
+def _increment(counters: list) -> list:
+    """torch's ``step_t += 1`` of every step counter (one-element tensors); their new values, Python floats.
+    Counters of one float dtype on the CPU (torch's own) in one compiled call."""
+    like: np.dtype | None = _STEP_DTYPES.get(counters[0].dtype) if counters else None
+    if like is not None and all(c.dtype is counters[0].dtype and c.is_cpu for c in counters):
+        return M.increment_steps(_views.addresses(counters)[0], np.empty(0, like)).tolist()
+    torch._foreach_add_(counters, 1)
+    return _floats(counters).tolist()
+
+
+_IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_IS_CPU = operator.attrgetter("is_cpu")
+_DTYPE = operator.attrgetter("dtype")
+
+
+def _one_batch(params: list, grads: list) -> bool:
+    """Whether every parameter is a CPU float32 or float64 tensor of one dtype, it and its gradient laid out
+    in index order (outside :func:`~optkernels.torch._views.simulate_cuda`)."""
+    return (
+        bool(params)
+        and params[0].dtype in _views.FLOAT_DTYPES
+        and all(map(_IS_CPU, params))
+        and all(map(_IS_CONTIGUOUS, params))
+        and all(map(_IS_CONTIGUOUS, grads))
+        and len(set(map(_DTYPE, params))) == 1
+        and _views.device_kind(params[0]) == "cpu"
+    )

@@ -11,16 +11,18 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..kernels import torch_family as K
+from ..kernels import torch_many as M
 from ..optimizers.muon import default_muon_split as _split_by_name
 from . import _views
 from ._base import KernelOptimizer, _Work
 from .adam import AdamW
 from .torch_family import check_lr
 
-__all__ = ["Muon", "MuonWithAdamW", "default_muon_split", "newton_schulz"]
+__all__ = ["Muon", "MuonWithAdamW", "default_muon_split", "newton_schulz", "newton_schulz_many"]
 
 
 def newton_schulz(
@@ -56,22 +58,98 @@ def newton_schulz(
     ValueError
         torch's: ``ns_steps >= 100``, a matrix that is not 2-D, coefficients that are not 3.
     """
+    _check_newton_schulz([update], ns_coefficients, ns_steps)
+    x = _iterate(_normalised(update, eps), ns_coefficients, ns_steps)
+    return x.T if update.size(0) > update.size(1) else x
+
+
+def _check_newton_schulz(updates: list, ns_coefficients: tuple, ns_steps: int) -> None:
+    """torch's errors for Newton–Schulz's arguments."""
     if ns_steps >= 100:
         raise ValueError("Number of steps must be less than 100 for computational efficiency")
-    if len(update.shape) != 2:
+    if any(len(u.shape) != 2 for u in updates):
         raise ValueError("Input tensor gradient must be a 2D matrix")
     if len(ns_coefficients) != 3:
         raise ValueError("Coefficients must be a tuple of exactly 3 values")
-    a, b, c = ns_coefficients
-    tall = update.size(0) > update.size(1)
+
+
+def _normalised(update: torch.Tensor, eps: float) -> torch.Tensor:
+    """torch's ``X = bf16(u)`` (transposed when rows > cols), ``X ← X/max(‖X‖_F, eps)``."""
     x = update.bfloat16()
-    if tall:
+    if update.size(0) > update.size(1):
         x = x.T
-    x.div_(x.norm().clamp(min=eps))
+    return x.div_(x.norm().clamp(min=eps))
+
+
+def _iterate(x: torch.Tensor, ns_coefficients: tuple, ns_steps: int) -> torch.Tensor:
+    """Newton–Schulz's iterations on ``X``: torch's ``torch.addmm`` calls for a matrix, ``torch.baddbmm`` for
+    a stack of matrices (the last two dimensions)."""
+    a, b, c = ns_coefficients
+    multiply_add = torch.addmm if x.dim() == 2 else torch.baddbmm
     for _ in range(ns_steps):
-        gram = x @ x.T
-        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-    return x.T if tall else x
+        gram = x @ x.mT
+        x = multiply_add(x, multiply_add(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x
+
+
+#: (shape, count, ns_coefficients, ns_steps, torch's thread count) -> whether torch's batched matmuls
+#: (``baddbmm``) gave the same bits as its per-matrix ``addmm`` calls, checked once on this machine
+_BATCH_VERDICTS: dict = {}
+
+
+def newton_schulz_many(
+    updates: list,
+    ns_coefficients: tuple = (3.4445, -4.7750, 2.0315),
+    ns_steps: int = 5,
+    eps: float = 1e-7,
+) -> list:
+    r""":func:`newton_schulz` of each of ``updates`` (2-D matrices), matrices of one shape iterated together as
+    one stack through ``torch.baddbmm`` where that gives the bits of torch's per-matrix ``torch.addmm``
+    calls on this machine.
+
+    Both are oneDNN matrix products on the CPU; whether the batched one accumulates each element in the
+    per-matrix one's order is a property of the library and the processor, not a documented contract. So it
+    is checked: until a shape, count, coefficients, step count and torch thread count have been seen with
+    finite, non-zero results, both run and the per-matrix results are used; the stack is used from then on
+    only if the two were equal bit for bit (the verdict is remembered per process).
+
+    Parameters
+    ----------
+    updates : list of Tensor
+        2-D matrices.
+    ns_coefficients, ns_steps, eps
+        As :func:`newton_schulz`'s.
+
+    Returns
+    -------
+    list of Tensor
+        The bfloat16 results, in order, each of its update's shape.
+    """
+    _check_newton_schulz(updates, ns_coefficients, ns_steps)
+    out: list = [None] * len(updates)
+    same: dict = {}
+    for k, u in enumerate(updates):
+        same.setdefault(tuple(u.shape), []).append(k)
+    for shape, members in same.items():
+        if len(members) < 2:
+            out[members[0]] = newton_schulz(updates[members[0]], ns_coefficients, ns_steps, eps)
+            continue
+        key = (shape, len(members), tuple(ns_coefficients), ns_steps, eps, torch.get_num_threads())
+        verdict = _BATCH_VERDICTS.get(key)
+        results: list = []
+        if verdict is not False:
+            stack = torch.stack([_normalised(updates[k], eps) for k in members])
+            stack = _iterate(stack, ns_coefficients, ns_steps)
+            results = list(stack.mT.unbind(0) if shape[0] > shape[1] else stack.unbind(0))
+        if verdict is not True:
+            single = [newton_schulz(updates[k], ns_coefficients, ns_steps, eps) for k in members]
+            # judged on finite, non-zero results only (zero gradients would make any two methods agree)
+            if verdict is None and all(bool(x.isfinite().all() and x.ne(0).any()) for x in single):
+                _BATCH_VERDICTS[key] = all(torch.equal(x, y) for x, y in zip(results, single))
+            results = single
+        for k, x in zip(members, results):
+            out[k] = x
+    return out
 
 
 def adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: tuple) -> float:
@@ -178,45 +256,70 @@ class Muon(KernelOptimizer):
 
     def _dense_step(self, work: _Work) -> None:
         group, params, grads = work.group, work.dense, work.grads
-        # a tensor lr stays a tensor in torch's arithmetic (rounded to its dtype): the same numbers here
-        lr = group["lr"]
-        momentum, decay = group["momentum"], float(1 - lr * group["weight_decay"])
+        if any(grad.ndim != 2 for grad in grads):
+            raise ValueError("Param gradient must be a 2D matrix")
+        _check_newton_schulz(grads, group["ns_coefficients"], group["ns_steps"])  # before anything is written
+        batches: dict = {}  # dtype -> [(p, grad)]: CPU float32/float64 tensors laid out in index order
         for p, grad in zip(params, grads):
-            if grad.ndim != 2:
-                raise ValueError("Param gradient must be a 2D matrix")
-            grad = grad if grad.is_contiguous() else grad.contiguous()
-            state = self.state[p]
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
-            kind = _views.device_kind(p)
-            dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
-            update = self._pre_buffer(p)
-            buf, u, g = (_views.view(t, kind, flat=True) for t in (state["momentum_buffer"], update, grad))
-            K.launch_small(
-                K._muon_momentum,
-                kind,
-                p.numel(),
-                buf,
-                u,
-                g,
-                *K.muon_momentum_scalars(dtype, momentum, group["nesterov"]),
-            )
-            ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+            if (
+                p.dtype in _views.FLOAT_DTYPES
+                and _views.device_kind(p) == "cpu"
+                and p.is_contiguous()
+                and grad.is_contiguous()
+            ):
+                batches.setdefault(p.dtype, []).append((p, grad))
+            else:
+                self._one_step(p, grad, group)
+        for dtype, pairs in batches.items():
+            self._many_step(_views.FLOAT_DTYPES[dtype], pairs, group)
+
+    def _buffer(self, p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+        return state["momentum_buffer"]
+
+    def _many_step(self, dtype: np.dtype, pairs: list, group: dict) -> None:
+        """The step of contiguous CPU parameters of one float dtype (``pairs``: ``(p, grad)``): the momenta in
+        one compiled call, Newton–Schulz per matrix (torch's calls), the steps in one compiled call
+        (:mod:`optkernels.kernels.torch_many`)."""
+        lr = group["lr"]  # a tensor lr stays a tensor in torch's arithmetic (rounded to its dtype), as here
+        params = [p for p, _ in pairs]
+        grads = [g for _, g in pairs]
+        buffers = [self._buffer(p, g) for p, g in pairs]
+        updates = [self._pre_buffer(p) for p in params]
+        chunks, like = _views.chunks(list(map(torch.Tensor.numel, params))), np.empty(0, dtype)
+        scalars = K.muon_momentum_scalars(dtype, group["momentum"], group["nesterov"])
+        M.muon_momenta(chunks, _views.addresses(buffers, updates, grads), like, *scalars)
+        orthogonal = newton_schulz_many(updates, group["ns_coefficients"], group["ns_steps"], group["eps"])
+        for update, ortho in zip(updates, orthogonal):
             update.copy_(ortho)  # bfloat16 -> the parameter's dtype: exact
-            step = -float(adjusted_lr(lr, group["adjust_lr_fn"], p.shape))
-            # the kernels run in index order: a parameter laid out otherwise goes through a contiguous copy
-            target = p.detach() if p.is_contiguous() else p.detach().contiguous()
-            K.launch_small(
-                K._decayed_step,
-                kind,
-                p.numel(),
-                _views.view(target, kind, flat=True),
-                u,
-                dtype.type(decay),
-                dtype.type(step),
-            )
-            if not p.is_contiguous():
-                p.detach().copy_(target)
+        steps = [-float(adjusted_lr(lr, group["adjust_lr_fn"], p.shape)) for p in params]
+        decay = dtype.type(float(1 - lr * group["weight_decay"]))
+        M.decayed_steps(chunks, _views.addresses(params, updates), np.array(steps, dtype), decay, like)
+
+    def _one_step(self, p: torch.Tensor, grad: torch.Tensor, group: dict) -> None:
+        """The step of one parameter (CUDA, or laid out other than in index order)."""
+        lr = group["lr"]
+        grad = grad if grad.is_contiguous() else grad.contiguous()
+        buffer = self._buffer(p, grad)
+        kind = _views.device_kind(p)
+        dtype = _views.FLOAT_DTYPES.get(p.dtype, _views.FLOAT_DTYPES[torch.float32])
+        update = self._pre_buffer(p)
+        buf, u, g = (_views.view(t, kind, flat=True) for t in (buffer, update, grad))
+        scalars = K.muon_momentum_scalars(dtype, group["momentum"], group["nesterov"])
+        K.launch_small(K._muon_momentum, kind, p.numel(), buf, u, g, *scalars)
+        ortho = newton_schulz(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+        update.copy_(ortho)  # bfloat16 -> the parameter's dtype: exact
+        step = -float(adjusted_lr(lr, group["adjust_lr_fn"], p.shape))
+        # the kernels run in index order: a parameter laid out otherwise goes through a contiguous copy
+        target = p.detach() if p.is_contiguous() else p.detach().contiguous()
+        decay = dtype.type(float(1 - lr * group["weight_decay"]))
+        K.launch_small(
+            K._decayed_step, kind, p.numel(), _views.view(target, kind, flat=True), u, decay, dtype.type(step)
+        )
+        if not p.is_contiguous():
+            p.detach().copy_(target)
 
 
 def default_muon_split(name: str, p: torch.Tensor, module: torch.nn.Module | None = None) -> bool:
