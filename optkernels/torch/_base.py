@@ -715,7 +715,11 @@ class KernelOptimizer(torch.optim.Optimizer):
             # from a guard (see _sort): the gradients' addresses only, each laid out as its parameter
             raw = grads[k] if grads else params[k].grad
             address = int(ptrs[k]) if ptrs is not None else raw.data_ptr()
-            if kind == "cpu" and prestep is None and self._launch_half(plan, entry, group, raw, address, step):
+            if (
+                kind == "cpu"
+                and prestep is None
+                and self._launch_half(plan, entry, group, raw, address, step)
+            ):
                 continue
             dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
             grad = _views.view(_flat(raw), kind, flat=True)
