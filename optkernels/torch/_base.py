@@ -22,9 +22,10 @@ the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-ste
   gradients' addresses refilled each step), the pre-step folded into the same loop; CUDA parameters and
   float16/bfloat16 CPU parameters get one launch per tensor, the pre-step into a buffer allocated once per
   parameter (float32 for a half parameter). The group's step counters are views into one float32 tensor.
-  A plan of one launch table is checked at the next step by one compiled read of the tensors' own fields
-  (:class:`._fields.Guard`: the same parameters, memory, sizes, strides, dtypes, devices, and gradients
-  laid out as their parameters); anything else takes the Python checks above.
+  A plan of one launch table, or of float16/bfloat16 CPU parameters only, is checked at the next step by
+  one compiled read of the tensors' own fields (:class:`._fields.Guard`: the same parameters, memory, sizes,
+  strides, dtypes, devices, and gradients laid out as their parameters); anything else takes the Python
+  checks above.
 
 Nothing is allocated per step in proportion to the model.
 """
