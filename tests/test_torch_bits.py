@@ -279,6 +279,37 @@ def test_half_tails_move_with_torchs_thread_count(threads):
     assert 0x7FC0 in seen and seen - {0x7FC0, -64}
 
 
+def test_half_gradients_written_in_place_replaced_and_moved():
+    """A bfloat16 plan is checked by the compiled guard and keeps its gradient's bits between steps: a
+    gradient written in place, a new one, one swapped for a view of another tensor's memory (a new address),
+    and a parameter without a gradient for a step still give torch's bits."""
+    gen = torch.Generator().manual_seed(3)
+    init = [torch.randn(n, generator=gen).to(BF16) for n in (1000, 33)]
+    theirs = [t.clone().requires_grad_() for t in init]
+    ours = [t.clone().requires_grad_() for t in init]
+    reference, optimizer = torch.optim.Adam(theirs, foreach=False), okt.Adam(ours)
+    for step in range(6):
+        for k, (a, b) in enumerate(zip(theirs, ours)):
+            g = torch.randn(a.shape, generator=gen).to(BF16)
+            if step == 4 and k == 1:
+                a.grad = b.grad = None
+            elif step in (1, 2) and b.grad is not None:  # in place: the same address, new values
+                a.grad.copy_(g)
+                b.grad.copy_(g)
+            elif step == 3:  # views into the middle of a larger tensor: a new address
+                a.grad, b.grad = torch.cat([g, g])[a.numel():], torch.cat([g, g])[a.numel():]
+            else:
+                a.grad, b.grad = g, g.clone()
+        reference.step()
+        optimizer.step()
+        for a, b in zip(theirs, ours):
+            assert _same_half(a, b), f"step {step + 1}: parameter"
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert _same_half(reference.state[a][key], optimizer.state[b][key]), f"step {step + 1}: {key}"
+        if step in (1, 2):
+            assert optimizer._plans[0].guard is not None  # the compiled check served these steps
+
+
 SPARSE_CASES = [
     ("SparseAdam", {}),
     ("SparseAdam", dict(maximize=True, betas=(0.3, 0.9), lr=0.01)),

@@ -42,6 +42,12 @@ _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 #: gain from every core on an idle machine, bench/results).
 SERIAL_BELOW = 1 << 15
 
+#: How many float32 elements of :data:`SERIAL_BELOW`'s measure one element of a split fused half loop
+#: (:data:`_CPU_FUSED_SPLIT`, torch's rules on float16/bfloat16 tensors) weighs: rounding after every operation
+#: makes such an element several times the work of a float32 Adam element, so a second core pays off on
+#: fewer of them.
+SPLIT_ELEMENT_WEIGHT = 4
+
 _CPU_LOOP = """
 def {name}(n, {args}):
     for i in prange(n):
@@ -263,12 +269,13 @@ _BASE_SOURCE = Elementwise._cpu_source
 class _SerialBelow:
     """Inside :func:`parallel_launch`: a parallel loop over fewer than :data:`SERIAL_BELOW` elements runs on
     the calling thread (this thread's Numba thread count set to 1, restored after), where a parallel
-    region's fork and join would cost more than the loop."""
+    region's fork and join would cost more than the loop. ``weight``: float32 elements per element of the
+    loop (:data:`SPLIT_ELEMENT_WEIGHT` for the costlier ones)."""
 
     __slots__ = ("n", "threads")
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, n: int, weight: int = 1):
+        self.n = n * weight
         self.threads = 1
 
     def __enter__(self) -> int:
@@ -909,7 +916,7 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
             views[k] = type(a)(np.nan)
     extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
-        with parallel_launch(), _SerialBelow(n):
+        with parallel_launch(), _SerialBelow(n, _weight(workspace)):
             if workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
                 driver(parallel_allowed(), n, *views)
                 return
@@ -934,7 +941,7 @@ class HalfLauncher:
         Example arguments (arrays with their half dtypes, and scalars), as :meth:`Elementwise.launch` takes.
     """
 
-    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half")
+    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half", "_weight")
 
     def __init__(self, ew: Elementwise, args: tuple):
         kinds = _half_kinds(args)
@@ -946,6 +953,7 @@ class HalfLauncher:
         self.flags = flags
         self._driver, half, scalars, self._workspace = _half_plan(ew, "cpu", kinds, False, flags)
         self._n_half = len(half)
+        self._weight = _weight(self._workspace)
         self._nan_scalars = tuple(k for k in scalars if type(args[k]) in _FLOAT_SCALARS)
 
     def fits(self, args: tuple) -> bool:
@@ -966,7 +974,7 @@ class HalfLauncher:
             a = args[k]
             if a != a:
                 args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
-        with parallel_launch(), _SerialBelow(n):
+        with parallel_launch(), _SerialBelow(n, self._weight):
             if self._workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
                 self._driver(parallel_allowed(), n, *args)
                 return True
@@ -997,6 +1005,11 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
         workspace = _NO_WORKSPACE if fused else _SPLIT_WORKSPACE if split else None
         plan = drivers[key] = (driver, half, scalars, workspace)
     return plan
+
+
+def _weight(workspace: np.ndarray | None) -> int:
+    """The weight of one element (see :class:`_SerialBelow`) of a launch whose plan has ``workspace``."""
+    return SPLIT_ELEMENT_WEIGHT if workspace is _SPLIT_WORKSPACE else 1
 
 
 #: The workspace of a fused launch: a placeholder marking it (a chunked launch, which takes none).

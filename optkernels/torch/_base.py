@@ -22,15 +22,17 @@ the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-ste
   gradients' addresses refilled each step), the pre-step folded into the same loop; CUDA parameters and
   float16/bfloat16 CPU parameters get one launch per tensor, the pre-step into a buffer allocated once per
   parameter (float32 for a half parameter). The group's step counters are views into one float32 tensor.
-  A plan of one launch table is checked at the next step by one compiled read of the tensors' own fields
-  (:class:`._fields.Guard`: the same parameters, memory, sizes, strides, dtypes, devices, and gradients
-  laid out as their parameters); anything else takes the Python checks above.
+  A plan of one launch table, or of float16/bfloat16 CPU parameters only, is checked at the next step by
+  one compiled read of the tensors' own fields (:class:`._fields.Guard`: the same parameters, memory, sizes,
+  strides, dtypes, devices, and gradients laid out as their parameters); anything else takes the Python
+  checks above.
 
 Nothing is allocated per step in proportion to the model.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import operator
 import warnings
@@ -505,8 +507,10 @@ class KernelOptimizer(torch.optim.Optimizer):
             if (
                 work.plan.whole
                 and work.plan.guard is None
-                and len(work.plan.cpu) == 1
-                and not work.plan.single
+                and (
+                    (len(work.plan.cpu) == 1 and not work.plan.single)
+                    or (not work.plan.cpu and all(entry[1] == "cpu" for entry in work.plan.single))
+                )
             ):
                 work.plan.guard = _guard(work.dense, work.grads)
         return work
@@ -709,10 +713,17 @@ class KernelOptimizer(torch.optim.Optimizer):
         for entry in plan.single:
             k, kind, arrays, n, buffer = entry
             step = first if uniform else int(steps[k])
-            if kind == "cpu" and prestep is None and self._launch_half(plan, entry, group, grads[k], step):
+            # from a guard (see _sort): the gradients' addresses only, each laid out as its parameter
+            raw = grads[k] if grads else params[k].grad
+            address = int(ptrs[k]) if ptrs is not None else raw.data_ptr()
+            if (
+                kind == "cpu"
+                and prestep is None
+                and self._launch_half(plan, entry, group, raw, address, step)
+            ):
                 continue
             dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
-            grad = _views.view(_flat(grads[k]), kind, flat=True)
+            grad = _views.view(_flat(raw), kind, flat=True)
             if prestep is not None:
                 _axpy_scal.launch(
                     kind,
@@ -733,26 +744,33 @@ class KernelOptimizer(torch.optim.Optimizer):
         for p, copy in plan.copies:
             p.detach().copy_(copy)
 
-    def _launch_half(self, plan: _Plan, entry: tuple, group: dict, grad: torch.Tensor, step: int) -> bool:
+    def _launch_half(
+        self, plan: _Plan, entry: tuple, group: dict, grad: torch.Tensor, address: int, step: int
+    ) -> bool:
         """The step numbered ``step`` of ``plan``'s single ``entry`` where it is a float16/bfloat16 CPU
         parameter whose kernel takes torch's tail scalars (and no pre-step buffer): the same launch as
         ``kernel.launch`` makes, through a :class:`HalfLauncher` kept in the plan, with the parameter's and
-        state's ``uint16`` views made once. False (nothing done) for any other entry, or where the
-        launcher cannot serve the step (then ``kernel.launch`` does)."""
+        state's ``uint16`` views made once, and the gradient's (``grad``, whose data ``address`` is given)
+        kept while its address stays. False (nothing done) for any other entry, or where the launcher
+        cannot serve the step (then ``kernel.launch`` does)."""
         k, _, arrays, n, _ = entry
         kept = plan.half.get(k)
         if kept is None:
             kernel = plan.key[1][0]
             ew = _half_kernel(kernel) if kernel in TAKES_TAIL and arrays[0].dtype in _HALF_NUMPY else None
-            kept = plan.half[k] = [ew, [a.view(np.uint16) for a in arrays] if ew is not None else None]
-        ew, bits = kept[0], kept[1]
+            kept = plan.half[k] = [ew, [a.view(np.uint16) for a in arrays] if ew is not None else None, None]
+        ew, bits, seen = kept[0], kept[1], kept[2]
         if ew is None:
             return False
         scalars = self._scalars(group, step, _FLOAT32)[:-3] + _tail_scalars(n)
-        args = (*bits, _bits(grad), *scalars)
+        if seen is None or seen[0] != address:  # the gradient's bits, kept while its memory stays
+            seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))
+            if seen[0] is not None:
+                kept[2] = seen
+        args = (*bits, seen[1], *scalars)
         launcher = kept[-1]  # the last one made: the one that fits, unless a flag changed since
         if not (isinstance(launcher, HalfLauncher) and launcher.fits(args)):
-            launcher = next((f for f in kept[2:] if f.fits(args)), None)
+            launcher = next((f for f in kept[3:] if f.fits(args)), None)
             if launcher is None:
                 launcher = HalfLauncher(ew, (*arrays, _views.view(_flat(grad), "cpu", flat=True), *scalars))
                 kept.append(launcher)
@@ -867,6 +885,16 @@ def _bits(t: torch.Tensor) -> np.ndarray:
         bits = t.detach().view(torch.uint16).numpy()
         return bits if bits.ndim == 1 else bits.reshape(-1)
     return _views.view(_flat(t), "cpu", flat=True).view(np.uint16)
+
+
+def _bits_at(address: int, n: int) -> np.ndarray:
+    """The ``uint16`` array of the ``n`` elements at ``address``: the memory of a dense float16/bfloat16
+    tensor (as :func:`_bits` of it), without a reference to the tensor, so that it can be kept between steps
+    and used again while a tensor of the same size lives at the same address."""
+    return np.ctypeslib.as_array((ctypes.c_uint16 * n).from_address(address)) if n else _NO_BITS
+
+
+_NO_BITS = np.empty(0, np.uint16)
 
 
 def _laid_out(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
