@@ -98,16 +98,17 @@ def test_torch_adam_bfloat16_loop_is_vectorised():
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checks x86 instructions")
 @pytest.mark.parametrize("dtype, suffix", [(np.float32, "ps"), (np.float64, "pd")])
 def test_apply_adam_chunk_worker_is_vectorised_and_no_parallel_loop_is_compiled(dtype, suffix):
-    """The CPU launch runs the chunk worker (kernels/_chunks): packed sqrt and div there, and a launch compiles
-    no parallel loop (the parfor driver ``_adam.cpu`` is never compiled)."""
+    """The CPU launch runs the chunked entry (kernels/_chunks): packed sqrt and div in its part loop, and a
+    launch compiles no parallel loop (the parfor driver ``_adam.cpu`` is never compiled)."""
     from optkernels.kernels import _chunks
     from optkernels.kernels.adam import _adam
 
     x = np.ones(64, dtype)
     s = dtype(0.5)
     arguments = (x, x.copy(), x.copy(), x.copy(), s, s, s, s, s, False)
-    worker = _chunks.compile_worker(_adam.py_func, tuple(map(numba.typeof, arguments)), cache=False)
-    asm = worker._library.get_asm_str()
+    fresh = _chunks.entry(_adam.py_func, cache=False)
+    fresh(False, x.size, *(a.copy() if isinstance(a, np.ndarray) else a for a in arguments))
+    asm = fresh.inspect_asm(fresh.signatures[0])
     assert re.search(rf"\bv?sqrt{suffix}\b", asm), f"no packed sqrt{suffix} in apply_adam's chunk worker"
     assert re.search(rf"\bv?div{suffix}\b", asm), f"no packed div{suffix} in apply_adam's chunk worker"
     if dtype == np.float32:
