@@ -61,7 +61,9 @@ _CPU_SUMSQ = """
 def {name}(n, chunk, sums0, sums1, {args}):
     for c in prange(sums0.shape[0]):
         start = c * chunk
-        stop = min(start + chunk, n)
+        stop = start + chunk
+        if n < stop:  # min(): the builtin would be compiled as a function of its own
+            stop = n
         s0 = 0.0
         s1 = 0.0
         for i in range(start, stop):

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _checks, _cuda
 from ._checks import attr_bool, check_arrays, check_range, to_scalar
-from ._elementwise import chunked_sums_of_squares, elementwise
+from ._elementwise import chunked_sums_of_squares, elementwise, scalar_math
 from ._upcast import via_float32
 
 Scalar = Any  # a Python/NumPy number, or a 0-d or shape-(1,) array
@@ -32,6 +32,13 @@ Scalar = Any  # a Python/NumPy number, or a 0-d or shape-(1,) array
 TINY = 1e-30
 """Lower clamp of the row mean, of the normalised row and column statistics and of the unfactored
 statistic before their inverse square roots (MindSpore's CPU kernel uses the same 1e-30)."""
+
+
+@scalar_math
+def _at_least(x, floor):
+    """Python's ``max(x, floor)``: ``floor`` where it is larger, else ``x`` (a NaN ``x`` stays NaN), in the
+    type of both; inlined (the builtin ``max`` is compiled as a function of its own)."""
+    return floor if floor > x else x
 
 
 @elementwise
@@ -55,7 +62,7 @@ def _column_statistic(k, col, col_factor, grad, n_rows, n_cols, eps1, beta2t, on
     for r in range(n_rows):
         g = grad[first + r * n_cols]
         total += float(g * g + eps1)
-    col[k] = max(beta2t * col[k] + one_minus_beta2t * (total / n_rows), 1e-30)
+    col[k] = _at_least(beta2t * col[k] + one_minus_beta2t * (total / n_rows), 1e-30)
     col_factor[k] = 1.0 / math.sqrt(float(col[k]))
 
 
@@ -66,16 +73,16 @@ def _row_factors(b, row_factor, row, n_rows):
     total = 0.0
     for r in range(start, start + n_rows):
         total += float(row[r])
-    mean = max(total / n_rows, 1e-30)
+    mean = _at_least(total / n_rows, 1e-30)
     for r in range(start, start + n_rows):
-        row_factor[r] = 1.0 / math.sqrt(max(float(row[r]) / mean, 1e-30))
+        row_factor[r] = 1.0 / math.sqrt(_at_least(float(row[r]) / mean, 1e-30))
 
 
 @elementwise
 def _vector_statistic(i, exp_avg_sq, factor, grad, eps1, beta2t, one_minus_beta2t):
     # Unfactored: V <- max(beta2t*V + (1 - beta2t)*(g^2 + eps1), TINY), and the factor 1/sqrt(V).
     g = grad[i]
-    exp_avg_sq[i] = max(beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1), 1e-30)
+    exp_avg_sq[i] = _at_least(beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1), 1e-30)
     factor[i] = 1.0 / math.sqrt(float(exp_avg_sq[i]))
 
 
@@ -111,7 +118,7 @@ def _vector_statistic_half(i, half_bits, factor, grad, half_values, eps1, beta2t
         else:
             bits = sign | ((exponent << 10) + int(q) - 1024)
     half_bits[i] = bits
-    factor[i] = 1.0 / math.sqrt(max(float(half_values[bits]), 1e-30))
+    factor[i] = 1.0 / math.sqrt(_at_least(float(half_values[bits]), 1e-30))
 
 
 @elementwise
