@@ -7,7 +7,8 @@ per-element (or per-row, per-column, per-slice) function compiled for both targe
    column, which sums its elements in a fixed order) or the element-wise running average (rank < 2), and the
    factors ``1/sqrt(.)`` of each row/column (or element);
 2. sums of squares of the unscaled update ``U`` and of the old parameter, over fixed chunks
-   (:class:`._elementwise.ChunkedSumsOfSquares`), combined exactly with ``math.fsum``;
+   (:class:`._elementwise.ChunkedSumsOfSquares`), combined exactly with ``math.fsum`` (unfactored, in the
+   same pass as the statistic);
 3. the element-wise update of the parameter and of the first moment.
 
 Every sum is taken in float64 in an order fixed by the shape alone (never by the thread count), so the result
@@ -79,18 +80,10 @@ def _row_factors(b, row_factor, row, n_rows):
 
 
 @elementwise
-def _vector_statistic(i, exp_avg_sq, factor, grad, eps1, beta2t, one_minus_beta2t):
-    # Unfactored: V <- max(beta2t*V + (1 - beta2t)*(g^2 + eps1), TINY), and the factor 1/sqrt(V).
-    g = grad[i]
-    exp_avg_sq[i] = _at_least(beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1), 1e-30)
-    factor[i] = 1.0 / math.sqrt(float(exp_avg_sq[i]))
-
-
-@elementwise
 def _vector_statistic_half(i, half_bits, factor, grad, half_values, eps1, beta2t, one_minus_beta2t):
-    # As _vector_statistic with V stored as IEEE binary16 bit patterns: decode through the table of all
-    # 65536 values (exact, in the arrays' dtype), round the new value to the nearest binary16 (ties to even),
-    # store its bits, and take the factor from the stored value.
+    # The statistic of _vector_statistic_sums with V stored as IEEE binary16 bit patterns: decode through the
+    # table of all 65536 values (exact, in the arrays' dtype), round the new value to the nearest binary16
+    # (ties to even), store its bits, and take the factor from the stored value.
     g = grad[i]
     v = beta2t * half_values[half_bits[i]] + one_minus_beta2t * (g * g + eps1)
     a = float(v)  # MindSpore's clamp to 1e-30 is not needed: 0 <= v < 1e-30 rounds to +0 either way
@@ -125,6 +118,16 @@ def _vector_statistic_half(i, half_bits, factor, grad, half_values, eps1, beta2t
 def _scaled(i, out, grad, reciprocal):
     # The gradient divided by the global norm, as MindSpore does it: g * (1/global_norm).
     out[i] = grad[i] * reciprocal
+
+
+@chunked_sums_of_squares
+def _vector_statistic_sums(i, exp_avg_sq, factor, grad, param, eps1, beta2t, one_minus_beta2t, col_factor):
+    # Unfactored, in one pass: V <- max(beta2t*V + (1 - beta2t)*(g^2 + eps1), TINY) and its factor 1/sqrt(V),
+    # then _update_sums' (U, X) of element i from the stored factor (col_factor: the column factor, 1).
+    g = grad[i]
+    exp_avg_sq[i] = _at_least(beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1), 1e-30)
+    factor[i] = 1.0 / math.sqrt(float(exp_avg_sq[i]))
+    return g * factor[i] * col_factor, param[i]
 
 
 @chunked_sums_of_squares
@@ -400,15 +403,17 @@ def fused_ada_factor(
         n_rows, n_cols = n, 1
         row_factor = empty(n, dtype)
         col_factor = np.ones(1, dtype) if device == "cpu" else _cuda.module().to_device(np.ones(1, dtype))
+    if factored or half:
         if half:
             bits = _checks._flatten(exp_avg_sq, device).view(np.uint16)
             _vector_statistic_half.launch(
                 device, n, bits, row_factor, g, _half_table(dtype.str, device), eps1, b2t, one - b2t
             )
-        else:
-            _vector_statistic.launch(device, n, flat["exp_avg_sq"], row_factor, g, eps1, b2t, one - b2t)
-
-    sum_u2, sum_x2 = _update_sums.launch(device, n, g, x, row_factor, col_factor, n_rows, n_cols)
+        sum_u2, sum_x2 = _update_sums.launch(device, n, g, x, row_factor, col_factor, n_rows, n_cols)
+    else:  # the statistic and the sums in one pass (one loop fewer to compile and to run)
+        sum_u2, sum_x2 = _vector_statistic_sums.launch(
+            device, n, flat["exp_avg_sq"], row_factor, g, x, eps1, b2t, one - b2t, one
+        )
     rms_u = math.sqrt(sum_u2 / n)
     if rms_u == 0.0:
         clip = 1.0
