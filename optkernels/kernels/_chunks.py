@@ -1,23 +1,26 @@
-"""The CPU launch of an element loop: one chunk worker per kernel, run on Numba's threads without a parfor.
+"""The CPU launch of an element loop: one compiled entry per kernel, run on Numba's threads without a parfor.
 
-A kernel's CPU launch compiles two small functions, each optimised and emitted once:
+A kernel's CPU launch is one cached ``numba.njit`` function, the **entry**, typed by the call's arguments
+(``entry(parallel, n, *arguments)``, releasing the GIL). Its machine code holds three functions, optimised
+and emitted together, once:
 
-* the **chunk worker**, a C function (``numba.cfunc``, cached on disk) with the signature of a parallel
-  kernel of Numba's threading layer, ``worker(args, dims, steps, data)``: ``data`` points at the packed
-  call ``(n, parts, *arguments)``; the worker runs parts ``args[0] .. args[0] + dims[0] - 1`` of ``parts``
-  equal slices of ``0 .. n - 1``, each as ``for i in range(start, stop): element(i, *arguments)`` (an
-  unsigned index, as in Numba's own parallel loop, so the loop vectorises).
-* the **entry**, a plain ``numba.njit`` function (cached, releasing the GIL) typed by the call's arguments:
-  it packs them on its stack and hands the worker to the threading layer's ``parallel_for`` (the function
-  Numba's parallel loops call), with one part per thread of the calling thread's count; with one thread, or
-  in a process where the layer cannot run (:func:`._threading.for_this_process`), it calls the worker
-  itself over the whole range.
+* the **part loop** ``parts(first, count, n, parts, *arguments)``: for each part ``p`` of ``first .. first
+  + count - 1``, ``for i in range(p·n // parts, (p + 1)·n // parts): element(i, *arguments)`` (an unsigned
+  index, as in Numba's own parallel loop, so the loop vectorises). It is compiled with ``noalias`` array
+  arguments (as Numba compiles the body of a parallel loop), so that LLVM may load one array before it
+  stores another;
+* the **worker**, a C function with the signature of a parallel kernel of Numba's threading layer,
+  ``worker(args, dims, steps, data)``: ``data`` points at the packed call ``(n, parts, *arguments)``; it
+  calls the part loop for parts ``args[0] .. args[0] + dims[0] - 1``;
+* the entry itself, which packs the call on its stack and hands the worker to the threading layer's
+  ``numba_parallel_for`` (the function Numba's parallel loops call) with one part per thread of the calling
+  thread's count; with one thread, or in a process where the layer cannot run
+  (:func:`._threading.for_this_process`), it calls the worker itself over the whole range.
 
 So no parallel loop is compiled per kernel: Numba's parfor passes, which type and lower the loop body again
-as a gufunc and optimise it once more in each of its wrappers, never run. The entry refers to its worker by
-a symbol name derived from the kernel and the argument types; the worker is compiled (or loaded) and the
-symbol registered when the entry is typed, and again before a cached entry is loaded (Numba's
-``reload_init`` hook of the entry's compile result). Each element is computed by the same call of the element
+as a gufunc and optimise it once more in each of its wrappers, never run; and the part loop, compiled as a
+subroutine of the entry, is linked into the entry's module before it is optimised (not finalised on its
+own as Numba's ``compile_subroutine`` would). Each element is computed by the same call of the element
 function as in any other loop, so the bits do not depend on the thread count or on how the range is cut.
 """
 
@@ -44,38 +47,22 @@ def {name}(_parallel, _count, {args}):
     run_chunks(_parallel, _count, {args})
 """
 
-_WORKER = """
-def {name}(_args, _dims, _steps, _data):
-    _n, _parts, {args} = load_packed(_data)
-    _first = _args[0]
-    for _p in range(_first, _first + _dims[0]):
+# The parts of a worker call, each an element loop over its slice of 0 .. n - 1.
+_PARTS = """
+def {name}(_first, _count, _n, _parts, {args}):
+    for _p in range(_first, _first + _count):
         _start = _p * _n // _parts
         _stop = (_p + 1) * _n // _parts
-        run_loop(_start, _stop, {args})
+        for i in range(uint64(_start), uint64(_stop)):
+            element(i, {args})
 """
-
-# The element loop of a part, compiled inside the worker with ``noalias`` array arguments (as Numba compiles
-# the body of a parallel loop), so that LLVM may reorder one array's loads before another's stores.
-_LOOP = """
-def {name}(_start, _stop, {args}):
-    for i in range(uint64(_start), uint64(_stop)):
-        element(i, {args})
-"""
-
-#: The C signature of a worker: Numba's parallel kernel ``void(char **args, intp *dims, intp *steps, void
-#: *data)`` (``args`` seen as integers: its one entry is the first part's number).
-WORKER_SIGNATURE = types.void(
-    types.CPointer(types.intp), types.CPointer(types.intp), types.CPointer(types.intp), types.voidptr
-)
 
 _BYTE_P = ir.IntType(8).as_pointer()
 _INTP = ir.IntType(64)
-
-#: (module, function name) -> (the function, its salt) of every entry made in this process: how a cached
-#: entry finds its worker again.
-_FUNCTIONS: dict[tuple[str, str], tuple[Callable, str]] = {}
-#: symbol name -> the worker's cfunc (kept alive: its code must not be freed while the symbol is in use).
-_WORKERS: dict[str, Any] = {}
+#: Numba's parallel kernel: ``void(char **args, intp *dims, intp *steps, void *data)``.
+_WORKER_TYPE = ir.FunctionType(
+    ir.VoidType(), [_BYTE_P.as_pointer(), _INTP.as_pointer(), _INTP.as_pointer(), _BYTE_P]
+)
 
 
 def _digest(*texts: str) -> str:
@@ -89,17 +76,6 @@ def _module_source() -> str:
 
 def _params(py_func: Callable) -> list[str]:
     return list(inspect.signature(py_func).parameters)[1:]
-
-
-def _key(py_func: Callable) -> tuple[str, str]:
-    return py_func.__module__, py_func.__qualname__
-
-
-def symbol_name(py_func: Callable, arg_types: tuple, salt: str = "") -> str:
-    """The symbol of the worker of ``py_func`` for arguments of ``arg_types`` (a Numba type per argument);
-    ``salt``: the text of whatever generated ``py_func`` (see :func:`entry`)."""
-    module, name = _key(py_func)
-    return f"optkernels_chunks_{name}_{_digest(module, name, _module_source(), salt, str(arg_types))}"
 
 
 def define(name: str, source: str, py_func: Callable, namespace: dict) -> Callable:
@@ -117,92 +93,61 @@ def generate(template: str, name: str, py_func: Callable, namespace: dict) -> Ca
     return define(name, template.format(name=name, args=", ".join(_params(py_func))), py_func, namespace)
 
 
-def _loop_runner(loop: Callable) -> Any:
-    """An intrinsic ``run_loop(start, stop, *arguments)`` calling ``loop`` compiled as a subroutine whose
-    array arguments are ``noalias``, inlined into the worker (``alwaysinline``).
+class _LinkedUnoptimised:
+    """A compiled library that its user links at its own finalisation (Numba's ``add_linking_library``) but
+    that is not finalised first: Numba optimises and emits every linked library by itself before linking it
+    (a second optimisation of the same code); this one's functions are only linked, ``linkonce_odr`` as
+    Numba links a shared subroutine, and optimised once, in their user's module."""
 
-    The inlining is what makes the worker's code the same in every process. The subroutine is compiled
-    into a library of its own, which Numba finalises into the process's JIT at once, and the worker's
-    module gets a weak (``linkonce_odr``) copy of it. A call left in the worker names that copy's symbol,
-    and the JIT resolves a weak symbol to a definition it already holds. In the process that compiles
-    the worker, that is the separate library's copy, which is optimised once and, for a multi-tensor
-    row loop, not vectorised. Loaded from the cache it is the worker's own copy, optimised twice over
-    and vectorised. Inlined, no such call is left."""
+    def __init__(self, library: Any):
+        self._reload_init = library._reload_init
+        self._module = library._final_module  # function-level passes done, module-level passes not
+        for function in self._module.functions:
+            if not function.is_declaration and function.linkage == binding.Linkage.external:
+                function.linkage = binding.Linkage.linkonce_odr
 
-    @intrinsic
-    def run_loop(typingctx, start, stop, *args):
-        signature = types.void(types.int64, types.int64, *args)
-
-        def codegen(context, builder, sig, llargs):
-            flags = compiler.Flags()
-            flags.noalias = True
-            flags.nrt = True
-            flags.error_model = "numpy"
-            flags.forceinline = True
-            result = context.compile_subroutine(builder, loop, signature, flags=flags, caching=False)
-            values = cgutils.unpack_tuple(builder, llargs[2], len(args))
-            first, last = (context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], sig.args[:2]))
-            context.call_internal(builder, result.fndesc, signature, [first, last, *values])
-            return context.get_dummy_value()
-
-        return types.void(start, stop, types.StarArgTuple.from_types(args)), codegen
-
-    return run_loop
+    def _get_module_for_linking(self) -> Any:
+        return self._module
 
 
-@functools.cache
-def _loader(packed: types.Tuple) -> Any:
-    """An intrinsic ``load_packed(data)`` reading a ``packed`` tuple from the address ``data``."""
-
-    @intrinsic
-    def load_packed(typingctx, data):
-        def codegen(context, builder, signature, args):
-            pointer = builder.bitcast(args[0], context.get_value_type(packed).as_pointer())
-            value = builder.load(pointer)
-            # the arrays as borrowed views, without their memory-info pointers: Numba takes the value of an
-            # intrinsic as a new reference, and would release each array once per thread on return
-            for k, member in enumerate(packed.types):
-                if isinstance(member, types.Array):
-                    array = context.make_array(member)(context, builder, builder.extract_value(value, k))
-                    array.meminfo = cgutils.get_null_value(array.meminfo.type)
-                    array.parent = cgutils.get_null_value(array.parent.type)
-                    value = builder.insert_value(value, array._getvalue(), k)
-            return value
-
-        return packed(data), codegen
-
-    return load_packed
+def _compile_parts(context: Any, parts: Callable, signature: Any) -> Any:
+    """Compile ``parts`` for ``signature`` with ``noalias`` array arguments, to be linked into the library
+    being built (``context.active_code_library``, the entry's) and optimised there, once, with the entry
+    (see :class:`_LinkedUnoptimised`). Returns the compile result (its ``fndesc`` is what to call)."""
+    flags = compiler.Flags()
+    flags.noalias = True
+    flags.nrt = True
+    flags.error_model = "numpy"
+    flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
+    library = context.codegen().create_library(parts.__name__)
+    result = compiler.compile_internal(
+        context.typing_context, context, library, parts, signature.args, signature.return_type, flags, {}
+    )
+    target = context.active_code_library
+    # linked first, then what it calls (Numba's runtime, helpers compiled apart): a linkonce_odr function is
+    # only taken from a library linked after its first use
+    target._linking_libraries.append(_LinkedUnoptimised(library))
+    for linked in library._linking_libraries:
+        target.add_linking_library(linked)
+    return result
 
 
-def compile_worker(py_func: Callable, arg_types: tuple, cache: bool = True, salt: str = "") -> Any:
-    """The chunk worker of ``py_func`` for arguments of ``arg_types``, compiled as a C function (cached on
-    disk unless ``cache`` is False: a fresh compile keeps its assembly for ``inspect_asm``)."""
-    packed = types.Tuple((types.int64, types.int64, *arg_types))
-    name = f"_chunks_{py_func.__name__}_{symbol_name(py_func, arg_types, salt)[-12:]}"
-    element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
-    loop = generate(_LOOP, f"{name}_loop", py_func, {"uint64": np.uint64, "element": element})
-    namespace = {"load_packed": _loader(packed), "run_loop": _loop_runner(loop)}
-    function = generate(_WORKER, name, py_func, namespace)
-    return numba.cfunc(WORKER_SIGNATURE, cache=cache, **_JIT_OPTIONS)(function)
-
-
-def ensure_worker(py_func: Callable, arg_types: tuple, salt: str = "") -> str:
-    """Compile (or load) the worker of ``py_func`` for ``arg_types`` and register its symbol; return the
-    symbol name. Called with Numba's compiler lock held (typing, or loading a cached entry)."""
-    symbol = symbol_name(py_func, arg_types, salt)
-    if symbol not in _WORKERS:
-        worker = compile_worker(py_func, arg_types, salt=salt)
-        binding.add_symbol(symbol, worker.address)
-        _WORKERS[symbol] = worker
-    return symbol
-
-
-def reload_worker(module: str, name: str, arg_types: tuple) -> None:
-    """Before a cached entry is loaded: register its worker (Numba runs this from the entry's
-    ``reload_init``; ``module`` and ``name`` are those of the function :func:`entry` was made for, which
-    exists in this process since its entry is being called)."""
-    py_func, salt = _FUNCTIONS[(module, name)]
-    ensure_worker(py_func, arg_types, salt)
+def _define_worker(context: Any, module: Any, parts: Any, signature: Any, packed: types.Tuple) -> Any:
+    """The worker (see the module docstring) in ``module``: it loads the ``packed`` call from ``data`` and
+    calls the compiled part loop ``parts`` (a compile result of ``signature``) for its parts."""
+    worker = ir.Function(
+        module, _WORKER_TYPE, name=module.get_unique_name(f"{parts.fndesc.mangled_name}.worker")
+    )
+    worker.linkage = "internal"
+    builder = ir.IRBuilder(worker.append_basic_block())
+    args, dims, _, data = worker.args
+    first = builder.ptrtoint(builder.load(args), _INTP)
+    count = builder.load(dims)
+    value = builder.load(builder.bitcast(data, context.get_value_type(packed).as_pointer()))
+    members = [builder.extract_value(value, k) for k in range(len(packed))]
+    context.call_internal_no_propagate(builder, parts.fndesc, signature, [first, count, *members])
+    builder.ret_void()
+    return worker
 
 
 def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
@@ -217,39 +162,31 @@ def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
     return args, dims, steps
 
 
-def _runner(py_func: Callable, salt: str) -> Any:
-    """The intrinsic ``run_chunks(parallel, n, args)`` of ``py_func``'s entry (see the module docstring)."""
-    module, name = _key(py_func)
+def _runner(parts: Callable) -> Any:
+    """The intrinsic ``run_chunks(parallel, n, args)`` of an entry whose part loop is ``parts`` (see the
+    module docstring)."""
 
     @intrinsic
     def run_chunks(typingctx, parallel, n, *args):
         arg_types = tuple(args)
-        symbol = ensure_worker(py_func, arg_types, salt)
         packed = types.Tuple((types.int64, types.int64, *arg_types))
 
         def codegen(context, builder, signature, llargs):
-            context.active_code_library._reload_init.add(
-                functools.partial(reload_worker, module, name, arg_types)
-            )
+            parts_signature = types.void(types.int64, types.int64, *packed.types)
+            compiled = _compile_parts(context, parts, parts_signature)
+            mod = builder.module
+            worker = _define_worker(context, mod, compiled, parts_signature, packed)
             is_parallel, count, values = llargs
             items = cgutils.unpack_tuple(builder, values, len(arg_types))
             count = context.cast(builder, count, signature.args[1], types.int64)
-            mod = builder.module
-            worker = cgutils.get_or_insert_function(
-                mod,
-                ir.FunctionType(
-                    ir.VoidType(), [_BYTE_P.as_pointer(), _INTP.as_pointer(), _INTP.as_pointer(), _BYTE_P]
-                ),
-                symbol,
-            )
             num_threads = builder.call(
                 cgutils.get_or_insert_function(mod, ir.FunctionType(_INTP, []), "get_num_threads"), []
             )
             is_parallel = context.cast(builder, is_parallel, signature.args[0], types.boolean)
             use_pool = builder.and_(is_parallel, builder.icmp_signed(">", num_threads, _INTP(1)))
-            parts = builder.select(use_pool, num_threads, _INTP(1))
+            n_parts = builder.select(use_pool, num_threads, _INTP(1))
             slot = cgutils.alloca_once(builder, context.get_value_type(packed))
-            builder.store(context.make_tuple(builder, packed, [count, parts, *items]), slot)
+            builder.store(context.make_tuple(builder, packed, [count, n_parts, *items]), slot)
             data = builder.bitcast(slot, _BYTE_P)
             with builder.if_else(use_pool) as (pool, alone):
                 with pool:
@@ -257,9 +194,11 @@ def _runner(py_func: Callable, salt: str) -> Any:
                         mod, ir.FunctionType(ir.VoidType(), [_BYTE_P] * 5 + [_INTP] * 3), "numba_parallel_for"
                     )
                     # (kernel, args, dims, steps, data, inner dimensions, array arguments, threads)
-                    arrays = [builder.bitcast(a, _BYTE_P) for a in _part_arguments(builder, _INTP(0), parts)]
+                    arrays = [
+                        builder.bitcast(a, _BYTE_P) for a in _part_arguments(builder, _INTP(0), n_parts)
+                    ]
                     fn = builder.bitcast(worker, _BYTE_P)
-                    builder.call(parallel_for, [fn, *arrays, data, _INTP(0), _INTP(1), parts])
+                    builder.call(parallel_for, [fn, *arrays, data, _INTP(0), _INTP(1), n_parts])
                 with alone:
                     builder.call(worker, [*_part_arguments(builder, _INTP(0), _INTP(1)), data])
             return context.get_dummy_value()
@@ -269,12 +208,16 @@ def _runner(py_func: Callable, salt: str) -> Any:
     return run_chunks
 
 
-def entry(py_func: Callable, salt: str = "") -> Any:
-    """The cached entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
-    ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher; ``parallel``: False to run
-    on the calling thread only). ``salt``: the text of whatever generated ``py_func`` (a template), part of
-    the compiled functions' names so that a changed generator never loads a stale cache entry."""
-    _FUNCTIONS.setdefault(_key(py_func), (py_func, salt))
-    name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _WORKER, _module_source(), salt)}"
-    function = generate(_ENTRY, name, py_func, {"run_chunks": _runner(py_func, salt)})
-    return numba.njit(cache=True, nogil=True, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)
+def entry(py_func: Callable, salt: str = "", cache: bool = True) -> Any:
+    """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
+    ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
+    on first use; ``parallel``: False to run on the calling thread only).
+
+    ``salt``: the text of whatever generated ``py_func`` (a template), part of the compiled function's name
+    so that a changed generator never loads a stale cache entry. ``cache``: False for a fresh compile kept in
+    memory only (whose assembly, part loop included, ``inspect_asm`` shows)."""
+    element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
+    name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _PARTS, _module_source(), salt)}"
+    parts = generate(_PARTS, f"{name}_parts", py_func, {"uint64": np.uint64, "element": element})
+    function = generate(_ENTRY, name, py_func, {"run_chunks": _runner(parts)})
+    return numba.njit(cache=cache, nogil=True, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

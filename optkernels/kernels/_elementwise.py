@@ -67,7 +67,9 @@ _CPU_SUMSQ = """
 def {name}(n, chunk, sums0, sums1, {args}):
     for c in prange(sums0.shape[0]):
         start = c * chunk
-        stop = min(start + chunk, n)
+        stop = start + chunk
+        if n < stop:  # min(): the builtin would be compiled as a function of its own
+            stop = n
         s0 = 0.0
         s1 = 0.0
         for i in range(start, stop):
@@ -129,8 +131,10 @@ class Elementwise:
         self.chunked_cpu = type(self)._cpu_source is _BASE_SOURCE and (
             type(self).cpu_template is _CPU_LOOP or self.chunk_rows
         )
-        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`).
-        self.chunked_many = self.chunked_cpu and type(self).many is Elementwise.many
+        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`). Off: in the chunked
+        #: entry the multi-tensor row loop (arrays from addresses) is not vectorised, where the parallel
+        #: loop's is (``test_multi_tensor_launch_loop_is_vectorised``), so multi-tensor launches keep it.
+        self.chunked_many = False
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)

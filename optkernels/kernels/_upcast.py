@@ -43,6 +43,24 @@ def _is_half(a: Any) -> bool:
     return dt is not None and dt in HALF_DTYPES and getattr(a, "ndim", 0) >= 1
 
 
+#: Argument types that never hold a half array (skipped by :func:`_any_half` without a look).
+_PLAIN = frozenset((bool, int, float, str, type(None), np.float32, np.float64, np.bool_, np.int32, np.int64))
+
+
+def _any_half(arguments: Any) -> bool:
+    """Whether any of ``arguments`` is a float16/bfloat16 array (or has one as its ``values``, as a row-sparse
+    gradient): :func:`_is_half` of each, with the common plain arguments (NumPy arrays of another item size,
+    Python and NumPy scalars) decided by their type alone."""
+    for a in arguments:
+        kind = type(a)
+        if kind is np.ndarray:
+            if a.itemsize == 2 and _is_half(a):
+                return True
+        elif kind not in _PLAIN and (_is_half(a) or _is_half(getattr(a, "values", None))):
+            return True
+    return False
+
+
 def _widened(a: Any) -> Any:
     """A float32 copy of the half array ``a`` with its flags: read-only stays read-only, and a copy of a
     non-C-contiguous NumPy array is not C-contiguous either (so the kernel's layout checks still apply)."""
@@ -101,9 +119,7 @@ def via_float32(keep_float16: tuple = ()) -> Callable:
 
         @functools.wraps(kernel)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not any(
-                _is_half(a) or _is_half(getattr(a, "values", None)) for a in (*args, *kwargs.values())
-            ):
+            if not (_any_half(args) or (kwargs and _any_half(kwargs.values()))):
                 return kernel(*args, **kwargs)
             try:
                 bound = signature.bind(*args, **kwargs)

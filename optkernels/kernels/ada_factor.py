@@ -7,7 +7,8 @@ per-element (or per-row, per-column, per-slice) function compiled for both targe
    column, which sums its elements in a fixed order) or the element-wise running average (rank < 2), and the
    factors ``1/sqrt(.)`` of each row/column (or element);
 2. sums of squares of the unscaled update ``U`` and of the old parameter, over fixed chunks
-   (:class:`._elementwise.ChunkedSumsOfSquares`), combined exactly with ``math.fsum``;
+   (:class:`._elementwise.ChunkedSumsOfSquares`), combined exactly with ``math.fsum`` (unfactored, in the
+   same pass as the statistic);
 3. the element-wise update of the parameter and of the first moment.
 
 Every sum is taken in float64 in an order fixed by the shape alone (never by the thread count), so the result
@@ -24,7 +25,7 @@ import numpy as np
 
 from . import _checks, _cuda
 from ._checks import attr_bool, check_arrays, check_range, to_scalar
-from ._elementwise import chunked_sums_of_squares, elementwise
+from ._elementwise import chunked_sums_of_squares, elementwise, scalar_math
 from ._upcast import via_float32
 
 Scalar = Any  # a Python/NumPy number, or a 0-d or shape-(1,) array
@@ -32,6 +33,13 @@ Scalar = Any  # a Python/NumPy number, or a 0-d or shape-(1,) array
 TINY = 1e-30
 """Lower clamp of the row mean, of the normalised row and column statistics and of the unfactored
 statistic before their inverse square roots (MindSpore's CPU kernel uses the same 1e-30)."""
+
+
+@scalar_math
+def _at_least(x, floor):
+    """Python's ``max(x, floor)``: ``floor`` where it is larger, else ``x`` (a NaN ``x`` stays NaN), in the
+    type of both; inlined (the builtin ``max`` is compiled as a function of its own)."""
+    return floor if floor > x else x
 
 
 @elementwise
@@ -55,7 +63,7 @@ def _column_statistic(k, col, col_factor, grad, n_rows, n_cols, eps1, beta2t, on
     for r in range(n_rows):
         g = grad[first + r * n_cols]
         total += float(g * g + eps1)
-    col[k] = max(beta2t * col[k] + one_minus_beta2t * (total / n_rows), 1e-30)
+    col[k] = _at_least(beta2t * col[k] + one_minus_beta2t * (total / n_rows), 1e-30)
     col_factor[k] = 1.0 / math.sqrt(float(col[k]))
 
 
@@ -66,24 +74,16 @@ def _row_factors(b, row_factor, row, n_rows):
     total = 0.0
     for r in range(start, start + n_rows):
         total += float(row[r])
-    mean = max(total / n_rows, 1e-30)
+    mean = _at_least(total / n_rows, 1e-30)
     for r in range(start, start + n_rows):
-        row_factor[r] = 1.0 / math.sqrt(max(float(row[r]) / mean, 1e-30))
-
-
-@elementwise
-def _vector_statistic(i, exp_avg_sq, factor, grad, eps1, beta2t, one_minus_beta2t):
-    # Unfactored: V <- max(beta2t*V + (1 - beta2t)*(g^2 + eps1), TINY), and the factor 1/sqrt(V).
-    g = grad[i]
-    exp_avg_sq[i] = max(beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1), 1e-30)
-    factor[i] = 1.0 / math.sqrt(float(exp_avg_sq[i]))
+        row_factor[r] = 1.0 / math.sqrt(_at_least(float(row[r]) / mean, 1e-30))
 
 
 @elementwise
 def _vector_statistic_half(i, half_bits, factor, grad, half_values, eps1, beta2t, one_minus_beta2t):
-    # As _vector_statistic with V stored as IEEE binary16 bit patterns: decode through the table of all
-    # 65536 values (exact, in the arrays' dtype), round the new value to the nearest binary16 (ties to even),
-    # store its bits, and take the factor from the stored value.
+    # The statistic of _vector_statistic_sums with V stored as IEEE binary16 bit patterns: decode through the
+    # table of all 65536 values (exact, in the arrays' dtype), round the new value to the nearest binary16
+    # (ties to even), store its bits, and take the factor from the stored value.
     g = grad[i]
     v = beta2t * half_values[half_bits[i]] + one_minus_beta2t * (g * g + eps1)
     a = float(v)  # MindSpore's clamp to 1e-30 is not needed: 0 <= v < 1e-30 rounds to +0 either way
@@ -111,13 +111,23 @@ def _vector_statistic_half(i, half_bits, factor, grad, half_values, eps1, beta2t
         else:
             bits = sign | ((exponent << 10) + int(q) - 1024)
     half_bits[i] = bits
-    factor[i] = 1.0 / math.sqrt(max(float(half_values[bits]), 1e-30))
+    factor[i] = 1.0 / math.sqrt(_at_least(float(half_values[bits]), 1e-30))
 
 
 @elementwise
 def _scaled(i, out, grad, reciprocal):
     # The gradient divided by the global norm, as MindSpore does it: g * (1/global_norm).
     out[i] = grad[i] * reciprocal
+
+
+@chunked_sums_of_squares
+def _vector_statistic_sums(i, exp_avg_sq, factor, grad, param, eps1, beta2t, one_minus_beta2t, col_factor):
+    # Unfactored, in one pass: V <- max(beta2t*V + (1 - beta2t)*(g^2 + eps1), TINY) and its factor 1/sqrt(V),
+    # then _update_sums' (U, X) of element i from the stored factor (col_factor: the column factor, 1).
+    g = grad[i]
+    exp_avg_sq[i] = _at_least(beta2t * exp_avg_sq[i] + one_minus_beta2t * (g * g + eps1), 1e-30)
+    factor[i] = 1.0 / math.sqrt(float(exp_avg_sq[i]))
+    return g * factor[i] * col_factor, param[i]
 
 
 @chunked_sums_of_squares
@@ -393,15 +403,17 @@ def fused_ada_factor(
         n_rows, n_cols = n, 1
         row_factor = empty(n, dtype)
         col_factor = np.ones(1, dtype) if device == "cpu" else _cuda.module().to_device(np.ones(1, dtype))
+    if factored or half:
         if half:
             bits = _checks._flatten(exp_avg_sq, device).view(np.uint16)
             _vector_statistic_half.launch(
                 device, n, bits, row_factor, g, _half_table(dtype.str, device), eps1, b2t, one - b2t
             )
-        else:
-            _vector_statistic.launch(device, n, flat["exp_avg_sq"], row_factor, g, eps1, b2t, one - b2t)
-
-    sum_u2, sum_x2 = _update_sums.launch(device, n, g, x, row_factor, col_factor, n_rows, n_cols)
+        sum_u2, sum_x2 = _update_sums.launch(device, n, g, x, row_factor, col_factor, n_rows, n_cols)
+    else:  # the statistic and the sums in one pass (one loop fewer to compile and to run)
+        sum_u2, sum_x2 = _vector_statistic_sums.launch(
+            device, n, flat["exp_avg_sq"], row_factor, g, x, eps1, b2t, one - b2t, one
+        )
     rms_u = math.sqrt(sum_u2 / n)
     if rms_u == 0.0:
         clip = 1.0
