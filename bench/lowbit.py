@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
@@ -28,6 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 from harness import Row, Suite, environment, machine_name, optional, paired_ratio  # noqa: E402
 
 import optkernels.kernels as K  # noqa: E402
+from optkernels.kernels._intrinsics import prefetch_write  # noqa: E402
 from optkernels.optimizers import Adam8bit  # noqa: E402
 
 F = np.float32
@@ -99,13 +101,47 @@ ROWWISE_CASE = "row-wise Adagrad"
 ROWWISE_TORCH = "optkernels.torch.RowWiseAdagrad"
 ROWWISE_KERNEL = "optkernels.sparse.rowwise_adagrad (NumPy views)"
 TORCH_ADAGRAD = "torch.optim.Adagrad (sparse)"
+ROWWISE_LIMIT = "memory limit (the same rows and bytes, no merge)"
+
+#: Chunks of the memory-limit loop: its threads take them from the parallel loop's schedule.
+LIMIT_CHUNKS = 64
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def rowwise_memory_limit(table, acc, rows, grad, zero, sums):
+    """The memory traffic of a row-wise Adagrad step without its merge or math: the gradient read once, in
+    order, and each distinct row ``rows`` of the table and of its accumulator read and written once (the
+    table's rows prefetched four ahead, as the kernel does); ``zero`` (0, unknown to the compiler) keeps the
+    values; ``sums`` (``LIMIT_CHUNKS`` floats) receives each chunk's gradient sum, so no read is dropped."""
+    n, width = rows.shape[0], table.shape[1]
+    for t in numba.prange(LIMIT_CHUNKS):
+        total = zero
+        for k in range(grad.shape[0] * t // LIMIT_CHUNKS, grad.shape[0] * (t + 1) // LIMIT_CHUNKS):
+            for c in range(width):
+                total += grad[k, c]
+        sums[t] = total
+        first, last = n * t // LIMIT_CHUNKS, n * (t + 1) // LIMIT_CHUNKS
+        for j in range(first, last):
+            if j + 4 < last:
+                c = 0
+                while c < width:
+                    prefetch_write(table, rows[j + 4], c)
+                    c += 16
+            r = rows[j]
+            square = zero
+            for c in range(width):
+                square += table[r, c] * table[r, c]
+            acc[r] += square * zero
+            for c in range(width):
+                table[r, c] = table[r, c] + zero
 
 
 def rowwise_steps(suite: Suite, rows: int, dim: int, count: int, rounds: int) -> None:
     """``optkernels.torch.RowWiseAdagrad``, and the kernel it calls on NumPy views of a table allocated the
     same way (by torch), against ``torch.optim.Adagrad`` on the same uncoalesced sparse gradient; each
-    round's ratio to torch's time in that round (``paired``). A step takes about a millisecond, so the
-    rounds are four times ``rounds``."""
+    round's ratio to torch's time in that round (``paired``); beside them the step's memory limit
+    (:func:`rowwise_memory_limit` over the same distinct rows, on a table allocated the same way). A step
+    takes about a millisecond, so the rounds are four times ``rounds``."""
     torch = optional("torch")
     if torch is None:
         return
@@ -124,16 +160,25 @@ def rowwise_steps(suite: Suite, rows: int, dim: int, count: int, rounds: int) ->
 
     w, h = table.clone().numpy(), torch.zeros(rows).numpy()
     indices, grad_rows = idx.numpy(), values.numpy()
+    distinct_rows = np.unique(indices)
+    limit_table, limit_acc = table.clone().numpy(), torch.zeros(rows).numpy()
+    sums = np.zeros(LIMIT_CHUNKS, F)
     impls = {ROWWISE_TORCH: make(okt.RowWiseAdagrad, lr=0.01),
              ROWWISE_KERNEL: lambda: rowwise_adagrad(w, h, grad_rows, indices, lr=0.01),
-             TORCH_ADAGRAD: make(torch.optim.Adagrad, lr=0.01)}
+             TORCH_ADAGRAD: make(torch.optim.Adagrad, lr=0.01),
+             ROWWISE_LIMIT: lambda: rowwise_memory_limit(limit_table, limit_acc, distinct_rows, grad_rows,
+                                                         F(0), sums)}
     samples = suite.samples_interleaved(impls, repeats=4 * rounds)
-    distinct = len(np.unique(indices))
+    distinct = len(distinct_rows)
     case = f"{ROWWISE_CASE} {rows:.0e}x{dim}, {count} Zipf indices"
     for name, times in samples.items():
         paired = paired_ratio(samples[TORCH_ADAGRAD], times) if name != TORCH_ADAGRAD else 0.0
         note = f"{paired:.2f}x torch's speed (paired); {distinct} distinct rows" if paired else ""
         suite.add(Row("lowbit", case, name, rows * dim, statistics.median(times), note=note, paired=paired))
+    limit = paired_ratio(samples[TORCH_ADAGRAD], samples[ROWWISE_LIMIT])
+    of_limit = paired_ratio(samples[ROWWISE_LIMIT], samples[ROWWISE_KERNEL])
+    suite.note(f"lowbit: row-wise Adagrad's memory limit (its rows and bytes, no merge) is {limit:.2f}x torch's "
+               f"sparse Adagrad (paired); the kernel on NumPy views runs at {of_limit:.0%} of the limit's speed")
     if optional("fbgemm_gpu") is None:
         suite.note("lowbit: fbgemm-gpu-cpu not installed, FBGEMM's CPU row-wise Adagrad not measured")
 
