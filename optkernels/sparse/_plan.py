@@ -12,13 +12,14 @@ worker, everything else runs it on the calling thread.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 import numba
 import numpy as np
 
 from ..kernels._intrinsics import fetch_add
-from ..kernels._workers import PackedWorker, packed
+from ..kernels._workers import PackedWorker, array_fields, data_address, packed
 
 _JIT = dict(cache=True, error_model="numpy", fastmath=False)
 
@@ -221,35 +222,111 @@ def plan_worker(index_dtype: Any, position_dtype: Any) -> PackedWorker:
     return found
 
 
-def plan_arguments(indices: np.ndarray, limit: int, stop_at_bad: bool, n_tasks: int, row_cost: int) -> tuple:
-    """The values of :data:`PLAN_ARGS` for ``indices`` (see :func:`_plan_tasks` for ``limit`` and
-    ``stop_at_bad``): new buffers for the plan, room for ``n_tasks`` tasks of ``row_cost`` per distinct
-    row, counters at zero."""
-    n = indices.shape[0]
-    positions = position_example(n).dtype
-    return (
-        indices,
-        limit,
-        stop_at_bad,
-        np.empty(n, positions),
-        np.empty(n, positions),
-        np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
-        np.empty(n, np.int64),
-        np.empty(n + 1, np.int64),
-        np.empty(n_tasks + 1, np.int64),
-        row_cost,
-        np.zeros(SYNC_SLOTS, np.int64),
+#: Columns of the radix sort's counts (one more than the digit values).
+COUNT_COLUMNS = (1 << RADIX_BITS) + 1
+
+
+class PlanSpace(NamedTuple):
+    """The buffers of a plan (:data:`PLAN_ARGS`) in one workspace, and its counters.
+
+    Attributes:
+        buffers: ``order``, ``order_tmp``, ``counts``, ``rows``, ``starts``, ``bounds`` as
+            :class:`~optkernels.kernels._workers.Fields` of ``workspace``.
+        workspace: the byte array holding the buffers, then the caller's extra bytes from ``extra`` on.
+        offsets: the byte offsets of ``order``, ``rows`` and ``starts`` in ``workspace``.
+        sync: the counters (see :data:`SYNC_SLOTS`), zero before the run.
+        extra: the address of the extra bytes (aligned to 64 bytes).
+    """
+
+    buffers: tuple
+    workspace: np.ndarray
+    offsets: tuple
+    sync: np.ndarray
+    extra: int
+
+    def args(self, indices: np.ndarray, limit: int, stop_at_bad: bool, row_cost: int) -> tuple:
+        """The values of :data:`PLAN_ARGS` (see :func:`_plan_tasks`)."""
+        return (indices, limit, stop_at_bad, *self.buffers, row_cost, self.sync)
+
+    def plan(self) -> MergePlan:
+        """The plan written by the run (views of :attr:`workspace`)."""
+        n_rows, kept = int(self.sync[5]), int(self.sync[6])
+        order, rows, starts = self.offsets
+        positions = self.buffers[0][3]  # the positions' item size
+        return MergePlan(
+            self.workspace[rows : rows + 8 * n_rows].view(np.int64),
+            self.workspace[starts : starts + 8 * (n_rows + 1)].view(np.int64),
+            self.workspace[order : order + positions * kept].view(np.int32 if positions == 4 else np.int64),
+        )
+
+
+def _aligned(n: int, to: int = 8) -> int:
+    return -(-n // to) * to
+
+
+def plan_space(n: int, n_tasks: int, extra_bytes: int = 0) -> PlanSpace:
+    """New buffers for the plan of ``n`` indices cut into at most ``n_tasks`` tasks, in one workspace with
+    ``extra_bytes`` more for the caller; counters at zero. One allocation and one address read, not one
+    per buffer: a launch's arguments are packed from Python on every call."""
+    position = position_example(n).itemsize
+    sizes = (
+        _aligned(n * position),
+        _aligned(n * position),
+        8 * MAX_PASSES * COUNT_COLUMNS,
+        8 * n,
+        8 * (n + 1),
+        8 * (n_tasks + 1),
     )
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + size)
+    extra = _aligned(offsets[-1], 64)
+    workspace = np.empty(extra + 64 + extra_bytes, np.uint8)
+    start = data_address(workspace)
+    base = _aligned(start, 64) - start  # the extra bytes aligned to 64 in memory: shift everything
+    at = [start + base + o for o in offsets]
+    buffers = (
+        array_fields(at[0], (n,), position),
+        array_fields(at[1], (n,), position),
+        array_fields(at[2], (MAX_PASSES, COUNT_COLUMNS), 8),
+        array_fields(at[3], (n,), 8),
+        array_fields(at[4], (n + 1,), 8),
+        array_fields(at[5], (n_tasks + 1,), 8),
+    )
+    layout = (base + offsets[0], base + offsets[3], base + offsets[4])
+    return PlanSpace(buffers, workspace, layout, np.zeros(SYNC_SLOTS, np.int64), start + base + extra)
+
+
+#: The largest workspace a thread keeps for its next call (:func:`reused_plan_space`).
+REUSED_BYTES = 1 << 22
+
+_reused = threading.local()
+
+
+def reused_plan_space(n: int, n_tasks: int, extra_bytes: int = 0) -> PlanSpace:
+    """:func:`plan_space`, kept by the calling thread for its next call of the same sizes (counters set back
+    to zero), up to :data:`REUSED_BYTES`: for launches whose plan does not outlive them (the row loops),
+    where a new workspace and its fields would be a good part of a small call's time."""
+    key = (n, n_tasks, extra_bytes)
+    kept = getattr(_reused, "space", None)
+    if kept is not None and kept[0] == key:
+        space = kept[1]
+        space.sync.fill(0)
+        return space
+    space = plan_space(n, n_tasks, extra_bytes)
+    if space.workspace.nbytes <= REUSED_BYTES:
+        _reused.space = (key, space)
+    return space
 
 
 def _plan(indices: np.ndarray, limit: int, stop_at_bad: bool) -> tuple[int, MergePlan]:
     """``(bad, plan)``: the plan worker run on the calling thread, the plan cut to its length."""
     indices = np.ascontiguousarray(indices)  # the worker reads a C-contiguous array
-    args = plan_arguments(indices, limit, stop_at_bad, 1, 0)
-    plan_worker(indices.dtype, args[3].dtype).launch(1, args)
-    sync = args[-1]
-    n_rows, kept = int(sync[5]), int(sync[6])
-    return int(sync[3]) - 1, MergePlan(args[6][:n_rows], args[7][: n_rows + 1], args[3][:kept])
+    space = plan_space(indices.shape[0], 1)
+    plan_worker(indices.dtype, position_example(indices.shape[0]).dtype).launch(
+        1, space.args(indices, limit, stop_at_bad, 0)
+    )
+    return int(space.sync[3]) - 1, space.plan()
 
 
 def first_out_of_range(indices: np.ndarray, num_rows: int | None) -> int:

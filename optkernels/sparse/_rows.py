@@ -41,8 +41,16 @@ import numpy as np
 from ..kernels import _cuda, _intrinsics, _workers
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
-from ..kernels._workers import PackedWorker, loader
-from ._plan import PLAN_ARGS, plan_arguments, plan_types, plan_worker, readonly_array
+from ..kernels._workers import PackedWorker, array_fields, loader
+from ._plan import (
+    PLAN_ARGS,
+    PlanSpace,
+    plan_types,
+    plan_worker,
+    position_example,
+    readonly_array,
+    reused_plan_space,
+)
 
 JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -180,6 +188,28 @@ def worker_count() -> int:
     return numba.config.NUMBA_NUM_THREADS
 
 
+def row_loop_arguments(
+    indices: np.ndarray, limit: int, stop_at_bad: bool, n_states: int, grad: np.ndarray, scratch_rows: int = 1
+) -> tuple[tuple, np.dtype, PlanSpace]:
+    """``(head, positions, space)``: the arguments every CPU row worker's opens with, for ``indices`` (see
+    :func:`~optkernels.sparse._plan._plan_tasks` for ``limit`` and ``stop_at_bad``) and the 2-D gradient
+    ``grad`` of an update of ``n_states`` states: :data:`~optkernels.sparse._plan.PLAN_ARGS` (new buffers,
+    counters at zero, :data:`TASKS_PER_THREAD` tasks a worker), the plan worker's address and the
+    workers' scratch rows (``scratch_rows`` each, of ``grad``'s row length and dtype); the positions' dtype;
+    the plan's memory (which the caller keeps until the launch is over: ``head`` holds only addresses into
+    it) and counters (``space.sync``, see :data:`~optkernels.sparse._plan.SYNC_SLOTS`)."""
+    workers = worker_count()
+    n_scratch = workers * scratch_rows
+    row_bytes = grad.shape[1] * grad.itemsize
+    n = indices.shape[0]
+    space = reused_plan_space(n, workers * TASKS_PER_THREAD, n_scratch * row_bytes)
+    positions = position_example(n).dtype
+    scratch = array_fields(space.extra, (n_scratch, grad.shape[1]), grad.itemsize)
+    plan = plan_worker(indices.dtype, positions).address
+    head = (*space.args(indices, limit, stop_at_bad, STATE_ROW_COST * n_states), plan, scratch)
+    return head, positions, space
+
+
 def launch_config(n: int) -> tuple[int, int]:
     """(blocks, threads per block) of a grid-stride CUDA launch over ``n`` items."""
     return min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS), CUDA_THREADS_PER_BLOCK
@@ -286,19 +316,13 @@ class RowUpdate:
 
     def cpu_arguments(
         self, indices: np.ndarray, limit: int, stop_at_bad: bool, arrays: list, scalars: tuple
-    ) -> tuple[PackedWorker, tuple]:
-        """``(worker, args)`` of the row update of ``arrays`` (the gradient, then the states, 2-D
-        C-contiguous ``(rows, row_len)``) over ``indices`` (see :func:`~optkernels.sparse._plan._plan_tasks`
-        for ``limit`` and ``stop_at_bad``): the row worker and its arguments, with new plan buffers, scratch
-        rows and counters (``args[10]``: after the launch, ``args[10][3] - 1`` is the position of the first
-        out-of-range index, or -1)."""
-        plan_args = plan_arguments(
-            indices, limit, stop_at_bad, worker_count() * TASKS_PER_THREAD, STATE_ROW_COST * len(self.states)
-        )
-        plan = plan_worker(indices.dtype, plan_args[3].dtype).address
-        scratch = np.empty((worker_count(), arrays[0].shape[1]), arrays[0].dtype)
-        args = (*plan_args, plan, scratch, *arrays, *scalars)
-        return self.cpu_worker(indices.dtype, plan_args[3].dtype, arrays[0].dtype, scalars), args
+    ) -> tuple[PackedWorker, tuple, PlanSpace]:
+        """``(worker, args, space)`` of the row update of ``arrays`` (the gradient, then the states, 2-D
+        C-contiguous ``(rows, row_len)``) over ``indices`` (see :func:`row_loop_arguments`): after the
+        launch, ``space.sync[3] - 1`` is the position of the first out-of-range index, or -1."""
+        head, positions, space = row_loop_arguments(indices, limit, stop_at_bad, len(self.states), arrays[0])
+        worker = self.cpu_worker(indices.dtype, positions, arrays[0].dtype, scalars)
+        return worker, (*head, *arrays, *scalars), space
 
     def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
@@ -310,11 +334,11 @@ class RowUpdate:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.
         """
         if call.device == "cpu" and call.row_len:
-            worker, args = self.cpu_arguments(
+            worker, args, space = self.cpu_arguments(
                 call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
             )
             worker.launch(None, args)
-            bad = args[10][3] - 1
+            bad = space.sync[3] - 1
             if bad >= 0:
                 raise call.out_of_range_error(int(bad))
             return

@@ -20,17 +20,15 @@ import numpy as np
 from ..kernels._elementwise import _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
 from ..kernels._workers import PackedWorker, loader, type_key
-from ._plan import PLAN_ARGS, plan_arguments, plan_types, plan_worker, readonly_array
+from ._plan import PLAN_ARGS, plan_types, readonly_array
 from ._rows import (
     JIT_OPTIONS,
     PREFETCH_GRAD_ROWS,
     PREFETCH_STATE_ROWS,
-    STATE_ROW_COST,
-    TASKS_PER_THREAD,
     WAIT_PREFETCH_ROWS,
     generate,
+    row_loop_arguments,
     smaller,
-    worker_count,
 )
 
 __all__ = ["WholeRowUpdate", "launch_cpu"]
@@ -43,7 +41,7 @@ __all__ = ["WholeRowUpdate", "launch_cpu"]
 _CPU_ROWS = """
 # {source_digest}
 def {name}(_args, _dims, _steps, _data):
-    {plan_args}, plan, grad, {params}, = load_packed(_data)
+    {plan_args}, plan, scratch, grad, {params}, = load_packed(_data)
     n = indices.shape[0]
     row_len = grad.shape[1]
     line = CACHE_LINE_BYTES // grad.itemsize
@@ -59,7 +57,8 @@ def {name}(_args, _dims, _steps, _data):
                 for q in range(lines):
                     prefetch_read(grad, k, q * line)
     n_tasks = fetch_add(sync, 1, 0) - 1
-    block = np.empty(({block_rows}, row_len), grad.dtype)
+    slot = fetch_add(sync, 7, 1)  # this worker's block of scratch rows
+    block = scratch[slot * {block_rows} : (slot + 1) * {block_rows}]
     {scratch}
     while True:
         task = fetch_add(sync, 2, 1)
@@ -102,13 +101,12 @@ def launch_cpu(
     """Run ``update``'s CPU row worker over C-contiguous NumPy ``indices`` with ``arrays`` (the 2-D
     gradient, then the 2-D states) and ``scalars``; return the position of the first out-of-range index
     (nothing was written then; never with ``drop``) or -1."""
-    plan_args = plan_arguments(
-        indices, num_rows, not drop, worker_count() * TASKS_PER_THREAD, STATE_ROW_COST * len(update.states)
+    n_states = len(update.states)
+    head, positions, space = row_loop_arguments(
+        indices, num_rows, not drop, n_states, arrays[0], update.block_rows
     )
-    positions = plan_args[3].dtype
-    args = (*plan_args, plan_worker(indices.dtype, positions).address, *arrays, *scalars)
-    update.cpu_worker(indices.dtype, positions, arrays, scalars).launch(None, args)
-    return int(plan_args[-1][3]) - 1
+    update.cpu_worker(indices.dtype, positions, arrays, scalars).launch(None, (*head, *arrays, *scalars))
+    return int(space.sync[3]) - 1
 
 
 @numba.njit(inline="always", **JIT_OPTIONS)
@@ -204,6 +202,7 @@ class WholeRowUpdate:
             arg_types = (
                 *plan_types(index_dtype, position_dtype),
                 numba.types.int64,
+                numba.types.Array(numba.from_dtype(grad.dtype), 2, "C"),
                 readonly_array(grad.dtype, 2),
                 *map(numba.typeof, states),
                 *map(numba.typeof, scalars),
