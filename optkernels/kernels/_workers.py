@@ -70,6 +70,8 @@ _PARALLEL_FOR = ctypes.CFUNCTYPE(
 )
 #: ``args`` and ``steps`` of every launch: part numbers from 1 (see the module docstring), one apart.
 _ONE = (ctypes.c_size_t * 1)(1)
+#: ``dims`` of launches of up to 256 parts (read only by the threading layer: shared by every launch).
+_DIMS = [(ctypes.c_size_t * 1)(parts) for parts in range(257)]
 
 
 def type_key(value: Any) -> Any:
@@ -164,14 +166,14 @@ class PackedWorker:
     def launch(self, parts: int | None, args: tuple) -> None:
         """Run the worker over ``parts`` parts (None: one per thread of the calling thread's Numba thread
         count) with ``args``, on Numba's threads (see the module docstring)."""
-        data = self.pack(args)
+        data = self._pack(args)
         with parallel_launch():
             threads = thread_mask()[0]() if parallel_allowed() else 1
             if parts is None:
                 parts = threads
             if parts <= 0:
                 return
-            dims = (ctypes.c_size_t * 1)(parts)
+            dims = _DIMS[parts] if parts < len(_DIMS) else (ctypes.c_size_t * 1)(parts)
             if parts > 1 and threads > 1:
                 _parallel_for()(self.address, _ONE, dims, _ONE, data, 0, 1, threads)
             else:

@@ -104,7 +104,7 @@ def _block_sums(hats, totals, n):
     totals[4], totals[5], totals[6], totals[7] = s4, s5, s6, s7
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(inline="always", **JIT_OPTIONS)
 def _table_rows(
     r,
     block,
