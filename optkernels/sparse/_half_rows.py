@@ -108,7 +108,8 @@ def _compact_indices(indices: np.ndarray, num_rows: int, drop: bool) -> tuple | 
             return None
         plan = in_range
     n_rows = plan.rows.shape[0]
-    compact = np.full(host.shape[0], n_rows, np.int64)
+    # int32 where it fits: one compiled row worker then serves the compact tables and float32 int32 calls
+    compact = np.full(host.shape[0], n_rows, np.int32 if host.shape[0] < 2**31 - 1 else np.int64)
     compact[plan.order] = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(plan.starts))
     return plan.rows, compact
 
