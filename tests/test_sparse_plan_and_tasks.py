@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from optkernels.kernels._intrinsics import fetch_add, prefetch_read, prefetch_write
-from optkernels.sparse._plan import RADIX_BITS, plan_in_range, plan_merge
-from optkernels.sparse._plan import balanced_tasks, fill_balanced_tasks
+from optkernels.sparse._plan import RADIX_BITS, balanced_tasks, fill_balanced_tasks, plan_in_range, plan_merge
 
 
 def _expected_plan(indices, limit):

@@ -9,10 +9,10 @@ of Numba's threading layer, ``worker(args, dims, steps, data)`` (:data:`~._chunk
   than the first part's number: GNU OpenMP's layer passes a null base pointer on unchanged).
 
 :meth:`PackedWorker.launch` packs the arguments in Python (:mod:`struct`, each array as Numba's array
-structure with null memory-info and parent pointers) and hands the worker to the threading layer's
-``parallel_for`` (the C function every Numba parallel loop calls) through ctypes, which releases the GIL; with
-one part, one thread, or in a process forked from GNU OpenMP (:func:`._threading.parallel_allowed`) it calls
-the worker on the calling thread. The launch itself compiles nothing, so a kernel's first call compiles its
+structure with null memory-info and parent pointers, given as a NumPy array or as its :class:`Fields`) and
+hands the worker to the threading layer's ``parallel_for`` (the C function every Numba parallel loop
+calls) through ctypes, which releases the GIL; with one part, one thread, or in a process forked from GNU
+OpenMP (:func:`._threading.parallel_allowed`) it calls the worker on the calling thread. The launch itself compiles nothing, so a kernel's first call compiles its
 worker only, and one launcher serves every worker and argument type. Under ``workqueue`` launches hold the
 package's launch lock (:func:`._threading.parallel_launch`).
 """
@@ -97,9 +97,9 @@ _DATA_OFFSET = _data_field_offset()
 
 
 def data_address(a: np.ndarray) -> int:
-    """The address of ``a``'s data: read from the array object (NumPy's ``PyArrayObject_fields.data``, at
-    the offset found once by probing), about 7x quicker than ``a.ctypes.data``, which every launch would
-    pay for each array; ``a.ctypes.data`` where the probe found nothing."""
+    """The address of ``a``'s data, read from the array object (NumPy's ``PyArrayObject_fields.data``, at
+    the offset found once by probing): much quicker than ``a.ctypes.data``, which every launch would pay
+    for each array; ``a.ctypes.data`` where the probe found nothing."""
     if _DATA_OFFSET is None:
         return a.ctypes.data
     return ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value or 0
@@ -192,7 +192,7 @@ def _packer(arg_types: tuple, pack: Callable) -> Callable:
         for a, t in zip(names, arg_types)
     ]
     source = f"def pack_args(args):\n    {', '.join(names)}, = args\n    return pack({', '.join(items)})\n"
-    namespace = {"pack": pack, "Fields": Fields, "address": data_address}
+    namespace: dict[str, Any] = {"pack": pack, "Fields": Fields, "address": data_address}
     exec(source, namespace)
     return namespace["pack_args"]
 
