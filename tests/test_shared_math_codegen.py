@@ -63,17 +63,11 @@ def test_nan_propagating_loops_stay_vectorised(which):
     assert not re.search(r"\bv?(sqrt|div)[sp]d\b", asm), "float32 loop promoted to float64"
 
 
-def _sparse_asm(driver, *args):
-    loop = numba.njit(parallel=True, cache=False, error_model="numpy")(driver.py_func)
-    loop(*args)
-    return loop.inspect_asm(loop.signatures[0])
-
-
 @pytest.mark.parametrize("which", ["lazy", "non-lazy"])
 def test_sparse_adam_row_loops_are_vectorised(which):
     """The per-row loops of the sparse kernels (2-D row views, indices from 0 up) use packed float32 sqrt, and
     the lazy loop prefetches (its rows are scattered over the table)."""
-    from optkernels.sparse._rows import compile_worker
+    from optkernels.kernels._workers import packed
     from optkernels.sparse.adam import _fused_adam_task, _lazy_adam
 
     f = np.float32
@@ -81,13 +75,12 @@ def test_sparse_adam_row_loops_are_vectorised(which):
     grad = np.ones((2, 64), f)
     states = [np.ones((5, 64), f) for _ in range(3)]
     scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
-    if which == "lazy":  # C functions (numba.cfunc), compiled afresh: their optimised LLVM IR
-        signature = _lazy_adam.worker_signature(np.dtype(np.int64), np.dtype(np.int32), np.dtype(f), scalars)
-        ir = compile_worker(_lazy_adam.cpu_source, signature, cache=False).inspect_llvm()
+    if which == "lazy":  # packed C workers (numba.cfunc), compiled afresh: their optimised LLVM IR
+        worker = _lazy_adam.cpu_worker(np.dtype(np.int64), np.dtype(np.int32), np.dtype(f), scalars, cache=False)
     else:
-        args = (4, *plan, grad, *states, *scalars)
-        signature = numba.types.void(numba.types.int64, *map(numba.typeof, args))
-        ir = compile_worker(_fused_adam_task, signature, cache=False).inspect_llvm()
+        args = (4, *plan, grad, *states, *(s.reshape(-1) for s in states), *scalars)
+        worker = packed(_fused_adam_task, tuple(map(numba.typeof, args)), cache=False)
+    ir = worker.cfunc.inspect_llvm()
     assert re.search(r"@llvm\.sqrt\.v\d+f32\b", ir), f"no packed float32 sqrt in the {which} sparse Adam loop"
     if which == "lazy":
         assert "@llvm.prefetch" in ir, "no prefetch instructions in the lazy row loop"
@@ -96,9 +89,10 @@ def test_sparse_adam_row_loops_are_vectorised(which):
 
 def test_merge_duplicates_sum_loop_is_vectorised():
     """The ordered segment sums of merge_duplicates use packed float32 adds (element-wise: same bits)."""
-    from optkernels.sparse.merge import _segment_sums_cpu
+    from optkernels.kernels._workers import packed
+    from optkernels.sparse.merge import _segment_sums_task
 
     values = np.ones((3, 64), np.float32)
-    out = np.empty((2, 64), np.float32)
-    asm = _sparse_asm(_segment_sums_cpu, 2, np.array([0, 2, 3]), np.array([0, 2, 1]), values, out)
-    assert re.search(r"\bvaddps\b", asm), "no packed float32 add in merge_duplicates' sum loop"
+    args = (np.array([0, 2]), np.array([0, 2, 3]), np.array([0, 2, 1]), values, np.empty((2, 64), np.float32))
+    ir = packed(_segment_sums_task, tuple(map(numba.typeof, args)), cache=False).cfunc.inspect_llvm()
+    assert re.search(r"fadd <\d+ x float>", ir), "no packed float32 add in merge_duplicates' sum loop"

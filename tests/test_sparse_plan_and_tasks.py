@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from optkernels.kernels._intrinsics import fetch_add, prefetch_read, prefetch_write
-from optkernels.sparse._plan import RADIX_BITS, plan_in_range, plan_merge
-from optkernels.sparse._rows import balanced_tasks, fill_balanced_tasks
+from optkernels.sparse._plan import RADIX_BITS, balanced_tasks, fill_balanced_tasks, plan_in_range, plan_merge
 
 
 def _expected_plan(indices, limit):
@@ -113,28 +112,38 @@ def test_intrinsics_reject_wrong_arguments():
         numba.njit(lambda a: fetch_add(a, 0, 1))(np.zeros(3, np.int32))  # not int64
 
 
-def _parallel_loops(py_func, *args):
-    """The number of parallel loops of ``py_func`` compiled with ``parallel=True`` for ``args``."""
-    loop = numba.njit(parallel=True, cache=False, error_model="numpy")(py_func)
-    loop(*args)
-    return len(loop.get_metadata(loop.signatures[0])["parfor_diagnostics"].get_parfors())
+def _count_part(part, hits):
+    fetch_add(hits, part, 1)
 
 
-def test_sparse_cpu_drivers_are_one_parallel_loop():
-    """Each call launches the thread team once: an array initialiser such as np.zeros inside a parallel
-    function becomes a parallel loop of its own, whose end waits for every thread to wake up."""
-    from optkernels.sparse._rows import drive_rows, drive_tasks, task_worker
-    from optkernels.sparse.adam import _fused_adam_task, _lazy_adam
-    from optkernels.sparse.merge import _segment_sums_cpu
+def _echo(part, table, flag, small, single, double, wide, out):
+    # every packed argument back into out (a bool, then a float32 and an int32 between 8-byte members: the
+    # Python packing must lay them out as Numba's tuple does)
+    out[0] = table.shape[0]
+    out[1] = table.shape[1]
+    out[2] = table[1, 2]
+    out[3] = flag
+    out[4] = small
+    out[5] = single
+    out[6] = double
+    out[7] = wide
 
-    f = np.float32
-    indices = np.array([3, 0, 3], np.int64)
-    rows, starts, order = plan_merge(indices, 5)
-    grad = np.ones((3, 4), f)
-    states = [np.ones((5, 4), f) for _ in range(3)]
-    scalars = (f(0.5), f(0.9), f(0.1), f(0.999), f(0.001), f(1e-8), False)
-    worker, args = _lazy_adam.cpu_arguments(indices, 5, True, [grad, *states], scalars)
-    assert _parallel_loops(drive_rows.py_func, 2, worker, args) == 1
-    worker = task_worker(_fused_adam_task, (4, rows, starts, order, grad, *states, *scalars))[1]
-    assert _parallel_loops(drive_tasks.py_func, 2, worker, (4, rows, starts, order, grad, *states, *scalars)) == 1
-    assert _parallel_loops(_segment_sums_cpu.py_func, 2, starts, order, grad, np.empty((2, 4), f)) == 1
+
+@pytest.mark.parametrize("parts", [1, 2, 7, 200])
+def test_packed_workers_run_every_part_once(parts):
+    """A launch from Python (no parallel loop compiled) runs each of its parts exactly once, whatever the
+    threading layer's split of the parts among its threads."""
+    from optkernels.kernels._workers import run_parts
+
+    hits = np.zeros(parts, np.int64)
+    run_parts(parts, _count_part, (hits,))
+    assert np.array_equal(hits, np.ones(parts, np.int64))
+
+
+def test_packed_arguments_arrive_as_given():
+    from optkernels.kernels._workers import run_parts
+
+    table = np.arange(12.0).reshape(3, 4)[:, ::-1].copy()  # a C-contiguous copy: table[1, 2] == 5
+    out = np.zeros(8)
+    run_parts(1, _echo, (table, True, np.int32(-7), np.float32(0.1), 2.5, -(2**40), out))
+    assert out.tolist() == [3, 4, 5, 1, -7, float(np.float32(0.1)), 2.5, -(2.0**40)]

@@ -38,13 +38,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 
 from ..kernels._checks import HALF_DTYPES
 from ..kernels._lowp import BFLOAT16, CPU, stochastic_stream
-from ..kernels._threading import for_this_process, parallel_launch
 from ..kernels._upcast import _is_half, map_result, via_float32
+from ..kernels._workers import run_parts
 from ._indices import INDEX_DTYPES, OUT_OF_RANGE_MODES
 from ._plan import plan_in_range, plan_merge
 from .row_sparse import RowSparse
@@ -54,24 +53,22 @@ _widen_bf16, _widen_f16 = CPU["_widen_bf16"], CPU["_widen_f16"]
 _narrow_bf16, _narrow_f16 = CPU["_narrow_bf16"], CPU["_narrow_f16"]
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gather_widened(table, rows, out, bf16):
-    """``out[j] = table[rows[j]]`` widened to float32 (2-D uint16 bits in, 2-D float32 out)."""
-    for j in numba.prange(rows.shape[0]):
-        if bf16:
-            _widen_bf16(table[rows[j]], out[j])
-        else:
-            _widen_f16(table[rows[j]], out[j])
+def _gather_widened(j, table, rows, out, bf16):
+    """``out[j] = table[rows[j]]`` widened to float32 (2-D uint16 bits in, 2-D float32 out); one part of
+    :func:`~optkernels.kernels._workers.run_parts`."""
+    if bf16:
+        _widen_bf16(table[rows[j]], out[j])
+    else:
+        _widen_f16(table[rows[j]], out[j])
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def _scatter_rounded(src, rows, table, bf16):
-    """``table[rows[j]] = src[j]`` rounded to nearest even (2-D float32 in, 2-D uint16 bits out)."""
-    for j in numba.prange(rows.shape[0]):
-        if bf16:
-            _narrow_bf16(src[j], table[rows[j]])
-        else:
-            _narrow_f16(src[j], table[rows[j]])
+def _scatter_rounded(j, src, rows, table, bf16):
+    """``table[rows[j]] = src[j]`` rounded to nearest even (2-D float32 in, 2-D uint16 bits out); one part
+    of :func:`~optkernels.kernels._workers.run_parts`."""
+    if bf16:
+        _narrow_bf16(src[j], table[rows[j]])
+    else:
+        _narrow_f16(src[j], table[rows[j]])
 
 
 def _bits_2d(a: np.ndarray) -> np.ndarray:
@@ -84,18 +81,19 @@ def _widened_rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     pattern against NumPy's and ml_dtypes' casts, which the full copy uses)."""
     out = np.empty((rows.shape[0], math.prod(a.shape[1:])), np.float32)
     if out.size:
-        with parallel_launch():
-            for_this_process(_gather_widened)(_bits_2d(a), rows, out, a.dtype == BFLOAT16)
+        run_parts(rows.shape[0], _gather_widened, (_bits_2d(a), rows, out, bool(a.dtype == BFLOAT16)))
     return out.reshape((rows.shape[0],) + a.shape[1:])
 
 
 def _round_rows_into(a: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
     """``a[rows] = src`` rounded once to nearest even (the conversion of the full copy's write-back)."""
     if src.size:
-        with parallel_launch():
-            for_this_process(_scatter_rounded)(
-                src.reshape(rows.shape[0], -1), rows, _bits_2d(a), a.dtype == BFLOAT16
-            )
+        bits = _bits_2d(a)
+        run_parts(
+            rows.shape[0],
+            _scatter_rounded,
+            (src.reshape(rows.shape[0], -1), rows, bits, bool(a.dtype == BFLOAT16)),
+        )
 
 
 def _compact_indices(indices: np.ndarray, num_rows: int, drop: bool) -> tuple | None:
@@ -110,7 +108,8 @@ def _compact_indices(indices: np.ndarray, num_rows: int, drop: bool) -> tuple | 
             return None
         plan = in_range
     n_rows = plan.rows.shape[0]
-    compact = np.full(host.shape[0], n_rows, np.int64)
+    # int32 where it fits: one compiled row worker then serves the compact tables and float32 int32 calls
+    compact = np.full(host.shape[0], n_rows, np.int32 if host.shape[0] < 2**31 - 1 else np.int64)
     compact[plan.order] = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(plan.starts))
     return plan.rows, compact
 

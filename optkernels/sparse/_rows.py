@@ -6,14 +6,13 @@ A row update is a :func:`~optkernels.kernels._elementwise.scalar_math` function
 kernels call, where the math is the same). :class:`RowUpdate` generates its two drivers from that one
 definition, with each distinct row's summed gradient computed on the fly:
 
-* CPU: one parallel region per call (:func:`drive_rows`, a one-line parallel loop), each of whose threads
-  runs the update's row worker, a C function (``numba.cfunc``) called through its address
-  (:func:`~optkernels.kernels._intrinsics.call_cfunc`): the row code is compiled once per update and dtype
-  as a plain function, not lowered again inside Numba's parallel-loop machinery, and the merge plan's code
-  (:func:`plan_tasks_worker`) once for every update. The first thread to arrive builds the merge plan
-  (:func:`~optkernels.sparse._plan.plan_into`: range check, stable radix sort of the positions) while the
-  others wake up and stream the gradient into the caches; the distinct rows are then cut into runs of about
-  equal cost (:func:`fill_balanced_tasks`),
+* CPU: one launch per call on Numba's threads, each running the update's row worker once: a packed C worker
+  (:mod:`~optkernels.kernels._workers`: a ``numba.cfunc`` launched from Python, so no parallel loop is
+  compiled), compiled once per update and dtypes as a plain function. The first worker to arrive builds the
+  merge plan by calling the plan worker (:func:`~optkernels.sparse._plan.plan_worker`, compiled once for
+  every update: range check, stable radix sort of the positions) with its own arguments, while the others
+  wake up and stream the gradient into the caches; the distinct rows are cut into runs of about equal cost
+  (:func:`~optkernels.sparse._plan.fill_balanced_tasks`),
   which the threads take from a shared atomic counter. For each row, its gradient rows are gathered and added
   into a row buffer in order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f``
   runs over the row's elements (a contiguous, vectorisable loop). The gradient rows
@@ -39,11 +38,19 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..kernels import _cuda, _intrinsics
+from ..kernels import _cuda, _intrinsics, _workers
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
-from ..kernels._threading import for_this_process, parallel_launch
-from ._plan import MAX_PASSES, RADIX_BITS, inline_plan_into, position_example
+from ..kernels._workers import PackedWorker, array_fields, loader
+from ._plan import (
+    PLAN_ARGS,
+    PlanSpace,
+    plan_types,
+    plan_worker,
+    position_example,
+    readonly_array,
+    reused_plan_space,
+)
 
 JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -67,34 +74,29 @@ WAIT_PREFETCH_ROWS = 8
 #: times per state array (a state row is read and written).
 STATE_ROW_COST = 4
 
-#: The row loop's shared counters: [plan claimed, n_tasks + 1 once published, next task, first bad position
-#: + 1, next gradient row to prefetch while waiting], only ever read and written by ``fetch_add`` inside the
-#: loop (Numba does not see the intrinsic's writes: a plain read there may see a stale value).
-SYNC_SLOTS = 5
-
-# The CPU row worker, run once by every iteration of :func:`drive_rows`' parallel loop (a plain compiled C
-# function, see RowUpdate.cpu_worker). The first worker to arrive computes the merge plan (claimed with an
-# atomic add, so it is always a running thread: no thread ever waits for one that has not started) while
-# the others -- often just woken from sleep -- join; once the plan is published they all take tasks. A bad
-# index publishes no tasks: nothing is written.
+# The CPU row worker: every thread of the launch runs it once (a packed worker, see RowUpdate.cpu_worker).
+# The first worker to arrive computes the merge plan (claimed with an atomic add, so it is always a running
+# thread: no thread ever waits for one that has not started) by calling the plan worker with this call's own
+# packed arguments (they open with the plan's), while the others -- often just woken from sleep -- join;
+# once the plan is published they all take tasks. A bad index publishes no tasks: nothing is written.
 _CPU_ROWS = """
-def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, {params}):
+def {name}(_args, _dims, _steps, _data):
+    {plan_args}, plan, scratch, grad, {params}, = load_packed(_data)
     n = indices.shape[0]
     row_len = grad.shape[1]
-    line = max(1, CACHE_LINE_BYTES // grad.itemsize)
+    line = CACHE_LINE_BYTES // grad.itemsize
     if fetch_add(sync, 0, 1) == 0:
-        call_cfunc(plan, (indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds,
-                          np.int64(STATE_ROW_COST * {n_states}), sync))
+        call_cfunc(plan, (_args, _dims, _steps, _data))
     else:
         # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
         # counter (no two threads fetch the same rows): the row loop then gathers it from cache
         while fetch_add(sync, 1, 0) == 0:
             ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
-            for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
+            for k in range(ahead, smaller(ahead + WAIT_PREFETCH_ROWS, n)):
                 for c in range(0, row_len, line):
                     prefetch_read(grad, k, c)
     n_tasks = fetch_add(sync, 1, 0) - 1
-    g = np.empty(row_len, grad.dtype)
+    g = scratch[fetch_add(sync, 7, 1)]  # this worker's row of the gradient sums
     while True:
         task = fetch_add(sync, 2, 1)
         if task >= n_tasks:
@@ -102,11 +104,11 @@ def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, ro
         first = bounds[task]
         last = bounds[task + 1]
         k_last = starts[last]
-        for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
+        for j in range(first, smaller(first + PREFETCH_STATE_ROWS, last)):
             r = rows[j]
             for c in range(0, row_len, line):
                 {prefetch_states}
-        for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
+        for k in range(starts[first], smaller(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
             src = order[k]
             for c in range(0, row_len, line):
                 prefetch_read(grad, src, c)
@@ -133,146 +135,10 @@ def {name}(sync, plan, indices, limit, stop_at_bad, order, order_tmp, counts, ro
 """
 
 
-@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_rows(n_workers, worker, args):
-    """Call the C function at address ``worker`` (a row worker, :meth:`RowUpdate.cpu_worker`) with ``args``
-    once on each of ``n_workers`` iterations of a parallel loop (:func:`~optkernels.kernels._intrinsics.
-    call_cfunc`). The row code is then compiled once, as a plain function, outside Numba's parallel-loop
-    machinery (which would lower and optimise it again in each function it generates), and this loop is
-    compiled once per argument types."""
-    for _ in numba.prange(n_workers):
-        call_cfunc(worker, args)
-
-
-@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def drive_tasks(n_tasks, worker, args):
-    """Call the C function at address ``worker`` with ``(task, *args)`` for every ``task`` in ``0 .. n_tasks
-    - 1``, on the threads of a parallel loop (see :func:`task_worker`)."""
-    for task in numba.prange(n_tasks):
-        call_cfunc(worker, (np.int64(task),) + args)
-
-
-_task_workers: dict[tuple, tuple[Any, int]] = {}
-
-
-def _type_key(value: Any) -> Any:
-    """What Numba's type of an argument depends on, found faster than :func:`numba.typeof`."""
-    if isinstance(value, np.ndarray):
-        flags = value.flags
-        return value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
-    return type(value)
-
-
-def compile_worker(py_func: Callable, signature: Any, cache: bool = True) -> Any:
-    """``py_func`` compiled as a C function (``numba.cfunc``) for ``signature`` (returning void), cached on
-    disk unless ``cache`` is False (a fresh compile keeps its LLVM IR for :meth:`inspect_llvm`)."""
-    return numba.cfunc(signature, cache=cache, **JIT_OPTIONS)(py_func)
-
-
-def task_worker(py_func: Callable, args: tuple) -> tuple[Any, int]:
-    """``(cfunc, its address)``: ``py_func(task, *args)`` (returning nothing) compiled as a C function
-    (``numba.cfunc``, cached on disk) for ``int64`` tasks and the Numba types of ``args``, on first use."""
-    key = (py_func, *map(_type_key, args))
-    found = _task_workers.get(key)
-    if found is None:
-        signature = numba.types.void(numba.types.int64, *map(numba.typeof, args))
-        compiled = compile_worker(py_func, signature)
-        found = _task_workers.setdefault(key, (compiled, compiled.address))
-    return found
-
-
-def run_tasks(n_tasks: int, py_func: Callable, args: tuple) -> None:
-    """``py_func(task, *args)`` for every task in ``0 .. n_tasks - 1``, on the threads of one parallel loop
-    (:func:`drive_tasks`; ``py_func`` compiled by :func:`task_worker`), in
-    :func:`~optkernels.kernels._threading.parallel_launch`. The task code is compiled once, outside Numba's
-    parallel-loop machinery."""
-    worker = task_worker(py_func, args)[1]
-    with parallel_launch():
-        for_this_process(drive_tasks)(n_tasks, worker, args)
-
-
-def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, row_cost, sync):
-    """Build the merge plan (:func:`~optkernels.sparse._plan.plan_into`) and cut its rows into tasks
-    (:func:`fill_balanced_tasks`); publish in ``sync`` the first bad position + 1 (``sync[3]``) and the
-    number of tasks + 1 (``sync[1]``, 1 when an index is bad: no tasks)."""
-    bad, _kept, n_rows = inline_plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
-    n_tasks = 0
-    if bad >= 0:
-        fetch_add(sync, 3, bad + 1)
-    else:
-        n_tasks = inline_fill_balanced_tasks(starts, n_rows, bounds, row_cost)
-    fetch_add(sync, 1, n_tasks + 1)
-
-
-_INT64S = numba.types.int64[::1]
-
-
-def _readonly(dtype: Any, ndim: int) -> Any:
-    return numba.types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C", readonly=True)
-
-
-def _plan_signature(index_dtype: Any, position_dtype: Any) -> tuple:
-    positions = numba.types.Array(numba.from_dtype(np.dtype(position_dtype)), 1, "C")
-    return (
-        _readonly(index_dtype, 1),
-        numba.types.int64,
-        numba.types.boolean,
-        positions,
-        positions,
-        numba.types.int64[:, ::1],
-        _INT64S,
-        _INT64S,
-        _INT64S,
-        numba.types.int64,
-        _INT64S,
-    )
-
-
-_plan_workers: dict[tuple, tuple[Any, int]] = {}
-
-
-def plan_tasks_worker(index_dtype: Any, position_dtype: Any) -> int:
-    """The address of :func:`_plan_tasks` compiled as a C function (``numba.cfunc``, cached on disk) for one
-    index and one position dtype: one for every row update and float dtype."""
-    key = (index_dtype, position_dtype)
-    found = _plan_workers.get(key)
-    if found is None:
-        signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
-        compiled = numba.cfunc(signature, cache=True, **JIT_OPTIONS)(_plan_tasks)
-        found = _plan_workers.setdefault(key, (compiled, compiled.address))
-    return found[1]
-
-
-@numba.njit(cache=True)
-def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
-    """Cut the distinct rows ``0 .. n_rows - 1`` into at most ``len(bounds) - 1`` runs of about equal cost,
-    a run's cost being its gradient rows (from ``starts``) plus ``row_cost`` per distinct row; write the
-    boundaries into ``bounds[:n_tasks + 1]`` and return ``n_tasks`` (0 when there are no rows). A Zipf
-    batch's first few rows hold half its gradient rows, so equal numbers of rows would not balance."""
-    bounds[0] = 0
-    if n_rows == 0:
-        return 0
-    n_tasks = min(bounds.shape[0] - 1, n_rows)
-    total = (starts[n_rows] - starts[0]) + row_cost * n_rows
-    j = 0
-    for t in range(1, n_tasks):
-        target = total * t // n_tasks
-        while j < n_rows and (starts[j] - starts[0]) + row_cost * j < target:
-            j += 1
-        bounds[t] = j
-    bounds[n_tasks] = n_rows
-    return n_tasks
-
-
-# A copy inlined (as Numba IR) into :func:`_plan_tasks`, with :func:`~._plan.inline_plan_into`.
-inline_fill_balanced_tasks = numba.njit(inline="always", **JIT_OPTIONS)(fill_balanced_tasks.py_func)
-
-
-@numba.njit(cache=True)
-def balanced_tasks(starts, n_tasks, row_cost):
-    """The boundaries of :func:`fill_balanced_tasks` over all of ``starts``' rows, as a new array."""
-    bounds = np.empty(max(1, n_tasks) + 1, np.int64)
-    return bounds[: fill_balanced_tasks(starts, starts.shape[0] - 1, bounds, row_cost) + 1]
+@numba.njit(inline="always", **JIT_OPTIONS)
+def smaller(a, b):
+    """The smaller of two integers (inlined: ``min`` compiles a function of its own on first use)."""
+    return a if a < b else b
 
 
 _CUDA_ROWS = """
@@ -309,8 +175,8 @@ def generate(template: str, name: str, py_func: Callable, namespace: dict, **fie
 
 @functools.cache
 def _driver_sources() -> str:
-    """This module's and the intrinsics' source text, part of every driver's digest."""
-    return "\0".join(inspect.getsource(m) for m in (sys.modules[__name__], _intrinsics))
+    """This module's, the intrinsics' and the packed workers' source text, part of every driver's digest."""
+    return "\0".join(inspect.getsource(m) for m in (sys.modules[__name__], _intrinsics, _workers))
 
 
 def worker_count() -> int:
@@ -320,6 +186,28 @@ def worker_count() -> int:
     nothing; and reading a config value is quick, where :func:`numba.get_num_threads` took about 50 us
     (against 6 us) when called after other work had left the caches cold, as between training steps."""
     return numba.config.NUMBA_NUM_THREADS
+
+
+def row_loop_arguments(
+    indices: np.ndarray, limit: int, stop_at_bad: bool, n_states: int, grad: np.ndarray, scratch_rows: int = 1
+) -> tuple[tuple, np.dtype, PlanSpace]:
+    """``(head, positions, space)``: the arguments every CPU row worker's opens with, for ``indices`` (see
+    :func:`~optkernels.sparse._plan._plan_tasks` for ``limit`` and ``stop_at_bad``) and the 2-D gradient
+    ``grad`` of an update of ``n_states`` states: :data:`~optkernels.sparse._plan.PLAN_ARGS` (new buffers,
+    counters at zero, :data:`TASKS_PER_THREAD` tasks a worker), the plan worker's address and the
+    workers' scratch rows (``scratch_rows`` each, of ``grad``'s row length and dtype); the positions' dtype;
+    the plan's memory (which the caller keeps until the launch is over: ``head`` holds only addresses into
+    it) and counters (``space.sync``, see :data:`~optkernels.sparse._plan.SYNC_SLOTS`)."""
+    workers = worker_count()
+    n_scratch = workers * scratch_rows
+    row_bytes = grad.shape[1] * grad.itemsize
+    n = indices.shape[0]
+    space = reused_plan_space(n, workers * TASKS_PER_THREAD, n_scratch * row_bytes)
+    positions = position_example(n).dtype
+    scratch = array_fields(space.extra, (n_scratch, grad.shape[1]), grad.itemsize)
+    plan = plan_worker(indices.dtype, positions).address
+    head = (*space.args(indices, limit, stop_at_bad, STATE_ROW_COST * n_states), plan, scratch)
+    return head, positions, space
 
 
 def launch_config(n: int) -> tuple[int, int]:
@@ -343,23 +231,24 @@ class RowUpdate:
         split = params.index("g")
         self.states, self.scalars = params[:split], params[split + 1 :]
         self.__name__ = py_func.__name__
-        self._workers: dict[tuple, tuple[Any, int]] = {}  # key -> (the cfunc, kept alive; its address)
+        self._workers: dict[tuple, PackedWorker] = {}
 
     def _fields(self) -> dict:
         return dict(params=", ".join(self.states + self.scalars), scalars=", ".join(self.scalars))
 
-    @functools.cached_property
-    def cpu_source(self) -> Callable:
-        """The Python function of the CPU row worker (:data:`_CPU_ROWS` filled in for this update)."""
+    def cpu_source(self, arg_types: tuple) -> Callable:
+        """The Python function of the CPU row worker for packed arguments of ``arg_types``
+        (:data:`_CPU_ROWS` filled in for this update)."""
         namespace = {
             "np": np,
             "update": self.math,
+            "load_packed": loader(arg_types),
+            "smaller": smaller,
             "call_cfunc": call_cfunc,
             "fetch_add": fetch_add,
             "prefetch_read": prefetch_read,
             "prefetch_write": prefetch_write,
             "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
-            "STATE_ROW_COST": STATE_ROW_COST,
             "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
             "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
             "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
@@ -368,40 +257,44 @@ class RowUpdate:
         prefetch_states = "; ".join(f"prefetch_write({s}, r, c)" for s in self.states)
         return generate(
             _CPU_ROWS,
-            f"_cpu_rows_{self.__name__}",
+            f"_cpu_rows_{self.__name__}_{_digest(str(arg_types))}",
             self.math.py_func,
             namespace,
+            plan_args=PLAN_ARGS,
             targets=targets,
             prefetch_states=prefetch_states,
-            n_states=len(self.states),
             **self._fields(),
         )
 
-    def worker_signature(self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple) -> Any:
-        """The C signature of :meth:`cpu_worker` for these dtypes and scalars."""
+    def worker_types(self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple) -> tuple:
+        """The Numba types of the row worker's packed arguments for these dtypes and scalars:
+        :data:`~optkernels.sparse._plan.PLAN_ARGS`, the plan worker's address, the workers' scratch rows
+        (one per thread), the gradient, the states, the scalars."""
         rows = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "C")
-        plan_signature = numba.types.void(*_plan_signature(index_dtype, position_dtype))
-        head = (_INT64S, numba.types.int64) + plan_signature.args[:-2]
-        return numba.types.void(
-            *head, _readonly(dtype, 2), *[rows] * len(self.states), *map(numba.typeof, scalars)
+        return (
+            *plan_types(index_dtype, position_dtype),
+            numba.types.int64,
+            rows,
+            readonly_array(dtype, 2),
+            *[rows] * len(self.states),
+            *map(numba.typeof, scalars),
         )
 
     def cpu_worker(
-        self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple
-    ) -> tuple[Any, int]:
-        """``(cfunc, its address)``: the CPU row worker for these dtypes and scalars' types, compiled on first
-        use (or loaded from Numba's cache) as a C function (``numba.cfunc``): ``worker(sync, plan, indices,
-        limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, grad, *states, *scalars)`` on 2-D ``(rows,
-        row_len)`` C-contiguous views of the gradient and the states (see
-        :func:`~optkernels.sparse._plan.plan_into` for the index arguments; ``plan``: the address of
-        :func:`plan_tasks_worker`). The first worker to arrive builds the merge plan; each then takes tasks
-        until none is left (see :func:`drive_rows`)."""
+        self, index_dtype: Any, position_dtype: Any, dtype: Any, scalars: tuple, cache: bool = True
+    ) -> PackedWorker:
+        """The CPU row worker for these dtypes and scalars' types (a packed worker, compiled on first use
+        or loaded from Numba's cache; ``cache=False``: a fresh compile, not kept): its packed arguments are
+        :meth:`cpu_arguments`' (2-D ``(rows, row_len)`` C-contiguous views of the gradient and the states).
+        Every thread of a launch runs it once: the first to arrive builds the merge plan, each then takes
+        tasks until none is left."""
         key = (index_dtype, position_dtype, dtype, *map(type, scalars))
-        worker = self._workers.get(key)
+        worker = self._workers.get(key) if cache else None
         if worker is None:
-            signature = self.worker_signature(index_dtype, position_dtype, dtype, scalars)
-            compiled = compile_worker(self.cpu_source, signature)
-            worker = self._workers.setdefault(key, (compiled, compiled.address))
+            arg_types = self.worker_types(index_dtype, position_dtype, dtype, scalars)
+            worker = PackedWorker(self.cpu_source(arg_types), arg_types, cache)
+            if cache:
+                worker = self._workers.setdefault(key, worker)
         return worker
 
     @functools.cached_property
@@ -423,30 +316,13 @@ class RowUpdate:
 
     def cpu_arguments(
         self, indices: np.ndarray, limit: int, stop_at_bad: bool, arrays: list, scalars: tuple
-    ) -> tuple[int, tuple]:
-        """``(worker, args)`` of :func:`drive_rows` for the row update of ``arrays`` (the gradient, then the
-        states, 2-D C-contiguous ``(rows, row_len)``) over ``indices`` (see
-        :func:`~optkernels.sparse._plan.plan_into` for ``limit`` and ``stop_at_bad``): the worker's address
-        and its arguments, with new plan buffers and counters (``args[0]``: after the call, ``args[0][3] -
-        1`` is the position of the first out-of-range index, or -1)."""
-        n = indices.shape[0]
-        positions = position_example(n).dtype
-        args = (
-            np.zeros(SYNC_SLOTS, np.int64),
-            plan_tasks_worker(indices.dtype, positions),
-            indices,
-            limit,
-            stop_at_bad,
-            np.empty(n, positions),
-            np.empty(n, positions),
-            np.empty((MAX_PASSES, (1 << RADIX_BITS) + 1), np.int64),
-            np.empty(n, np.int64),
-            np.empty(n + 1, np.int64),
-            np.empty(worker_count() * TASKS_PER_THREAD + 1, np.int64),
-            *arrays,
-            *scalars,
-        )
-        return self.cpu_worker(indices.dtype, positions, arrays[0].dtype, scalars)[1], args
+    ) -> tuple[PackedWorker, tuple, PlanSpace]:
+        """``(worker, args, space)`` of the row update of ``arrays`` (the gradient, then the states, 2-D
+        C-contiguous ``(rows, row_len)``) over ``indices`` (see :func:`row_loop_arguments`): after the
+        launch, ``space.sync[3] - 1`` is the position of the first out-of-range index, or -1."""
+        head, positions, space = row_loop_arguments(indices, limit, stop_at_bad, len(self.states), arrays[0])
+        worker = self.cpu_worker(indices.dtype, positions, arrays[0].dtype, scalars)
+        return worker, (*head, *arrays, *scalars), space
 
     def launch(self, call: Any, *scalars: Any) -> None:
         """Apply the update to the distinct rows of ``call``'s gradient (its state arrays, in order).
@@ -458,12 +334,11 @@ class RowUpdate:
             IndexError: an out-of-range index (unless the call drops them); nothing is written then.
         """
         if call.device == "cpu" and call.row_len:
-            worker, args = self.cpu_arguments(
+            worker, args, space = self.cpu_arguments(
                 call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
             )
-            with parallel_launch():
-                for_this_process(drive_rows)(worker_count(), worker, args)
-            bad = args[0][3] - 1
+            worker.launch(None, args)
+            bad = space.sync[3] - 1
             if bad >= 0:
                 raise call.out_of_range_error(int(bad))
             return

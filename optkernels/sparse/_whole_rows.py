@@ -1,9 +1,9 @@
 """The CPU row loop of updates that need each distinct row whole (row-wise Adagrad's mean of squares):
-the merge plan, prefetching and balanced tasks of :mod:`._rows`' loop in one ``prange`` driver whose row
-statement is the caller's (:class:`WholeRowUpdate`), and :func:`launch_cpu` to run such a driver.
+the merge plan, prefetching and balanced tasks of :mod:`._rows`' loop in one packed row worker whose row
+statement is the caller's (:class:`WholeRowUpdate`), and :func:`launch_cpu` to run it.
 
-The other sparse updates run per element of a row through :mod:`._rows`' C row workers; a whole-row update
-keeps rows back in per-worker buffers to update several at once, which that worker interface has no room for.
+The other sparse updates run per element of a row (:class:`._rows.RowUpdate`); a whole-row update keeps
+rows back in per-worker buffers to update several at once.
 """
 
 from __future__ import annotations
@@ -18,117 +18,95 @@ import numba
 import numpy as np
 
 from ..kernels._elementwise import _digest
-from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_read, prefetch_write
-from ..kernels._threading import for_this_process, parallel_launch
-from ._plan import plan_buffers, plan_into, position_example
+from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
+from ..kernels._workers import PackedWorker, loader, type_key
+from ._plan import PLAN_ARGS, plan_types, readonly_array
 from ._rows import (
     JIT_OPTIONS,
     PREFETCH_GRAD_ROWS,
     PREFETCH_STATE_ROWS,
-    STATE_ROW_COST,
-    TASKS_PER_THREAD,
     WAIT_PREFETCH_ROWS,
-    fill_balanced_tasks,
     generate,
-    worker_count,
+    row_loop_arguments,
+    smaller,
 )
 
 __all__ = ["WholeRowUpdate", "launch_cpu"]
 
-# The CPU driver. The first thread to arrive computes the merge plan (claimed with an atomic add, so it is
-# always a running thread: no thread ever waits for one that has not started) while the others -- often just
-# woken from sleep -- join; once the plan is published they all take tasks. A bad index publishes no tasks:
-# nothing is written.
+# The CPU row worker, run once by every thread of a launch (as _rows' _CPU_ROWS). The first to arrive computes
+# the merge plan (claimed with an atomic add, so it is always a running thread: no thread ever waits for one
+# that has not started) by calling the plan worker with this call's packed arguments, while the others --
+# often just woken from sleep -- join; once the plan is published they all take tasks. A bad index
+# publishes no tasks: nothing is written.
 _CPU_ROWS = """
 # {source_digest}
-def {name}(n_workers, indices, limit, stop_at_bad, positions_like, grad, {params}):
+def {name}(_args, _dims, _steps, _data):
+    {plan_args}, plan, scratch, grad, {params}, = load_packed(_data)
     n = indices.shape[0]
     row_len = grad.shape[1]
-    line = max(1, CACHE_LINE_BYTES // grad.itemsize)
+    line = CACHE_LINE_BYTES // grad.itemsize
     lines = (row_len + line - 1) // line  # a range with a step would divide at every loop's start
-    order, order_tmp, counts, rows, starts = plan_buffers(n, positions_like)
-    bounds = np.empty(n_workers * TASKS_PER_THREAD + 1, np.int64)
-    # [plan claimed, n_tasks + 1 once published, next task, bad position + 1, next gradient row to
-    # prefetch], only ever read and written by fetch_add (Numba does not see the intrinsic's writes: a plain
-    # read after the loop may see 0). Set element by element: np.zeros would be a parallel loop of its own, a
-    # second launch whose end waits for every thread to wake (about 0.1 ms when they sleep).
-    sync = np.empty(5, np.int64)
-    for i in range(5):
-        sync[i] = 0
-    for _ in prange(n_workers):
-        if fetch_add(sync, 0, 1) == 0:
-            bad, _kept, n_rows = plan_into(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts)
-            n_tasks = 0
-            if bad >= 0:
-                fetch_add(sync, 3, bad + 1)
-            else:
-                n_tasks = fill_balanced_tasks(starts, n_rows, bounds, STATE_ROW_COST * {n_states})
-            fetch_add(sync, 1, n_tasks + 1)
-        else:
-            # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
-            # counter (no two threads fetch the same rows): the row loop then gathers it from cache
-            while fetch_add(sync, 1, 0) == 0:
-                ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
-                for k in range(ahead, min(ahead + WAIT_PREFETCH_ROWS, n)):
-                    for q in range(lines):
-                        prefetch_read(grad, k, q * line)
-        n_tasks = fetch_add(sync, 1, 0) - 1
-        block = np.empty(({block_rows}, row_len), grad.dtype)
-        {scratch}
-        while True:
-            task = fetch_add(sync, 2, 1)
-            if task >= n_tasks:
-                break
-            first = bounds[task]
-            last = bounds[task + 1]
-            k_last = starts[last]
-            for j in range(first, min(first + PREFETCH_STATE_ROWS, last)):
-                r = rows[j]
-                {prefetch_states}
-            for k in range(starts[first], min(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
-                src = order[k]
+    if fetch_add(sync, 0, 1) == 0:
+        call_cfunc(plan, (_args, _dims, _steps, _data))
+    else:
+        # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
+        # counter (no two threads fetch the same rows): the row loop then gathers it from cache
+        while fetch_add(sync, 1, 0) == 0:
+            ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
+            for k in range(ahead, smaller(ahead + WAIT_PREFETCH_ROWS, n)):
                 for q in range(lines):
-                    prefetch_read(grad, src, q * line)
-            for j in range(first, last):
-                if j + PREFETCH_STATE_ROWS < last:
-                    r = rows[j + PREFETCH_STATE_ROWS]
-                    {prefetch_states}
-                for k in range(starts[j], starts[j + 1]):
-                    if k + PREFETCH_GRAD_ROWS < k_last:
-                        ahead = order[k + PREFETCH_GRAD_ROWS]
-                        for q in range(lines):
-                            prefetch_read(grad, ahead, q * line)
-                    src = order[k]
-                    if k == starts[j]:
-                        for c in range(row_len):
-                            block[n_held, c] = grad[src, c]
-                    else:
-                        for c in range(row_len):
-                            block[n_held, c] += grad[src, c]
-                r = rows[j]
-                {row_update}
-    return fetch_add(sync, 3, 0) - 1
+                    prefetch_read(grad, k, q * line)
+    n_tasks = fetch_add(sync, 1, 0) - 1
+    slot = fetch_add(sync, 7, 1)  # this worker's block of scratch rows
+    block = scratch[slot * {block_rows} : (slot + 1) * {block_rows}]
+    {scratch}
+    while True:
+        task = fetch_add(sync, 2, 1)
+        if task >= n_tasks:
+            break
+        first = bounds[task]
+        last = bounds[task + 1]
+        k_last = starts[last]
+        for j in range(first, smaller(first + PREFETCH_STATE_ROWS, last)):
+            r = rows[j]
+            {prefetch_states}
+        for k in range(starts[first], smaller(starts[first] + PREFETCH_GRAD_ROWS, k_last)):
+            src = order[k]
+            for q in range(lines):
+                prefetch_read(grad, src, q * line)
+        for j in range(first, last):
+            if j + PREFETCH_STATE_ROWS < last:
+                r = rows[j + PREFETCH_STATE_ROWS]
+                {prefetch_states}
+            for k in range(starts[j], starts[j + 1]):
+                if k + PREFETCH_GRAD_ROWS < k_last:
+                    ahead = order[k + PREFETCH_GRAD_ROWS]
+                    for q in range(lines):
+                        prefetch_read(grad, ahead, q * line)
+                src = order[k]
+                if k == starts[j]:
+                    for c in range(row_len):
+                        block[n_held, c] = grad[src, c]
+                else:
+                    for c in range(row_len):
+                        block[n_held, c] += grad[src, c]
+            r = rows[j]
+            {row_update}
 """
 
 
 def launch_cpu(
-    driver: Callable, indices: np.ndarray, num_rows: int, drop: bool, arrays: list, scalars: tuple
+    update: WholeRowUpdate, indices: np.ndarray, num_rows: int, drop: bool, arrays: list, scalars: tuple
 ) -> int:
-    """Run a CPU row driver (:attr:`RowUpdate.cpu`, :attr:`WholeRowUpdate.cpu`) over C-contiguous NumPy
-    ``indices`` with ``arrays`` (the 2-D gradient, then the 2-D states) and ``scalars``; return the position
-    of the first out-of-range index (nothing was written then; never with ``drop``) or -1."""
-    with parallel_launch():
-        return int(
-            for_this_process(driver)(
-                worker_count(),
-                indices,
-                num_rows,
-                not drop,
-                position_example(indices.shape[0]),
-                *arrays,
-                *scalars,
-            )
-        )
+    """Run ``update``'s CPU row worker over C-contiguous NumPy ``indices`` with ``arrays`` (the 2-D
+    gradient, then the 2-D states) and ``scalars``; return the position of the first out-of-range index
+    (nothing was written then; never with ``drop``) or -1."""
+    n_states = len(update.states)
+    head, positions, space = row_loop_arguments(
+        indices, num_rows, not drop, n_states, arrays[0], update.block_rows
+    )
+    update.cpu_worker(indices.dtype, positions, arrays, scalars).launch(None, (*head, *arrays, *scalars))
+    return int(space.sync[3]) - 1
 
 
 @numba.njit(inline="always", **JIT_OPTIONS)
@@ -140,44 +118,47 @@ def prefetch_row(array, r, line):
         c += line
 
 
-def _cpu_driver(
-    fn: Any, states: list[str], scalars: list[str], row_update: str, scratch: str, block_rows: int
+def _cpu_source(
+    fn: Any,
+    states: list[str],
+    scalars: list[str],
+    row_update: str,
+    scratch: str,
+    block_rows: int,
+    arg_types: tuple,
 ) -> Callable:
-    """The compiled CPU driver of :data:`_CPU_ROWS` over the state arrays ``states`` and the scalars
-    ``scalars`` (argument names), whose statement ``row_update`` updates row ``r`` from its summed gradient
-    row ``block[n_held]`` by calling ``fn`` (as ``update``); ``scratch``: a statement allocating each
-    worker's buffers; ``block_rows``: the rows of each worker's block of summed gradient rows."""
+    """The Python function of the CPU row worker (:data:`_CPU_ROWS`) over the state arrays ``states`` and
+    the scalars ``scalars`` (argument names) for packed arguments of ``arg_types``, whose statement
+    ``row_update`` updates row ``r`` from its summed gradient row ``block[n_held]`` by calling ``fn`` (as
+    ``update``); ``scratch``: a statement allocating each worker's buffers; ``block_rows``: the rows of each
+    worker's block of summed gradient rows."""
     namespace = {
-        "prange": numba.prange,
         "np": np,
         "update": fn,
-        "plan_into": plan_into,
-        "plan_buffers": plan_buffers,
-        "fill_balanced_tasks": fill_balanced_tasks,
+        "load_packed": loader(arg_types),
+        "smaller": smaller,
+        "call_cfunc": call_cfunc,
         "fetch_add": fetch_add,
         "prefetch_read": prefetch_read,
         "prefetch_row": prefetch_row,
         "CACHE_LINE_BYTES": CACHE_LINE_BYTES,
-        "TASKS_PER_THREAD": TASKS_PER_THREAD,
-        "STATE_ROW_COST": STATE_ROW_COST,
         "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
         "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
         "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
     }
-    driver = generate(
+    return generate(
         _CPU_ROWS,
-        f"_cpu_rows_{fn.py_func.__name__}",
+        f"_cpu_rows_{fn.py_func.__name__}_{_digest(str(arg_types))}",
         fn.py_func,
         namespace,
+        plan_args=PLAN_ARGS,
         prefetch_states="; ".join(f"prefetch_row({s}, r, line)" for s in states),
         row_update=row_update,
         scratch=scratch,
         block_rows=str(block_rows),
         source_digest=_source_digest(),
-        n_states=str(len(states)),
         params=", ".join(states + scalars),
     )
-    return numba.njit(parallel=True, cache=True, **JIT_OPTIONS)(driver)
 
 
 class WholeRowUpdate:
@@ -208,18 +189,35 @@ class WholeRowUpdate:
         self.scratch = scratch
         self.block_rows = block_rows
         self.states, self.scalars = params[first : first + n_states], params[first + n_states :]
+        self._workers: dict[tuple, PackedWorker] = {}
 
-    @functools.cached_property
-    def cpu(self) -> Callable:
-        """The parallel CPU driver, called as :attr:`RowUpdate.cpu` (2-D gradient and states, whose row
-        widths may differ)."""
-        names = list(self.scratch)
-        call = (
-            f"n_held = update(r, block, n_held, j == last - 1, "
-            f"{', '.join(names + self.states + self.scalars)})"
-        )
-        allocate = "; ".join(["n_held = 0"] + [f"{name} = {expr}" for name, expr in self.scratch.items()])
-        return _cpu_driver(self.fn, self.states, self.scalars, call, allocate, self.block_rows)
+    def cpu_worker(self, index_dtype: Any, position_dtype: Any, arrays: list, scalars: tuple) -> PackedWorker:
+        """The CPU row worker (a packed worker, compiled on first use or loaded from Numba's cache) for
+        these index and position dtypes, ``arrays`` (the 2-D gradient, then the 2-D states, whose row
+        widths may differ) and ``scalars``: its packed arguments are :func:`launch_cpu`'s."""
+        key = (index_dtype, position_dtype, *map(type_key, arrays), *map(type, scalars))
+        worker = self._workers.get(key)
+        if worker is None:
+            grad, *states = arrays
+            arg_types = (
+                *plan_types(index_dtype, position_dtype),
+                numba.types.int64,
+                numba.types.Array(numba.from_dtype(grad.dtype), 2, "C"),
+                readonly_array(grad.dtype, 2),
+                *map(numba.typeof, states),
+                *map(numba.typeof, scalars),
+            )
+            names = list(self.scratch)
+            call = (
+                f"n_held = update(r, block, n_held, j == last - 1, "
+                f"{', '.join(names + self.states + self.scalars)})"
+            )
+            allocate = "; ".join(["n_held = 0"] + [f"{name} = {expr}" for name, expr in self.scratch.items()])
+            source = _cpu_source(
+                self.fn, self.states, self.scalars, call, allocate, self.block_rows, arg_types
+            )
+            worker = self._workers.setdefault(key, PackedWorker(source, arg_types))
+        return worker
 
 
 @functools.cache

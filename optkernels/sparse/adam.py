@@ -25,10 +25,11 @@ from ..kernels import _cuda
 from ..kernels._checks import attr_bool
 from ..kernels._elementwise import scalar_math
 from ..kernels._upcast import via_float32
+from ..kernels._workers import run_parts
 from ..kernels.adam import Scalar, _betas_epsilon, _bias_corrected_lr, plain_adam_scalars
 from ._call import SparseCall, check_sparse_call, plain_numpy_call
 from ._half_rows import half_rows
-from ._rows import RowUpdate, generate, launch_config, run_tasks
+from ._rows import RowUpdate, generate, launch_config
 
 FLT_EPSILON = float(np.finfo(np.float32).eps)
 
@@ -82,6 +83,9 @@ def _fused_adam_task(
     var,
     m,
     v,
+    flat_var,
+    flat_m,
+    flat_v,
     lr_t,
     beta1,
     one_minus_beta1,
@@ -92,13 +96,22 @@ def _fused_adam_task(
 ):
     """One task of the non-lazy update: the block of ``rows_per_task`` table rows from ``task *
     rows_per_task`` (2-D ``(rows, row_len)`` views): the indexed rows (sorted ``rows``) get their summed
-    gradient; the runs of rows in between only decay. Run by :func:`~optkernels.sparse._rows.drive_tasks`
-    as a C function (see :func:`~optkernels.sparse._rows.task_worker`)."""
+    gradient; the runs of rows in between only decay (through ``flat_var``, ``flat_m``, ``flat_v``: the same
+    memory, 1-D, so that a run is one contiguous loop). Run by :func:`~optkernels.kernels._workers.run_parts`,
+    compiled into a packed C worker."""
     n_table, row_len = var.shape
     n_hit = rows.shape[0]
     first = task * rows_per_task
-    last = min(first + rows_per_task, n_table)
-    j = np.searchsorted(rows, first)
+    last = first + rows_per_task if first + rows_per_task < n_table else n_table
+    # j = the first distinct row >= first (np.searchsorted, which costs a second's compile on first use)
+    j = 0
+    hi = n_hit
+    while j < hi:
+        mid = (j + hi) >> 1
+        if rows[mid] < first:
+            j = mid + 1
+        else:
+            hi = mid
     g = np.empty(row_len, grad.dtype)
     r = first
     while r < last:
@@ -127,13 +140,11 @@ def _fused_adam_task(
             j += 1
             r += 1
         else:
-            stop = min(last, rows[j]) if j < n_hit else last
-            run_var = var[r:stop].ravel()
-            run_m = m[r:stop].ravel()
-            run_v = v[r:stop].ravel()
-            for i in range(run_var.shape[0]):
-                run_var[i], run_m[i], run_v[i] = fused_adam_decay_math(
-                    run_var[i], run_m[i], run_v[i], lr_t, beta1, beta2, epsilon, use_nesterov
+            stop = rows[j] if j < n_hit and rows[j] < last else last
+            # an unsigned index: no negative-index wraparound, which would keep the loop from vectorising
+            for i in range(np.uint64(r * row_len), np.uint64(stop * row_len)):
+                flat_var[i], flat_m[i], flat_v[i] = fused_adam_decay_math(
+                    flat_var[i], flat_m[i], flat_v[i], lr_t, beta1, beta2, epsilon, use_nesterov
                 )
             r = stop
 
@@ -259,7 +270,9 @@ def fused_sparse_adam(
     if call.device == "cpu":
         rows_per_task = max(1, ELEMENTS_PER_TASK // call.row_len)
         n_tasks = -(-call.num_rows // rows_per_task)
-        run_tasks(n_tasks, _fused_adam_task, (rows_per_task, *plan, *call.rows_2d(), *scalars))
+        grad, *states = call.rows_2d()
+        flat = [a.reshape(-1) for a in states]
+        run_parts(n_tasks, _fused_adam_task, (rows_per_task, *plan, grad, *states, *flat, *scalars))
     else:
         blocks, threads = launch_config(total)
         _fused_adam_cuda()[blocks, threads](

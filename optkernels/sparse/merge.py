@@ -7,12 +7,11 @@ import math
 import operator
 from typing import Any
 
-import numba
 import numpy as np
 
 from ..kernels import _cuda
-from ..kernels._threading import for_this_process, parallel_launch
 from ..kernels._upcast import via_float32
+from ..kernels._workers import run_parts
 from ._indices import (
     array_shape_dtype,
     check_indices_and_values,
@@ -20,8 +19,8 @@ from ._indices import (
     host_indices,
     out_of_range_error,
 )
-from ._plan import plan_in_range, plan_merge
-from ._rows import JIT_OPTIONS, TASKS_PER_THREAD, balanced_tasks, generate, launch_config, worker_count
+from ._plan import balanced_tasks, plan_in_range, plan_merge
+from ._rows import TASKS_PER_THREAD, generate, launch_config, worker_count
 
 _CUDA_SUMS = """
 def {name}(n, starts, order, values, row_len, out):
@@ -41,29 +40,27 @@ def {name}(n, starts, order, values, row_len, out):
 _MAX_ROWS = 2**63 - 1  # row numbers are int64 in the merge
 
 
-@numba.njit(parallel=True, cache=True, **JIT_OPTIONS)
-def _segment_sums_cpu(n_workers, starts, order, values, out):
-    """out[j] = values[order[starts[j]]] + values[order[starts[j] + 1]] + ... (left to right), on 2-D
-    ``(rows, row_len)`` views (a row's elements indexed from 0 up: the loops vectorise); the rows are cut
-    into ``n_workers * TASKS_PER_THREAD`` runs of about equal numbers of summed rows."""
+def _segment_sums_task(task, bounds, starts, order, values, out):
+    """Rows ``bounds[task] .. bounds[task + 1] - 1`` of the sums: ``out[j] = values[order[starts[j]]] +
+    values[order[starts[j] + 1]] + ...`` (left to right), on 2-D ``(rows, row_len)`` views (a row's elements
+    indexed from 0 up: the loops vectorise). Run by :func:`~optkernels.kernels._workers.run_parts` over
+    :func:`~._plan.balanced_tasks` (runs of about equal numbers of summed rows)."""
     row_len = values.shape[1]
-    bounds = balanced_tasks(starts, n_workers * TASKS_PER_THREAD, 1)
-    for task in numba.prange(bounds.shape[0] - 1):
-        for j in range(bounds[task], bounds[task + 1]):
-            src = order[starts[j]]
+    for j in range(bounds[task], bounds[task + 1]):
+        src = order[starts[j]]
+        for c in range(row_len):
+            out[j, c] = values[src, c]
+        for k in range(starts[j] + 1, starts[j + 1]):
+            src = order[k]
             for c in range(row_len):
-                out[j, c] = values[src, c]
-            for k in range(starts[j] + 1, starts[j + 1]):
-                src = order[k]
-                for c in range(row_len):
-                    out[j, c] += values[src, c]
+                out[j, c] += values[src, c]
 
 
 @functools.cache
 def _segment_sums_cuda() -> Any:
     """The CUDA kernel of the sums: one thread per output element, the same order as the CPU's."""
     cuda = _cuda.module()
-    return cuda.jit(generate(_CUDA_SUMS, "_cuda_segment_sums", _segment_sums_cpu.py_func, {"cuda": cuda}))
+    return cuda.jit(generate(_CUDA_SUMS, "_cuda_segment_sums", _segment_sums_task, {"cuda": cuda}))
 
 
 @via_float32()
@@ -126,10 +123,9 @@ def merge_duplicates(
         out = np.empty(out_shape, dtype)
         if n_rows and row_len:
             rows_2d = np.ascontiguousarray(values).reshape(n, row_len)
-            with parallel_launch():
-                for_this_process(_segment_sums_cpu)(
-                    worker_count(), plan.starts, plan.order, rows_2d, out.reshape(n_rows, row_len)
-                )
+            bounds = balanced_tasks(plan.starts, worker_count() * TASKS_PER_THREAD, 1)
+            sums = (bounds, plan.starts, plan.order, rows_2d, out.reshape(n_rows, row_len))
+            run_parts(bounds.shape[0] - 1, _segment_sums_task, sums)
         return unique, out
     cuda = _cuda.module()
     out = cuda.device_array(out_shape, dtype)

@@ -104,7 +104,7 @@ def _block_sums(hats, totals, n):
     totals[4], totals[5], totals[6], totals[7] = s4, s5, s6, s7
 
 
-@numba.njit(**JIT_OPTIONS)
+@numba.njit(inline="always", **JIT_OPTIONS)
 def _table_rows(
     r,
     block,
@@ -311,7 +311,7 @@ def rowwise_adagrad(
     fast = _plain_table_step(var, momentum, grad, indices, lr, eps, weight_decay, weight_decay_mode, max_norm)
     if fast is not None and type(out_of_range) is str and out_of_range in ("raise", "drop"):
         arrays, scalars, rows = fast
-        bad = launch_cpu(_table_update.cpu, indices, rows, out_of_range == "drop", arrays, scalars)
+        bad = launch_cpu(_table_update, indices, rows, out_of_range == "drop", arrays, scalars)
         if bad >= 0:
             raise out_of_range_error("indices", indices, bad, rows)
         return var, momentum
@@ -385,7 +385,7 @@ def _checked_call(
                 flat_var.reshape(rows, row_len),
                 flat_momentum.reshape(rows, 1),
             ]
-            bad = launch_cpu(_table_update.cpu, host, rows, drop, arrays, row_scalars)
+            bad = launch_cpu(_table_update, host, rows, drop, arrays, row_scalars)
             if bad >= 0:
                 raise out_of_range_error("indices", host, bad, rows)
             return var, momentum
