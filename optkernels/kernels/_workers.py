@@ -1,7 +1,7 @@
 """C workers launched on Numba's threads straight from Python: no entry or parallel loop compiled per kernel.
 
 A *packed worker* is a C function (``numba.cfunc``, cached on disk) with the signature of a parallel kernel
-of Numba's threading layer, ``worker(args, dims, steps, data)`` (:data:`~._chunks.WORKER_SIGNATURE`):
+of Numba's threading layer, ``worker(args, dims, steps, data)`` (:data:`WORKER_SIGNATURE`):
 
 * ``data`` points at the call's arguments packed as one Numba tuple, which the worker reads with the
   intrinsic of :func:`loader` (its arrays borrowed: the caller keeps them alive);
@@ -32,10 +32,43 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types
+from numba.core import cgutils
 from numba.core.registry import cpu_target
+from numba.extending import intrinsic
 
 from . import _chunks
 from ._threading import parallel_allowed, parallel_launch, thread_mask
+
+#: The C signature of a worker: Numba's parallel kernel ``void(char **args, intp *dims, intp *steps, void
+#: *data)`` (``args`` seen as integers: its one entry is the first part's number).
+WORKER_SIGNATURE = types.void(
+    types.CPointer(types.intp), types.CPointer(types.intp), types.CPointer(types.intp), types.voidptr
+)
+
+
+@functools.cache
+def _loader(packed: types.Tuple) -> Any:
+    """An intrinsic ``load_packed(data)`` reading a ``packed`` tuple from the address ``data``."""
+
+    @intrinsic
+    def load_packed(typingctx, data):
+        def codegen(context, builder, signature, args):
+            pointer = builder.bitcast(args[0], context.get_value_type(packed).as_pointer())
+            value = builder.load(pointer)
+            # the arrays as borrowed views, without their memory-info pointers: Numba takes the value of an
+            # intrinsic as a new reference, and would release each array once per thread on return
+            for k, member in enumerate(packed.types):
+                if isinstance(member, types.Array):
+                    array = context.make_array(member)(context, builder, builder.extract_value(value, k))
+                    array.meminfo = cgutils.get_null_value(array.meminfo.type)
+                    array.parent = cgutils.get_null_value(array.parent.type)
+                    value = builder.insert_value(value, array._getvalue(), k)
+            return value
+
+        return packed(data), codegen
+
+    return load_packed
+
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -132,7 +165,7 @@ def _code(t: Any) -> str:
 
 def loader(arg_types: tuple) -> Any:
     """The intrinsic ``load_packed(data)`` returning the tuple of ``arg_types`` packed at ``data``."""
-    return _chunks._loader(types.Tuple(arg_types))
+    return _loader(types.Tuple(arg_types))
 
 
 class PackedWorker:
@@ -153,7 +186,7 @@ class PackedWorker:
         size, align = context.get_abi_sizeof(value_type), context.get_abi_alignment(value_type)
         if -(-self.struct.size // align) * align != size:  # C and LLVM layouts differ here: never launch
             raise RuntimeError(f"packed arguments take {self.struct.size} bytes, the worker reads {size}")
-        self.cfunc = numba.cfunc(_chunks.WORKER_SIGNATURE, cache=cache, **_JIT_OPTIONS)(function)
+        self.cfunc = numba.cfunc(WORKER_SIGNATURE, cache=cache, **_JIT_OPTIONS)(function)
         self.address = self.cfunc.address
         self._call = _WORKER_CALL(self.address)
         self._pack = _packer(self.arg_types, self.struct.pack)
