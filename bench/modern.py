@@ -68,7 +68,12 @@ def cases(n: int) -> Iterator[tuple[str, int, Callable, Callable]]:
 
 
 def run(suite: Suite) -> None:
-    """The kernels at N=1e8 (quick: 1e5) against their memory limits, then the drop-ins on the transformer."""
+    """The kernels at N=1e8 (quick: 1e5) against their memory limits, then the drop-ins on the transformer.
+    With torch installed, ``optkernels.torch`` is imported first: the layer the kernel rows start is then
+    the one it asks for (OpenMP, on torch's runtime), as in a training script and in the full run, not the
+    TBB layer that the drop-ins would otherwise inherit (its worker competes with torch's spinning threads)."""
+    if optional("torch") is not None:
+        import optkernels.torch  # noqa: F401
     run_kernels(suite)
     run_models(suite)
 
@@ -166,6 +171,10 @@ def run_models(suite: Suite, width: str = "small") -> None:
         times = measure(torch, runs, 3 if suite.quick else 10)
         for label, ts in times.items():
             suite.add(Row("modern", MODEL_CASE.format(rule), label, total, statistics.median(ts), 0, width))
+    from optkernels.kernels._threading import layer
+
+    suite.note(f"modern drop-ins on the {width} transformer: Numba threading layer {layer()}, torch threads "
+               f"{torch.get_num_threads()}")
 
 
 def model_targets(rows: list[Row], verdict) -> list[str]:

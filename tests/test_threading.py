@@ -140,3 +140,19 @@ def test_a_plain_install_does_not_fall_to_workqueue():
         pytest.skip("no TBB runtime in this environment (the tbb wheel exists for Linux x86-64 and Windows x64)")
     out = run_scenarios(None, "threads", "fork")
     assert out == {"layer": "tbb", "threads": "ok", "fork": "ok"}
+
+
+def test_the_layer_start_keeps_torchs_thread_count():
+    """``import optkernels.torch`` asks for Numba's OpenMP layer, which then binds to torch's libgomp (one
+    runtime, one pool); Numba's start sets that pool's thread count to its own: the count the user gave
+    torch before the first launch must survive it (else torch runs on every logical CPU afterwards)."""
+    pytest.importorskip("torch", reason="optkernels.torch needs PyTorch")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_THREADING_LAYER")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    code = ("import torch; torch.set_num_threads(1); import optkernels.torch; "
+            "from optkernels.kernels import _threading; print(_threading.layer(), torch.get_num_threads())")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=LIMIT)
+    assert done.returncode == 0, done.stderr
+    layer, count = done.stdout.split()
+    assert count == "1", f"torch's thread count after the {layer} layer started: {count}"

@@ -34,6 +34,7 @@ _guard = None  # the context every launch enters once decided (None: decide on t
 _forked_from_gnu_omp = False  # launches run single-threaded twins (see for_this_process)
 _twins: dict = {}  # id(parallel dispatcher) -> (dispatcher, its single-threaded twin)
 _preferred = "forksafe"  # what the first launch asks Numba for when the user chose nothing
+_host_threads: Any = None  # (get, set) of the host library's thread count, kept across the start
 chosen_by_user = False  # whether the settled layer is the user's choice (see _decide)
 tbb_loaded_from: str | None = None  # the file load_packaged_tbb loaded (None: none needed, or none found)
 
@@ -130,7 +131,11 @@ def _decide():
                 numba.config.THREADING_LAYER_PRIORITY = list(OPENMP_FIRST)
             else:
                 numba.config.THREADING_LAYER = _preferred
+        keep = _host_threads if not parallel._is_initialized else None
+        before = keep[0]() if keep is not None else None
         parallel._launch_threads()
+        if keep is not None and keep[0]() != before:
+            keep[1](before)  # Numba's OpenMP start set the shared runtime's count (see prefer_openmp)
         layer = numba.threading_layer()
         _guard = threading.Lock() if layer == "workqueue" else contextlib.nullcontext()
         return _guard
@@ -191,17 +196,27 @@ def parallel_allowed() -> bool:
     return not _forked_from_gnu_omp
 
 
-def prefer_openmp() -> bool:
+def prefer_openmp(host_threads: tuple[Any, Any] | None = None) -> bool:
     """Ask the first launch for Numba's OpenMP layer (then TBB, then ``workqueue``) instead of the
     fork-safe choice, unless the user chose a layer or the layer is already settled; True if the request
     stands. For code whose host library runs its own kernels on OpenMP threads (torch's CPU build): there,
     a TBB worker waking for a kernel competes for the cores with the host's still-spinning OpenMP threads.
-    After ``fork`` such a process runs its kernels single-threaded (:func:`for_this_process`)."""
-    global _preferred
+    After ``fork`` such a process runs its kernels single-threaded (:func:`for_this_process`).
+
+    Where the host's OpenMP runtime is loaded into the global scope first (torch's ``libgomp``), Numba's
+    OpenMP layer binds to that runtime rather than its own: one thread pool, whose count Numba's start
+    sets to ``NUMBA_NUM_THREADS``. ``host_threads``, ``(get, set)`` of the host's thread count (such as
+    ``(torch.get_num_threads, torch.set_num_threads)``), has the count read before the start and set back
+    after it where it changed, whichever layer starts (unless the layer is already settled)."""
+    global _preferred, _host_threads
     with _decide_lock:
         parallel = sys.modules.get("numba.np.ufunc.parallel")
         started = parallel is not None and parallel._is_initialized
-        if _guard is not None or started or user_chose_layer():
+        if _guard is not None or started:
+            return False
+        if host_threads is not None:
+            _host_threads = host_threads
+        if user_chose_layer():
             return False
         _preferred = "omp"
         return True

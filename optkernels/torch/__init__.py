@@ -86,5 +86,6 @@ __all__ = [
 
 if "parallel backend: OpenMP" in _torch.__config__.parallel_info():
     # torch's OpenMP threads keep spinning after each of its kernels: a TBB worker woken for a step right
-    # after the backward pass can lose its core to them (bench/torch_step.py); OpenMP threads share fairly
-    _threading.prefer_openmp()
+    # after the backward pass can lose its core to them (bench/torch_step.py); OpenMP threads share fairly.
+    # Numba's OpenMP layer then runs on torch's libgomp, whose thread count its start would reset: kept.
+    _threading.prefer_openmp((_torch.get_num_threads, _torch.set_num_threads))
