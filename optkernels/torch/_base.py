@@ -326,7 +326,9 @@ class KernelOptimizer(torch.optim.Optimizer):
             if g is not None and g.layout is not _STRIDED and not param.is_contiguous():
                 return "torch"
             fits = self._state_fits(param, group) and (
-                g is None or g.layout is not _STRIDED or self._grad_fits(param, g)
+                g is None
+                or g.layout is not _STRIDED
+                or (self._grad_fits(param, g) and self._half_tails(group, param, g) is not None)
             )
             return "optkernels" if fits else "torch"
         raise ValueError("backend_for: the tensor is not a parameter of this optimizer")
