@@ -469,3 +469,62 @@ def test_sqrt_choice_is_checked(monkeypatch):
     monkeypatch.setenv(ENVIRONMENT, "ieee")
     assert float32_sqrt() == 0
     assert sqrt_kernel(np.dtype(np.float64)) == 0
+
+
+# half parameters laid out unlike their gradients: torch's ``grad.add(param, alpha=wd)`` iterates in the
+# gradient's order and vectorises only runs contiguous in both (a transposed parameter: none)
+STRIDED_HALF = [
+    ("transposed", (13, 7), lambda t: t.t(), False),
+    ("transposed-grad-alike", (13, 7), lambda t: t.t(), True),
+    ("permuted-rows", (5, 3, 37), lambda t: t.permute(1, 0, 2), False),
+    ("sliced", (9, 50), lambda t: t[:, :37], False),
+]
+
+
+@pytest.mark.parametrize("name,flags,dtype", [("Adam", dict(weight_decay=0.1), BF16),
+                                              ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.1), F16)])
+@pytest.mark.parametrize("layout", STRIDED_HALF, ids=[c[0] for c in STRIDED_HALF])
+def test_strided_half_parameters_with_weight_decay(layout, name, flags, dtype):
+    """Transposed, permuted and sliced bfloat16/float16 parameters with contiguous gradients (or gradients
+    laid out alike) and coupled weight decay: torch's bits, through the kernels."""
+    _, shape, view, alike = layout
+    gen = torch.Generator().manual_seed(5)
+    init = torch.randn(shape, generator=gen).to(dtype)
+    a, b = torch.nn.Parameter(view(init.clone())), torch.nn.Parameter(view(init.clone()))
+    assert not a.is_contiguous()
+    reference = getattr(torch.optim, name)([a], foreach=False, **flags)
+    optimizer = getattr(okt, name)([b], **flags)
+    for step in range(4):
+        g = torch.randn(a.shape, generator=gen).to(dtype)
+        a.grad = torch.empty_like(a).copy_(g) if alike else g
+        b.grad = a.grad.clone(memory_format=torch.preserve_format)
+        reference.step()
+        optimizer.step()
+        assert optimizer.backend_for(b) == "optkernels"
+        assert _same_half(a, b), f"step {step + 1}: parameter"
+        for key, value in reference.state[a].items():
+            if value.dim():
+                assert _same_half(value, optimizer.state[b][key]), f"step {step + 1}: {key}"
+
+
+def test_strided_half_rows_split_by_torchs_threads_go_to_torch():
+    """A permuted bfloat16 parameter whose rows of 151 elements torch's two threads split (34,881 elements:
+    chunks of 17,441) keeps torch's bits through torch's own step, and says so."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gen = torch.Generator().manual_seed(6)
+        init = torch.randn(7, 33, 151, generator=gen).to(BF16)
+        a = torch.nn.Parameter(init.clone().permute(1, 0, 2))
+        b = torch.nn.Parameter(init.clone().permute(1, 0, 2))
+        reference = torch.optim.Adam([a], foreach=False, weight_decay=0.1)
+        optimizer = okt.Adam([b], weight_decay=0.1)
+        g = torch.randn(a.shape, generator=gen).to(BF16)
+        a.grad, b.grad = g, g.clone()
+        assert optimizer.backend_for(b) == "torch"
+        reference.step()
+        with pytest.warns(UserWarning, match="split by torch's threads"):
+            optimizer.step()
+        assert _same_half(a, b) and _same_half(reference.state[a]["exp_avg"], optimizer.state[b]["exp_avg"])
+    finally:
+        torch.set_num_threads(before)

@@ -117,6 +117,59 @@ def torch_tail_scalars(n: int, threads: int, width: int) -> tuple:
     return kind(tail_from), kind(chunk), kind(chunk & (width - 1))
 
 
+def strided_tail_scalars(
+    shape: tuple, grad_strides: tuple, param_strides: tuple, kernel_strides: tuple, threads: int, width: int
+) -> tuple | None:
+    """:func:`torch_tail_scalars` of torch's ``grad.add(param, alpha=a)`` on half tensors laid out unlike
+    each other (a transposed parameter with a contiguous gradient, a sliced parameter), indexed as a kernel
+    that walks ``kernel_strides``' memory order; None where :func:`torch_tail` cannot describe them.
+
+    torch's TensorIterator orders the dimensions by the gradient's strides (then the parameter's), merges
+    those contiguous in both, and vectorises the innermost merged run only where both have stride 1 there:
+    otherwise every element runs in the scalar loop (``tail_from = 0``); else each run of ``C`` elements
+    has its own tail of ``C mod width``, which :func:`torch_tail` describes where the kernel's order holds
+    the same runs at multiples of ``C`` and torch's thread chunks do not split them. Sizes-1 dimensions
+    are ignored, as torch ignores them.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The tensors' shape.
+    grad_strides, param_strides, kernel_strides : tuple of int
+        Strides in elements: the gradient's, the parameter's, and those of the memory the kernel updates
+        (the parameter's own where it is dense, contiguous ones for a contiguous working copy).
+    threads, width : int
+        As for :func:`torch_tail_scalars`.
+    """
+    n = 1
+    for size in shape:
+        n *= size
+    dims = sorted(
+        (d for d in range(len(shape)) if shape[d] != 1), key=lambda d: (grad_strides[d], param_strides[d])
+    )
+    if not dims or all(grad_strides[d] == param_strides[d] == kernel_strides[d] for d in dims):
+        return torch_tail_scalars(n, threads, width)
+    kind = np.int32 if n < 2**22 else np.int64  # (i + r) / chunk stays exact enough in float32 below 2²²
+    if grad_strides[dims[0]] != 1 or param_strides[dims[0]] != 1:
+        return kind(0), kind(1), kind(0)  # no vector loop: every element runs in the scalar loop
+    run = shape[dims[0]]
+    for d in dims[1:]:
+        if not all(s[d] == run for s in (grad_strides, param_strides)):
+            break
+        run *= shape[d]
+    expected = 1
+    for d in dims:  # the kernel's memory holds the runs at multiples of ``run``
+        if expected >= run:
+            break
+        if kernel_strides[d] != expected:
+            return None
+        expected *= shape[d]
+    used = max(1, min(threads, -(-n // GRAIN)))
+    if used > 1 and -(-n // used) % run:
+        return None
+    return kind(n), kind(run), kind(run & (width - 1))
+
+
 def tail_variants(element_source: str, index: str) -> tuple[str, str, tuple[str, str, str]] | None:
     """The vector-body and scalar-tail variants of a fused half element function's source (see
     :func:`optkernels.kernels._lowp.fused_element`): its call ``torch_tail(index, a, b, c, like)`` replaced

@@ -47,6 +47,7 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks as _global_pre_hoo
 
 from ..kernels._elementwise import Elementwise, HalfLauncher
 from ..kernels._multi_tensor import TensorList
+from ..kernels._torch_tail import NO_TAIL, strided_tail_scalars
 from ..kernels.axpy import _axpy_scal
 from ..kernels.torch_rules import TAKES_TAIL, torch_tail_scalars
 from . import _delegate, _fields, _memory, _views
@@ -69,6 +70,10 @@ _IS_CPU = operator.attrgetter("is_cpu")
 _FLOAT32 = np.dtype(np.float32)
 _HALF_NUMPY = frozenset(_views.HALF_DTYPES.values())
 _MEMO_SIZE = 64
+_UNSPLIT = (
+    "float16/bfloat16 gradients laid out unlike their parameter, split by torch's threads within rows "
+    "(torch's own step keeps its rounding there)"
+)
 _MISFIT = "gradient or state tensors of another shape, dtype, device or layout than their parameter"
 
 
@@ -321,7 +326,9 @@ class KernelOptimizer(torch.optim.Optimizer):
             if g is not None and g.layout is not _STRIDED and not param.is_contiguous():
                 return "torch"
             fits = self._state_fits(param, group) and (
-                g is None or g.layout is not _STRIDED or self._grad_fits(param, g)
+                g is None
+                or g.layout is not _STRIDED
+                or (self._grad_fits(param, g) and self._half_tails(group, param, g) is not None)
             )
             return "optkernels" if fits else "torch"
         raise ValueError("backend_for: the tensor is not a parameter of this optimizer")
@@ -494,6 +501,10 @@ class KernelOptimizer(torch.optim.Optimizer):
                         "consider Adam instead"
                     )
                 if self._grad_fits(p, g) and self._state_fits(p, group):
+                    if self._half_tails(group, p, g) is None:
+                        self._say(_UNSPLIT)
+                        work.by_torch.append(p)
+                        continue
                     work.dense.append(p)
                     work.grads.append(g)
                     continue
@@ -661,6 +672,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         """One step of a group's parameters with dense gradients."""
         group, plan, params, grads, ptrs = work.group, work.plan, work.dense, work.grads, work.ptrs
         assert plan is not None  # set for every group with dense work when it was sorted
+        given = grads  # as found (their layouts decide torch's half tails), or none (from a guard)
         if ptrs is None:
             grads = [_laid_out(p, g) for p, g in zip(params, grads)]
         for p, copy in plan.copies:
@@ -719,7 +731,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             if (
                 kind == "cpu"
                 and prestep is None
-                and self._launch_half(plan, entry, group, raw, address, step)
+                and self._launch_half(plan, entry, group, raw, address, step, _grad_tail(params[k], given, k))
             ):
                 continue
             dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
@@ -739,20 +751,20 @@ class KernelOptimizer(torch.optim.Optimizer):
                 grad = buffer
             scalars = self._scalars(group, step, dtype)
             if kernel in TAKES_TAIL and params[k].dtype in _views.HALF_DTYPES:
-                scalars = scalars[:-3] + _tail_scalars(n)
+                scalars = scalars[:-3] + _grad_tail(params[k], given, k)
             kernel.launch(kind, n, *arrays, grad, *scalars)
         for p, copy in plan.copies:
             p.detach().copy_(copy)
 
     def _launch_half(
-        self, plan: _Plan, entry: tuple, group: dict, grad: torch.Tensor, address: int, step: int
+        self, plan: _Plan, entry: tuple, group: dict, grad: torch.Tensor, address: int, step: int, tail: tuple
     ) -> bool:
         """The step numbered ``step`` of ``plan``'s single ``entry`` where it is a float16/bfloat16 CPU
         parameter whose kernel takes torch's tail scalars (and no pre-step buffer): the same launch as
         ``kernel.launch`` makes, through a :class:`HalfLauncher` kept in the plan, with the parameter's and
         state's ``uint16`` views made once, and the gradient's (``grad``, whose data ``address`` is given)
         kept while its address stays. False (nothing done) for any other entry, or where the launcher
-        cannot serve the step (then ``kernel.launch`` does)."""
+        cannot serve the step (then ``kernel.launch`` does). ``tail``: torch's tails (:func:`_grad_tail`)."""
         k, _, arrays, n, _ = entry
         kept = plan.half.get(k)
         if kept is None:
@@ -762,7 +774,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         ew, bits, seen = kept[0], kept[1], kept[2]
         if ew is None:
             return False
-        scalars = self._scalars(group, step, _FLOAT32)[:-3] + _tail_scalars(n)
+        scalars = self._scalars(group, step, _FLOAT32)[:-3] + tail
         if seen is None or seen[0] != address:  # the gradient's bits, kept while its memory stays
             seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))
             if seen[0] is not None:
@@ -775,6 +787,14 @@ class KernelOptimizer(torch.optim.Optimizer):
                 launcher = HalfLauncher(ew, (*arrays, _views.view(_flat(grad), "cpu", flat=True), *scalars))
                 kept.append(launcher)
         return launcher(n, *args)
+
+    def _half_tails(self, group: dict, p: torch.Tensor, g: torch.Tensor) -> tuple | None:
+        """:func:`_grad_tail` of a float16/bfloat16 CPU parameter ``p`` with its dense gradient ``g``
+        where the group's kernel reproduces torch's tails (else ``NO_TAIL``); None where the kernels cannot
+        describe them (torch's step then updates ``p``)."""
+        if p.dtype not in _views.HALF_DTYPES or not p.is_cpu or self._kernel(group)[0] not in TAKES_TAIL:
+            return NO_TAIL
+        return _strided_tail(tuple(p.shape), g.stride(), p.stride(), _dense(p), torch.get_num_threads())
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
         """Step numbers of an optimizer whose state has no 'step' (SGD): override."""
@@ -870,6 +890,28 @@ def _tail_scalars(n: int) -> tuple:
     """:func:`torch_tail_scalars` of a half tensor of ``n`` elements stepped by torch now (its thread count
     and vector width)."""
     return _tail_scalars_of(n, torch.get_num_threads())
+
+
+def _grad_tail(p: torch.Tensor, given: list, k: int) -> tuple:
+    """torch's half tails (:func:`torch_tail_scalars`' three) of ``grad.add(param, alpha=)`` for the
+    ``k``-th parameter ``p`` stepped with the gradient ``given[k]`` (laid out as ``p``'s state where
+    ``given`` is empty: the gradients came from a guard), in the order the kernel walks ``p``'s memory."""
+    n = p.numel()
+    if not given:
+        return _tail_scalars(n)
+    g = given[k]
+    tail = _strided_tail(tuple(p.shape), g.stride(), p.stride(), _dense(p), torch.get_num_threads())
+    if tail is None:  # sorted out to torch's step by _sort (KernelOptimizer._half_tails)
+        raise RuntimeError("optkernels.torch: a half gradient's layout changed during the step")
+    return tail
+
+
+@functools.lru_cache(maxsize=256)
+def _strided_tail(shape: tuple, grad_strides: tuple, param_strides: tuple, dense: bool, threads: int) -> Any:
+    """:func:`strided_tail_scalars` of a parameter of ``shape`` and ``param_strides`` updated in place
+    (``dense``) or through a contiguous working copy, with a gradient of ``grad_strides``."""
+    kernel = param_strides if dense else torch.empty(shape, device="meta").stride()
+    return strided_tail_scalars(shape, grad_strides, param_strides, kernel, threads, _half_width())
 
 
 def _half_kernel(kernel: Any) -> Any:
