@@ -468,13 +468,13 @@ def test_scalar_lookups_give_the_table_entries():
         scalar_lookups(data, base, count, table)
 
     table = np.arange(1000, dtype=np.uint32) * np.uint32(2654435761)
-    index = np.random.default_rng(4).integers(0, 1000, 40).astype(np.uint32)
+    index = np.random.default_rng(4).integers(0, 1000, 41).astype(np.uint32)
     words = np.concatenate([[7, 7], index, [7]]).astype(np.uint32)
-    look(words, 2, 40, table)
-    assert np.array_equal(words[2:42], table[index]) and words[[0, 1, 42]].tolist() == [7, 7, 7]
-    floats = np.concatenate([[f32(1)], index.view(f32)])    # indices kept as float32 bits
+    look(words, 2, 41, table)
+    assert np.array_equal(words[2:43], table[index]) and words[[0, 1, 43]].tolist() == [7, 7, 7]
+    floats = np.concatenate([[f32(1)], index[:40].view(f32), [f32(2)]])  # indices kept as float32 bits
     look(floats, 1, 40, table)
-    assert np.array_equal(floats[1:].view(np.uint32), table[index]) and floats[0] == 1
+    assert np.array_equal(floats[1:41].view(np.uint32), table[index[:40]]) and floats[[0, 41]].tolist() == [1, 2]
 
 
 @pytest.mark.parametrize("case", ["signed, sign fix in the table", "unsigned", "signed, sign fix after the search"])

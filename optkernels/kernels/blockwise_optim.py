@@ -163,7 +163,6 @@ def _search_mode(start, negatives, signed, top):
     return mode
 
 
-@table_math
 def _requantize_loops(out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare):
     """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
     ``s / top``, sign-fixed where ``signed`` (by :func:`_search_mode`; a block of zeros or infinities takes
@@ -191,7 +190,10 @@ def _requantize_loops(out, first, scratch, base, count, top, code, mids, start, 
             out[np.uint64(first + k)] = c
 
 
-@table_math(device=_requantize_loops.py_func)
+_requantize_loops_cpu = table_math(_requantize_loops)
+
+
+@table_math(device=_requantize_loops)
 def _requantize(out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare):
     """:func:`_requantize_loops`; a full block searched by the start table takes three loops instead, so
     that its table lookups are scalar loads (:func:`._intrinsics.scalar_lookups`) rather than gathers:
@@ -200,7 +202,9 @@ def _requantize(out, first, scratch, base, count, top, code, mids, start, negati
     :func:`.quantization.bucket_code` (and the sign fix). The same codes."""
     mode = _search_mode(start, negatives, signed, top)
     if count != BLOCK or mode == 0:
-        _requantize_loops(out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare)
+        _requantize_loops_cpu(
+            out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare
+        )
         return
     keep = 1 if mode == 2 or not signed else 0  # x replaces s (no sign fix of s's sign left to do)
     for k in range(BLOCK):
