@@ -458,3 +458,55 @@ def test_sign_fixed_codes_at_both_ends_of_every_cpu_bucket():
     c = np.where(np.signbit(code[c]) != np.signbit(x), np.where(x > 0, c + 1, c - 1), c) % 256
     assert np.array_equal(out, c.astype(np.uint8))
     assert not search_tables(dynamic_map(False), "cpu", sign_fix=True)[1][-3]  # no negative entries
+
+
+def test_scalar_lookups_give_the_table_entries():
+    from optkernels.kernels._intrinsics import scalar_lookups
+
+    @numba.njit
+    def look(data, base, count, table):
+        scalar_lookups(data, base, count, table)
+
+    table = np.arange(1000, dtype=np.uint32) * np.uint32(2654435761)
+    index = np.random.default_rng(4).integers(0, 1000, 41).astype(np.uint32)
+    words = np.concatenate([[7, 7], index, [7]]).astype(np.uint32)
+    look(words, 2, 41, table)
+    assert np.array_equal(words[2:43], table[index]) and words[[0, 1, 43]].tolist() == [7, 7, 7]
+    floats = np.concatenate([[f32(1)], index[:40].view(f32), [f32(2)]])  # indices kept as float32 bits
+    look(floats, 1, 40, table)
+    assert np.array_equal(floats[1:41].view(np.uint32), table[index[:40]]) and floats[[0, 41]].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("case", ["signed, sign fix in the table", "unsigned", "signed, sign fix after the search"])
+def test_full_block_requantization_matches_the_reference(case):
+    # A full block takes the three-loop search (scalar table loads), a partial one the single loop: both
+    # against the reference's nearest code and sign fix, on s/top at every midpoint, its neighbours, both
+    # zeros, NaNs of both signs and values beyond the table; top finite, zero and infinite.
+    from optkernels.kernels.quantization import search_tables, sign_split
+
+    @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
+    def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed):
+        bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768)
+
+    signed = case != "unsigned"
+    code = dynamic_map(signed)
+    mids = (code[:-1] + code[1:]) * f32(0.5)
+    rng = np.random.default_rng(9)
+    pool = np.concatenate([mids, np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2)), -mids,
+                           _bits([0, 0x80000000, 0x7FC00000, 0xFFC00000]), f32([1.5, -1.5, 1.0, -1.0])])
+    tables = search_tables(code, "cpu", sign_fix=case.endswith("in the table"))  # else fixed after
+    negatives = sign_split(code) if signed else -1
+    for top in (f32(1.0), f32(0.0), f32(np.inf), f32(3.0)):
+        for count in (256, 255):
+            x = rng.choice(pool, 256).astype(f32)
+            scratch = np.zeros(1024, f32)
+            scratch[:256] = x * top if top not in (0, np.inf) else x
+            s = scratch[:256].copy()
+            out = np.zeros(260, np.uint8)
+            requantize(out, 2, scratch, count, top, code, *tables, negatives, signed)
+            with np.errstate(all="ignore"):
+                q = s / top
+            want = ref._nearest(q, code).astype(np.int32)
+            if signed:
+                want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
+            assert np.array_equal(out[2:2 + count], (want % 256).astype(np.uint8)[:count]), (top, count)

@@ -28,6 +28,10 @@
   256 byte indices with 32 register permutes instead of 256 loads (a vector gather). The kernels call it
   only where :func:`byte_permutes` is true (an x86 target with AVX-512 VBMI, decided when compiling) and
   otherwise loop over the table (the same bits: both are the table's values times one float32).
+* :func:`scalar_lookups`: ``data[k] ← table[data[k]]`` over a run of 32-bit words, one scalar load per
+  word. A vector gather fetches about one element per cycle on some processors (AMD Zen 4), while their
+  load ports take three scalar loads a cycle; LLVM would turn a plain loop of such loads back into
+  gathers, so on x86-64 each table load is an inline-assembly ``mov``.
 """
 
 from __future__ import annotations
@@ -448,3 +452,46 @@ def byte_planes(table: np.ndarray) -> np.ndarray:
     if values.shape != (LOOKUP_BLOCK,):
         raise ValueError(f"table must have {LOOKUP_BLOCK} values, got shape {values.shape}")
     return np.ascontiguousarray(values.astype("<f4").view(np.uint8).reshape(LOOKUP_BLOCK, 4).T).reshape(-1)
+
+
+def _scalar_lookups_codegen(context, builder, signature, args):
+    from llvmlite import binding
+    from numba.core.cpu import CPUContext
+
+    data_type, base_type, count_type, table_type = signature.args
+    data = _element_pointer(context, builder, data_type, args[0], args[1], base_type)
+    table = _element_pointer(context, builder, table_type, args[3], ir.IntType(64)(0), types.intp)
+    i64 = ir.IntType(64)
+    words = builder.bitcast(data, _I32.as_pointer())
+    entries = builder.bitcast(table, _I32.as_pointer())
+    count = context.cast(builder, args[2], count_type, types.intp)
+    opaque = _X86 and isinstance(context, CPUContext)
+    if opaque:
+        binding.initialize_native_asmparser()  # inline assembly needs it (idempotent)
+        load = ir.FunctionType(_I32, [entries.type, i64])
+    with cgutils.for_range(builder, count) as loop:
+        word = builder.gep(words, [loop.index])
+        index = builder.zext(builder.load(word, align=4), i64)
+        if opaque:  # a load LLVM cannot turn into a gather
+            value = builder.asm(load, "movl ($1,$2,4), $0", "=r,r,r", [entries, index], False)
+        else:
+            value = builder.load(builder.gep(entries, [index]), align=4)
+        builder.store(value, word, align=4)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def scalar_lookups(typingctx, data, base, count, table):
+    """``data[base + k] ← table[data[base + k]]`` for k < ``count``, on the 32-bit words of ``data`` (a
+    float32 array holding indices as their bits, or a uint32 array) and ``table`` (uint32, 1-D,
+    contiguous): one scalar load per word (inline assembly on x86-64, so that it is never vectorised into
+    a gather; a plain load elsewhere). Indices are not checked."""
+    if not (
+        all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in (data, table))
+        and data.dtype in (types.float32, types.uint32)
+        and table.dtype == types.uint32
+        and isinstance(base, types.Integer)
+        and isinstance(count, types.Integer)
+    ):
+        raise TypingError("scalar_lookups takes (float32 or uint32 array, int, int, uint32 array)")
+    return types.void(data, base, count, table), _scalar_lookups_codegen

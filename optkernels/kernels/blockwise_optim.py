@@ -20,10 +20,14 @@ import numpy as np
 from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import _JIT_OPTIONS, ZERO, elementwise, scalar_math
+from ._intrinsics import scalar_lookups
 from ._lowp import f32_bits, f32_from_bits
 from ._upcast import via_float32
 from .quantization import (
+    NEG_INF,
     NEG_MAX,
+    bucket_code,
+    bucket_key,
     check_code,
     fast_search,
     nearest_code,
@@ -146,19 +150,25 @@ def _code_sign_fixed(c, s, code):
 
 
 @table_math
-def _requantize(out, first, scratch, base, count, top, code, mids, start, negatives, signed):
-    """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
-    ``s / top``, sign-fixed where ``signed`` (by the table, :func:`.quantization.nearest_code_fixed`, where
-    ``start`` holds the fixed codes and ``top`` is finite and > 0; a block of zeros or infinities takes the
-    binary search). Indices are unsigned (no wrap-around selects: the loop loads and stores contiguously
-    and is vectorised, the table lookups as gathers)."""
-    # 0: binary search, 1: nearest_code (and the sign fix), 2: nearest_code_fixed. (An int: booleans
-    # combined by ``and`` and tested below keep the loops from being vectorised.)
+def _search_mode(start, negatives, signed, top):
+    """How :func:`_requantize` searches: 0 the binary search, 1 :func:`.quantization.nearest_code` (and the
+    sign fix where ``signed``), 2 :func:`.quantization.nearest_code_fixed` (the sign fix in the table,
+    ``top`` finite and > 0). An int: booleans combined by ``and`` and tested in the loops' function keep
+    them from being vectorised."""
     mode = 0
     if fast_search(start) and (negatives >= 0 or not signed):
         mode = 1
         if signed and sign_fix_baked(start):
             mode = 2 if top > ZERO and top < INF else 0
+    return mode
+
+
+def _requantize_loops(out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare):
+    """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
+    ``s / top``, sign-fixed where ``signed`` (by :func:`_search_mode`; a block of zeros or infinities takes
+    the binary search). Indices are unsigned (no wrap-around selects: the loop loads and stores
+    contiguously and is vectorised, the table lookups as gathers). The CUDA twin of :func:`_requantize`."""
+    mode = _search_mode(start, negatives, signed, top)
     if mode == 2:
         for k in range(count):
             c = nearest_code_fixed(scratch[np.uint64(base + k)] / top, start)
@@ -178,6 +188,43 @@ def _requantize(out, first, scratch, base, count, top, code, mids, start, negati
             if signed:
                 c = _code_sign_fixed(c, s, code)
             out[np.uint64(first + k)] = c
+
+
+_requantize_loops_cpu = table_math(_requantize_loops)
+
+
+@table_math(device=_requantize_loops)
+def _requantize(out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare):
+    """:func:`_requantize_loops`; a full block searched by the start table takes three loops instead, so
+    that its table lookups are scalar loads (:func:`._intrinsics.scalar_lookups`) rather than gathers:
+    ``x = s / top`` (kept in ``scratch[base + k]``, NaN as -inf where the sign fix is not in the table)
+    and its :func:`.quantization.bucket_key` (as bits in ``scratch[spare + k]``), the lookups, then
+    :func:`.quantization.bucket_code` (and the sign fix). The same codes."""
+    mode = _search_mode(start, negatives, signed, top)
+    if count != BLOCK or mode == 0:
+        _requantize_loops_cpu(
+            out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare
+        )
+        return
+    keep = 1 if mode == 2 or not signed else 0  # x replaces s (no sign fix of s's sign left to do)
+    for k in range(BLOCK):
+        x = scratch[np.uint64(base + k)] / top
+        x = x if x == x or mode == 2 else NEG_INF  # nearest_code's NaN (the fixed table has NaN's buckets)
+        if keep == 1:
+            scratch[np.uint64(base + k)] = x
+        scratch[np.uint64(spare + k)] = f32_from_bits(bucket_key(x))
+    scalar_lookups(scratch, spare, BLOCK, start)
+    negatives = np.int32(negatives)
+    for k in range(BLOCK):
+        s = scratch[np.uint64(base + k)]
+        x = s
+        if keep == 0:
+            x = s / top
+            x = x if x == x else NEG_INF
+        c = bucket_code(x, f32_bits(scratch[np.uint64(spare + k)]))
+        if keep == 0:
+            c = _sign_fixed(c, s, negatives)
+        out[np.uint64(first + k)] = c
 
 
 def _abs_max_float(x, base, count, top):
@@ -245,7 +292,8 @@ def _block_8bit(
 ):
     # Quantization block b; c3/a3: AdEMAMix's second EMA (codes with map q1, its own absmax); hyper: the
     # float32 scalars of step_scalars (an array: a call of more than 30 arguments could not be inlined);
-    # scratch[base:base + 768] (the driver's): the block's m1, m2, v between the passes. No array views:
+    # scratch[base:base + 1024] (the driver's): the block's m1, m2, v between the passes, then 256 words
+    # for the requantization's table lookups. No array views:
     # the CPU loop then has no aliases, so its arrays are marked noalias and the gathers are vectorised.
     b1, b2, b3, omb1, omb2, omb3, alpha, lr = (
         hyper[0],
@@ -269,7 +317,7 @@ def _block_8bit(
     two = algo <= ADEMAMIX
     start = b * 256
     count = min(start + 256, size) - start
-    sm1, sm2, sv = base, base + 256, base + 512
+    sm1, sm2, sv, spare = base, base + 256, base + 512, base + 768
     o1 = a1[b]
     o2 = a2[b] if two else ZERO
     o3 = a3[b] if algo == ADEMAMIX else ZERO
@@ -347,15 +395,15 @@ def _block_8bit(
     # Pass 2: the new absmax, then the codes (one vectorised loop per state).
     top1 = _abs_max(scratch, sm1, count, top1)
     a1[b] = top1
-    _requantize(c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True)
+    _requantize(c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare)
     if two:
         top2 = _abs_max(scratch, sv, count, top2)
         a2[b] = top2
-        _requantize(c2, start, scratch, sv, count, top2, q2, mids2, start2, negatives, False)
+        _requantize(c2, start, scratch, sv, count, top2, q2, mids2, start2, negatives, False, spare)
     if algo == ADEMAMIX:
         top3 = _abs_max(scratch, sm2, count, top3)
         a3[b] = top3
-        _requantize(c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True)
+        _requantize(c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True, spare)
 
 
 @scratch_block_elementwise

@@ -448,20 +448,38 @@ def nearest_code(x, mids, start):
 
     One lookup: the bucket of ``x``'s bits (sign, exponent, 7 mantissa bits; magnitudes clamped to
     [2^-24, 1]) gives the answer's lower bound ``c`` and the threshold of the step to ``c + 1`` (the
-    midpoint's position in the bucket, the tie rule included), which the low bits of ``x`` are compared with. No branch, indices unsigned: the loops calling it
-    are vectorised."""
+    midpoint's position in the bucket, the tie rule included), which the low bits of ``x`` are compared
+    with (:func:`bucket_key`, :func:`bucket_code`; NaN taken as -inf). No branch, indices unsigned: the
+    loops calling it are vectorised."""
     x = x if x == x else NEG_INF  # NaN → code 0, as -inf
-    u32, i32 = np.uint32, np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
+    return bucket_code(x, start[np.uint16(bucket_key(x))])
+
+
+@table_math
+def bucket_key(x):
+    """The bucket of the float32 ``x`` in a CPU start table (:func:`search_tables`): sign, exponent and 7
+    mantissa bits of ``x``'s magnitude clamped to [2^-24, 1] (NaN's bits: the last bucket of their
+    sign). In 32-bit integers: Numba widens integer arithmetic to 64 bits, so every result is cast back."""
+    u32, i32 = np.uint32, np.int32
     bits = f32_bits(x)
     magnitude = u32(bits & u32(0x7FFFFFFF))
     magnitude = magnitude if magnitude > KEY_LOW else KEY_LOW
     magnitude = magnitude if magnitude < KEY_HIGH else KEY_HIGH
-    negative = u32(bits >> u32(31))
-    key = u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative * u32(SIDE)))
-    entry = start[np.uint16(key)]
+    negative = u32(i32(bits) >> i32(31))  # all ones for a negative x
+    return u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative & u32(SIDE)))
+
+
+@table_math
+def bucket_code(x, entry):
+    """The code of the float32 ``x`` from ``entry``, the start table's entry of its :func:`bucket_key`:
+    the entry's code, plus one where the low bits of ``x`` (mirrored for a negative ``x``) reach the
+    entry's threshold."""
+    u32, i32 = np.uint32, np.int32
+    bits = f32_bits(x)
+    negative = u32(i32(bits) >> i32(31))
     c = i32(entry >> u32(CODE_SHIFT))
     threshold = i32(entry & u32(NO_MID | LOW_MASK))
-    low = i32(u32(bits & LOW_MASK) ^ u32(negative * LOW_MASK))
+    low = i32(u32(bits & LOW_MASK) ^ u32(negative & LOW_MASK))
     return i32(c + i32(low >= threshold))
 
 
@@ -476,18 +494,7 @@ def nearest_code_fixed(x, start):
     included), from a start table of ``search_tables(code, "cpu", sign_fix=True)`` where
     :func:`sign_fix_baked` holds: the fix is in its entries, and NaN needs no test (its bits fall in the
     last bucket of its sign). CPU only (never called on CUDA, where :func:`sign_fix_baked` is false)."""
-    u32, i32 = np.uint32, np.int32  # every result cast back: Numba widens integer arithmetic to 64 bits
-    bits = f32_bits(x)
-    magnitude = u32(bits & u32(0x7FFFFFFF))
-    magnitude = magnitude if magnitude > KEY_LOW else KEY_LOW
-    magnitude = magnitude if magnitude < KEY_HIGH else KEY_HIGH
-    negative = u32(i32(bits) >> i32(31))  # all ones for a negative x
-    key = u32(u32(u32(magnitude - KEY_LOW) >> u32(KEY_SHIFT)) + u32(negative & u32(SIDE)))
-    entry = start[np.uint16(key)]
-    c = i32(entry >> u32(CODE_SHIFT))
-    threshold = i32(entry & u32(NO_MID | LOW_MASK))
-    low = i32(u32(bits & LOW_MASK) ^ u32(negative & LOW_MASK))
-    return i32(c + i32(low >= threshold))
+    return bucket_code(x, start[np.uint16(bucket_key(x))])
 
 
 def _never(start):
