@@ -20,7 +20,9 @@ and emitted together, once:
 So no parallel loop is compiled per kernel: Numba's parfor passes, which type and lower the loop body again
 as a gufunc and optimise it once more in each of its wrappers, never run; and the part loop, compiled as a
 subroutine of the entry, is linked into the entry's module before it is optimised (not finalised on its
-own as Numba's ``compile_subroutine`` would). Each element is computed by the same call of the element
+own as Numba's ``compile_subroutine`` would). A part loop that makes arrays of its own (the multi-tensor
+rows' views of addresses, ``entry(..., views=True)``) is first given a light optimisation of its own
+(:func:`_simplify`), without which it is not vectorised. Each element is computed by the same call of the element
 function as in any other loop, so the bits do not depend on the thread count or on how the range is cut.
 """
 
