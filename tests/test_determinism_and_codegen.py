@@ -120,18 +120,18 @@ def test_apply_adam_chunk_worker_is_vectorised_and_no_parallel_loop_is_compiled(
 
 def test_multi_tensor_launch_loop_is_vectorised():
     """The loop a multi-tensor launch runs (torch's SGD rule, float32) is vectorised: a scalar loop there
-    ran 5-7x slower. The chunked entry (``chunked_many``) is used only where its loop vectorises."""
+    ran 5-7x slower. With ``chunked_many`` that is the chunked entry's part loop (rows of views made from
+    addresses), else the parallel loop of ``many``."""
     from numba import types
 
-    from optkernels.kernels import _chunks, _elementwise
+    from optkernels.kernels import _elementwise
     from optkernels.kernels import torch_rules as T
 
     sgd = T._torch_sgd
     scalars = T.sgd_scalars(np.dtype(np.float32), True, 1e-3, 0, 0, 0, False, False)
     arg_types = (types.int64[:, ::1], types.int64[:, ::1], types.float32[::1], *map(numba.typeof, scalars))
     if sgd.chunked_many:
-        function, source = _elementwise._many_function(sgd.py_func, 2, None, True)
-        compiled = _chunks.entry(function, salt=source, cache=False)
+        compiled = _elementwise._many_entry(sgd.py_func, 2, None, False)
         signature = (types.boolean, types.int64, *arg_types)
     else:
         compiled = sgd.many_uncached(2)

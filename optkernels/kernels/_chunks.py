@@ -20,7 +20,9 @@ and emitted together, once:
 So no parallel loop is compiled per kernel: Numba's parfor passes, which type and lower the loop body again
 as a gufunc and optimise it once more in each of its wrappers, never run; and the part loop, compiled as a
 subroutine of the entry, is linked into the entry's module before it is optimised (not finalised on its
-own as Numba's ``compile_subroutine`` would). Each element is computed by the same call of the element
+own as Numba's ``compile_subroutine`` would). A part loop that makes arrays of its own (the multi-tensor
+rows' views of addresses, ``entry(..., views=True)``) is first given a light optimisation of its own
+(:func:`_simplify`), without which it is not vectorised. Each element is computed by the same call of the element
 function as in any other loop, so the bits do not depend on the thread count or on how the range is cut.
 """
 
@@ -110,10 +112,26 @@ class _LinkedUnoptimised:
         return self._module
 
 
-def _compile_parts(context: Any, parts: Callable, signature: Any) -> Any:
+def _simplify(codegen: Any, library: Any) -> None:
+    """Inline the callees of ``library``'s functions (its linked libraries linked into its module) and prune
+    its reference counts, by the light (``-O1``) module pipeline and Numba's reference-count pruning.
+
+    For a part loop over arrays made inside the loop (views of addresses, without a memory-info pointer),
+    the view's reference-count calls become calls on a null pointer only once the array constructor is
+    inlined; the entry's own optimisation inlines it only in its full pipeline and prunes the calls after
+    it, so they are still in the loop when the loop vectoriser runs, and it leaves the loop scalar."""
+    module = library._final_module
+    for linked in library._linking_libraries:
+        module.link_in(linked._get_module_for_linking(), preserve=True)
+    manager, builder = codegen._module_pass_manager(opt=1, loop_vectorize=False, slp_vectorize=False)
+    manager.run(module, builder)
+
+
+def _compile_parts(context: Any, parts: Callable, signature: Any, simplify: bool) -> Any:
     """Compile ``parts`` for ``signature`` with ``noalias`` array arguments, to be linked into the library
     being built (``context.active_code_library``, the entry's) and optimised there, once, with the entry
-    (see :class:`_LinkedUnoptimised`). Returns the compile result (its ``fndesc`` is what to call)."""
+    (see :class:`_LinkedUnoptimised`); ``simplify``: first inline its callees and prune its reference
+    counts (:func:`_simplify`). Returns the compile result (its ``fndesc`` is what to call)."""
     flags = compiler.Flags()
     flags.noalias = True
     flags.nrt = True
@@ -123,6 +141,8 @@ def _compile_parts(context: Any, parts: Callable, signature: Any) -> Any:
     result = compiler.compile_internal(
         context.typing_context, context, library, parts, signature.args, signature.return_type, flags, {}
     )
+    if simplify:
+        _simplify(context.codegen(), library)
     target = context.active_code_library
     # linked first, then what it calls (Numba's runtime, helpers compiled apart): a linkonce_odr function is
     # only taken from a library linked after its first use
@@ -162,9 +182,9 @@ def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
     return args, dims, steps
 
 
-def _runner(parts: Callable) -> Any:
+def _runner(parts: Callable, simplify: bool) -> Any:
     """The intrinsic ``run_chunks(parallel, n, args)`` of an entry whose part loop is ``parts`` (see the
-    module docstring)."""
+    module docstring; ``simplify``: see :func:`_compile_parts`)."""
 
     @intrinsic
     def run_chunks(typingctx, parallel, n, *args):
@@ -173,7 +193,7 @@ def _runner(parts: Callable) -> Any:
 
         def codegen(context, builder, signature, llargs):
             parts_signature = types.void(types.int64, types.int64, *packed.types)
-            compiled = _compile_parts(context, parts, parts_signature)
+            compiled = _compile_parts(context, parts, parts_signature, simplify)
             mod = builder.module
             worker = _define_worker(context, mod, compiled, parts_signature, packed)
             is_parallel, count, values = llargs
@@ -208,16 +228,18 @@ def _runner(parts: Callable) -> Any:
     return run_chunks
 
 
-def entry(py_func: Callable, salt: str = "", cache: bool = True) -> Any:
+def entry(py_func: Callable, salt: str = "", cache: bool = True, views: bool = False) -> Any:
     """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
     ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
     on first use; ``parallel``: False to run on the calling thread only).
 
     ``salt``: the text of whatever generated ``py_func`` (a template), part of the compiled function's name
     so that a changed generator never loads a stale cache entry. ``cache``: False for a fresh compile kept in
-    memory only (whose assembly, part loop included, ``inspect_asm`` shows)."""
+    memory only (whose assembly, part loop included, ``inspect_asm`` shows). ``views``: True where
+    ``py_func`` makes arrays of its own (views of addresses): its part loop is then simplified before it is
+    linked (:func:`_simplify`, a little more compile time), else that loop stays scalar."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
-    name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _PARTS, _module_source(), salt)}"
+    name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _PARTS, _module_source(), salt, str(views))}"
     parts = generate(_PARTS, f"{name}_parts", py_func, {"uint64": np.uint64, "element": element})
-    function = generate(_ENTRY, name, py_func, {"run_chunks": _runner(parts)})
+    function = generate(_ENTRY, name, py_func, {"run_chunks": _runner(parts, views)})
     return numba.njit(cache=cache, nogil=True, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

@@ -131,10 +131,9 @@ class Elementwise:
         self.chunked_cpu = type(self)._cpu_source is _BASE_SOURCE and (
             type(self).cpu_template is _CPU_LOOP or self.chunk_rows
         )
-        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`). Off: in the chunked
-        #: entry the multi-tensor row loop (arrays from addresses) is not vectorised, where the parallel
-        #: loop's is (``test_multi_tensor_launch_loop_is_vectorised``), so multi-tensor launches keep it.
-        self.chunked_many = False
+        #: Whether :meth:`launch_many` runs the chunked launch (:meth:`many_chunked`), not the parallel loop
+        #: of :meth:`many` (a subclass's own multi-tensor driver keeps its loop).
+        self.chunked_many = self.chunked_cpu and type(self).many is Elementwise.many
 
     def _cpu_source(self) -> Callable:
         element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
@@ -213,8 +212,7 @@ class Elementwise:
         key = (n_arrays, prologue)
         driver = drivers.get(key)
         if driver is None:
-            function, source = _many_function(self.py_func, n_arrays, prologue and prologue.py_func, True)
-            driver = drivers[key] = _chunks.entry(function, salt=source)
+            driver = drivers[key] = _many_entry(self.py_func, n_arrays, prologue and prologue.py_func, True)
         return driver
 
     def many_uncached(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
@@ -491,6 +489,13 @@ def _many_function(py_func: Callable, n_arrays: int, prologue: Callable | None, 
     if prologue is not None:
         namespace["prologue"] = numba.njit(inline="always", **_JIT_OPTIONS)(prologue)
     return _chunks.define(name, source, py_func, namespace), source
+
+
+def _many_entry(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
+    """The chunked entry of the multi-tensor loop (:meth:`Elementwise.many_chunked`; ``cache``: False for
+    a fresh compile whose code can be inspected). Its rows make views of addresses (``views``)."""
+    function, source = _many_function(py_func, n_arrays, prologue, True)
+    return _chunks.entry(function, salt=source, cache=cache, views=True)
 
 
 def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
