@@ -19,15 +19,17 @@ The element-wise phases run over a chunk table (:func:`~._multi_tensor.chunk_tab
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numba
 import numpy as np
 from numpy import uint64
 
+from . import _chunks
 from ._elementwise import _JIT_OPTIONS
 from ._pointers import address_as_pointer
-from ._threading import for_this_process, parallel_launch
+from ._threading import parallel_allowed, parallel_launch
 from .torch_adafactor import _factored_element, _vector_element
 from .torch_family import SERIAL_BELOW, _muon_momentum, fma, torch_lerp
 
@@ -56,7 +58,6 @@ def _lerp_factors(addresses, counts, divisors, weights, small, like):
                 moment[i] = torch_lerp(moment[i], (x * x) / divisor, w, c, s)
 
 
-@numba.njit(inline="always", **_JIT_OPTIONS)
 def _update_chunk(k, chunks, addresses, shapes, weights, small, like, maximize, eps1, eps1_sq, one):
     t, start, stop, size = chunks[k, 0], chunks[k, 1], chunks[k, 2], chunks[k, 3]
     update = _at(addresses[0, t], like, size)
@@ -88,19 +89,6 @@ def _update_chunk(k, chunks, addresses, shapes, weights, small, like, maximize, 
         r += 1
 
 
-@numba.njit(cache=True, **_JIT_OPTIONS)
-def _updates_serial(chunks, addresses, shapes, weights, small, like, maximize, eps1, eps1_sq, one):
-    for k in range(chunks.shape[0]):
-        _update_chunk(k, chunks, addresses, shapes, weights, small, like, maximize, eps1, eps1_sq, one)
-
-
-@numba.njit(cache=True, parallel=True, **_JIT_OPTIONS)
-def _updates_parallel(chunks, addresses, shapes, weights, small, like, maximize, eps1, eps1_sq, one):
-    for k in numba.prange(chunks.shape[0]):
-        _update_chunk(k, chunks, addresses, shapes, weights, small, like, maximize, eps1, eps1_sq, one)
-
-
-@numba.njit(inline="always", **_JIT_OPTIONS)
 def _step_chunk(k, chunks, addresses, neg_steps, decay, like):
     t, start, stop, size = chunks[k, 0], chunks[k, 1], chunks[k, 2], chunks[k, 3]
     param = _at(addresses[0, t], like, size)
@@ -110,22 +98,9 @@ def _step_chunk(k, chunks, addresses, neg_steps, decay, like):
         param[i] = fma(update[i], neg_step, param[i] * decay)
 
 
-@numba.njit(cache=True, **_JIT_OPTIONS)
-def _steps_serial(chunks, addresses, neg_steps, decay, like):
-    for k in range(chunks.shape[0]):
-        _step_chunk(k, chunks, addresses, neg_steps, decay, like)
-
-
-@numba.njit(cache=True, parallel=True, **_JIT_OPTIONS)
-def _steps_parallel(chunks, addresses, neg_steps, decay, like):
-    for k in numba.prange(chunks.shape[0]):
-        _step_chunk(k, chunks, addresses, neg_steps, decay, like)
-
-
 _muon_element = numba.njit(inline="always", **_JIT_OPTIONS)(_muon_momentum.py_func)
 
 
-@numba.njit(inline="always", **_JIT_OPTIONS)
 def _momentum_chunk(k, chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov):
     t, start, stop, size = chunks[k, 0], chunks[k, 1], chunks[k, 2], chunks[k, 3]
     buf = _at(addresses[0, t], like, size)
@@ -136,18 +111,6 @@ def _momentum_chunk(k, chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov
 
 
 @numba.njit(cache=True, **_JIT_OPTIONS)
-def _momenta_serial(chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov):
-    for k in range(chunks.shape[0]):
-        _momentum_chunk(k, chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov)
-
-
-@numba.njit(cache=True, parallel=True, **_JIT_OPTIONS)
-def _momenta_parallel(chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov):
-    for k in numba.prange(chunks.shape[0]):
-        _momentum_chunk(k, chunks, addresses, like, mw, mc, ms, nw, nc, ns, nesterov)
-
-
-@numba.njit(cache=True, **_JIT_OPTIONS)
 def _increment_steps(addresses, like, out):
     for t in range(addresses.shape[0]):
         step = _at(addresses[t], like, 1)
@@ -155,12 +118,17 @@ def _increment_steps(addresses, like, out):
         out[t] = step[0]
 
 
-def _run(serial: Any, parallel: Any, total: int, *args: Any) -> None:
-    if total < SERIAL_BELOW:
-        serial(*args)
-        return
+def _run(chunk_function: Any, total: int, chunks: np.ndarray, *args: Any) -> None:
+    """``chunk_function(k, chunks, *args)`` for every row ``k`` of ``chunks``, as a chunked launch
+    (:func:`._chunks.entry`): on Numba's threads from ``SERIAL_BELOW`` elements in all, on the calling thread
+    below."""
     with parallel_launch():
-        for_this_process(parallel)(*args)
+        _entry(chunk_function)(total >= SERIAL_BELOW and parallel_allowed(), chunks.shape[0], chunks, *args)
+
+
+@functools.cache
+def _entry(chunk_function: Any) -> Any:
+    return _chunks.entry(chunk_function, views=True)  # arrays made from addresses
 
 
 def lerp_factors(
@@ -228,7 +196,7 @@ def updates(
         ``ε1``, ``ε1²`` and 1.
     """
     args = (chunks, addresses, shapes, weights, small, like, maximize, eps1, eps1_sq, one)
-    _run(_updates_serial, _updates_parallel, _total(chunks), *args)
+    _run(_update_chunk, _total(chunks), *args)
 
 
 def decayed_steps(
@@ -250,7 +218,7 @@ def decayed_steps(
     like : array
         Any array of the dtype.
     """
-    _run(_steps_serial, _steps_parallel, _total(chunks), chunks, addresses, neg_steps, decay, like)
+    _run(_step_chunk, _total(chunks), chunks, addresses, neg_steps, decay, like)
 
 
 def _total(chunks: np.ndarray) -> int:
@@ -272,7 +240,7 @@ def muon_momenta(chunks: np.ndarray, addresses: np.ndarray, like: np.ndarray, *s
     *scalars
         :func:`~.torch_family.muon_momentum_scalars` of the dtype.
     """
-    _run(_momenta_serial, _momenta_parallel, _total(chunks), chunks, addresses, like, *scalars)
+    _run(_momentum_chunk, _total(chunks), chunks, addresses, like, *scalars)
 
 
 def increment_steps(addresses: np.ndarray, like: np.ndarray) -> np.ndarray:
