@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import os
 import sys
+import threading
 from typing import Any
 
 from .._install import install_hint
@@ -47,7 +48,77 @@ def module() -> Any:
         raise ImportError(_INSTALL_HINT)
     from numba import cuda
 
+    if not _compile_hook_installed and not simulator_enabled():
+        _install_compile_hook()
     return cuda
+
+
+def kernel(function: Any) -> Any:
+    """``function`` compiled as a CUDA kernel (``cuda.jit``), as every optkernels kernel is: its launches
+    accept ``None`` for an absent optional array (see :class:`_NoneArguments`), and its code is generated
+    without contracting a multiply and an add into a fused multiply-add (see :func:`_install_compile_hook`)."""
+    cuda = module()
+    if simulator_enabled():
+        return cuda.jit(function)
+    return cuda.jit(function, extensions=[_NONE_ARGUMENTS])
+
+
+class _NoneArguments:
+    """A numba-cuda launch extension for ``None`` arguments.
+
+    Kernels here are specialised on ``None`` for an absent optional array (``if m is None`` branches are
+    resolved at compile time), as on the CPU. numba-cuda compiles such a kernel (its ``none`` argument is
+    one pointer-sized parameter) but cannot pass ``None`` at launch; this passes the null pointer in its
+    place, which the kernel never reads."""
+
+    def prepare_args(self, ty: Any, val: Any, stream: Any = None, retr: Any = None) -> tuple[Any, Any]:
+        if val is None:
+            from numba.core import types
+
+            if ty == types.none:
+                return types.uintp, 0
+        return ty, val
+
+
+_NONE_ARGUMENTS = _NoneArguments()
+
+#: The mangled-name fragment of every function defined in optkernels' modules (Itanium mangling of the
+#: top-level package name): a compiled module that holds one is an optkernels kernel.
+_OUR_SYMBOLS = "10optkernels"
+_compile_hook_installed = False
+_HOOK_LOCK = threading.Lock()
+
+
+def _ours(ir: str | bytes) -> bool:
+    """True if the LLVM IR ``ir`` defines or calls a function of optkernels."""
+    if isinstance(ir, bytes):
+        return _OUR_SYMBOLS.encode() in ir
+    return _OUR_SYMBOLS in ir
+
+
+def _install_compile_hook() -> None:
+    """Generate optkernels' CUDA kernels with NVVM's ``-fma=0``.
+
+    NVVM contracts ``a * b + c`` into one fused multiply-add by default (``-fma=1``) even without fast math,
+    which rounds once where the CPU kernels and the float64 references round twice: results would differ by
+    an ulp from the CPU's. numba-cuda has no per-kernel option for it, so NVVM's compile entry point is
+    wrapped: a compilation whose IR defines an optkernels function gets ``fma=False`` (explicit ``fma``
+    calls, the torch rules', stay fused); every other compilation in the process is left as it was."""
+    global _compile_hook_installed
+    from numba.cuda.cudadrv import nvvm
+
+    compile_ir = nvvm.compile_ir
+
+    def compile_ir_exactly(llvmir: Any, **options: Any) -> Any:
+        texts = [llvmir] if isinstance(llvmir, (str, bytes)) else llvmir
+        if not options.get("fastmath") and any(_ours(text) for text in texts):
+            options.setdefault("fma", False)
+        return compile_ir(llvmir, **options)
+
+    with _HOOK_LOCK:
+        if not _compile_hook_installed:
+            nvvm.compile_ir = compile_ir_exactly
+            _compile_hook_installed = True
 
 
 def is_device_array(x: Any) -> bool:

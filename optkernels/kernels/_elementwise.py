@@ -166,7 +166,7 @@ class Elementwise:
         """The CUDA kernel: ``cuda[blocks, threads](n, *arrays, *scalars)``."""
         cuda = _cuda.module()
         element = cuda.jit(device=True)(self.py_func)
-        return cuda.jit(
+        return _cuda.kernel(
             _generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element})
         )
 
@@ -694,7 +694,7 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tu
     if target == "cpu":
         driver = numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
     else:
-        driver = _cuda.module().jit(function)
+        driver = _cuda.kernel(function)
     drivers[key] = driver
     return driver
 

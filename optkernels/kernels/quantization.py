@@ -112,7 +112,7 @@ class BlockElementwise(Elementwise):
     def cuda(self) -> Callable:
         cuda = _cuda.module()
         element = cuda.jit(device=True)(_device_version(self.py_func))
-        return cuda.jit(
+        return _cuda.kernel(
             _generate(self.cuda_template, "cuda", self.py_func, {"cuda": cuda, "element": element})
         )
 
@@ -192,7 +192,7 @@ class ScratchBlockElementwise(BlockElementwise):
     def cuda(self) -> Callable:
         cuda = _cuda.module()
         element = cuda.jit(device=True)(_device_version(self.py_func))
-        return cuda.jit(
+        return _cuda.kernel(
             _generate_scratch(_CUDA_SCRATCH_LOOP, "cuda", self.py_func, {"cuda": cuda, "element": element})
         )
 

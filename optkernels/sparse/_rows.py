@@ -303,7 +303,7 @@ class RowUpdate:
         *scalars)`` with ``n = len(rows) * row_len`` (1-D arrays)."""
         cuda = _cuda.module()
         namespace = {"cuda": cuda, "update": self.math}
-        return cuda.jit(
+        return _cuda.kernel(
             generate(
                 _CUDA_ROWS,
                 f"_cuda_rows_{self.__name__}",

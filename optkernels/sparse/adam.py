@@ -184,7 +184,7 @@ def _fused_adam_cuda() -> Any:
     among the sorted distinct rows by binary search."""
     cuda = _cuda.module()
     namespace = {"cuda": cuda, "indexed": fused_adam_indexed_math, "decay": fused_adam_decay_math}
-    return cuda.jit(
+    return _cuda.kernel(
         generate(_CUDA_FUSED_ADAM, "_cuda_fused_sparse_adam", fused_adam_indexed_math.py_func, namespace)
     )
 

@@ -60,7 +60,7 @@ def _segment_sums_task(task, bounds, starts, order, values, out):
 def _segment_sums_cuda() -> Any:
     """The CUDA kernel of the sums: one thread per output element, the same order as the CPU's."""
     cuda = _cuda.module()
-    return cuda.jit(generate(_CUDA_SUMS, "_cuda_segment_sums", _segment_sums_task, {"cuda": cuda}))
+    return _cuda.kernel(generate(_CUDA_SUMS, "_cuda_segment_sums", _segment_sums_task, {"cuda": cuda}))
 
 
 @via_float32()
