@@ -5,6 +5,7 @@ Numba sees a device or the simulator).
 Contenders at each N, interleaved, each call ending with its streams synchronised:
 
 * the pipeline (chunks of ``_offload.CHUNK``, double-buffered), the gradient on the host, and on the device;
+  and with its copies and adds queued from a second thread (``submit_thread=True``), the gradient on the host;
 * the same in one chunk: the host step, then the copy and the add, nothing overlapping;
 * its floors: the host step alone (``adam_no_update_param`` into a buffer) and the pinned host-to-device
   copy of N elements alone. The pipeline's ideal is the larger of the two (plus one chunk's copy).
@@ -41,7 +42,8 @@ def _one_size(suite: Suite, cuda, n: int, repeats: int, chunk: int) -> None:
     param, device_grad = cuda.to_device(w), cuda.to_device(g)
     pinned, target, out = cuda.pinned_array(n, F), cuda.device_array(n, F), np.empty(n, F)
     pinned[:] = g
-    chunked = _offload.CudaTransport(min(chunk, n), F)
+    chunked = _offload.CudaTransport(min(chunk, n), F, submit_thread=False)
+    threaded = _offload.CudaTransport(min(chunk, n), F, submit_thread=True)
     whole = _offload.CudaTransport(n, F)
     scalars = _scalars()
 
@@ -54,6 +56,8 @@ def _one_size(suite: Suite, cuda, n: int, repeats: int, chunk: int) -> None:
             chunked, param, m, v, g, scalars),
         f"pipeline, chunks of {min(chunk, n)}, device grad": lambda: _offload.offload_step(
             chunked, param, m, v, device_grad, scalars),
+        f"pipeline, chunks of {min(chunk, n)}, host grad, submit thread": lambda: _offload.offload_step(
+            threaded, param, m, v, g, scalars),
         "one chunk (no overlap), host grad": lambda: _offload.offload_step(whole, param, m, v, g, scalars),
         "host step alone (adam_no_update_param)": lambda: adam_no_update_param(
             m, v, 0.0, 0.0, 1e-3, 0.9, 0.999, 1e-8, g, out=out),

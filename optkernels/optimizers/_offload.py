@@ -11,6 +11,8 @@ the schedule (:func:`offload_step`) is the same for both.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -19,11 +21,14 @@ from ..kernels import _cuda
 from ..kernels.adam import _adam_delta
 from ..kernels.axpy import _axpy
 
-__all__ = ["CHUNK", "CudaTransport", "HostTransport", "chunk_bounds", "offload_step"]
+__all__ = ["CHUNK", "SUBMIT_THREAD", "CudaTransport", "HostTransport", "chunk_bounds", "offload_step"]
 
 #: Elements per chunk of a CUDA parameter (4 MiB of float32): large against a launch's fixed cost, small
 #: against the array. A NumPy parameter has no copy to overlap and runs in one chunk.
 CHUNK = 1 << 20
+
+#: Whether a :class:`CudaTransport` queues its copies and adds from a second thread by default.
+SUBMIT_THREAD = False
 
 
 def chunk_bounds(n: int, chunk: int) -> list[tuple[int, int]]:
@@ -84,9 +89,13 @@ class CudaTransport(HostTransport):
     and direction says when a buffer is free (up) or filled (down). A slot's buffers are made on its first
     use (one chunk needs one slot). Both streams are blocking streams: they start after the work already
     queued on the legacy default stream (Numba's and PyTorch's default), so a gradient computed there is
-    complete before it is copied."""
+    complete before it is copied.
 
-    def __init__(self, chunk: int, dtype: Any, grad_dtype: Any = None):
+    With ``submit_thread=True`` the copy and the add of a chunk are queued from a second thread, so the
+    Python and driver cost of queuing them overlaps the host's next chunk (the host kernels release the
+    GIL) rather than adding to it; the bits are the same either way."""
+
+    def __init__(self, chunk: int, dtype: Any, grad_dtype: Any = None, submit_thread: bool | None = None):
         cuda = _cuda.module()
         super().__init__(chunk, dtype)
         self._grad_dtype = np.dtype(grad_dtype or dtype)
@@ -96,6 +105,9 @@ class CudaTransport(HostTransport):
         self._sent = [cuda.event() for _ in range(2)]
         self._got = [cuda.event() for _ in range(2)]
         self._pending = [False, False]
+        self.submit_thread = SUBMIT_THREAD if submit_thread is None else submit_thread
+        self._queued: list = [None, None]  # per slot: the Future of its send_add on the submit thread
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None
 
     def _make(self, slot: int) -> None:
         if self._device[slot] is None:
@@ -121,11 +133,28 @@ class CudaTransport(HostTransport):
         return self._grads[slot][: hi - lo]
 
     def wait_sent(self, slot: int) -> None:
+        queued = self._queued[slot]
+        if queued is not None:
+            self._queued[slot] = None
+            queued.result()  # its copy and add are queued (and any error surfaces here)
         if self._pending[slot]:
             self._sent[slot].synchronize()
             self._pending[slot] = False
 
     def send_add(self, slot: int, param: Any, lo: int, hi: int) -> None:
+        if self.submit_thread:
+            self._queued[slot] = self._submitter().submit(self._send_add, slot, param, lo, hi)
+        else:
+            self._send_add(slot, param, lo, hi)
+
+    def _submitter(self) -> ThreadPoolExecutor:
+        """The submit thread, made on first use and again in a forked child (threads do not survive fork)."""
+        pid = os.getpid()
+        if self._pool is None or self._pool[0] != pid:
+            self._pool = (pid, ThreadPoolExecutor(1, thread_name_prefix="optkernels-offload"))
+        return self._pool[1]
+
+    def _send_add(self, slot: int, param: Any, lo: int, hi: int) -> None:
         count = hi - lo
         delta = self._device[slot][:count]
         delta.copy_to_device(self._staging[slot][:count], stream=self._up)
@@ -134,6 +163,10 @@ class CudaTransport(HostTransport):
         self._pending[slot] = True
 
     def finish(self) -> None:
+        for slot in (0, 1):
+            queued, self._queued[slot] = self._queued[slot], None
+            if queued is not None:
+                queued.result()
         self._up.synchronize()
         self._down.synchronize()
         self._pending = [False, False]

@@ -19,9 +19,9 @@ def _state(n, dtype, seed=0):
     return w, m, v, g
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype,submit_thread", [(np.float32, False), (np.float64, False), (np.float32, True)])
 @pytest.mark.parametrize("grad_on_device", [False, True])
-def test_chunked_device_step_equals_the_host_only_step(dtype, grad_on_device):
+def test_chunked_device_step_equals_the_host_only_step(dtype, grad_on_device, submit_thread):
     cuda = _cuda.module()
     w, m, v, g = _state(23, dtype)
     t = np.dtype(dtype).type
@@ -31,7 +31,8 @@ def test_chunked_device_step_equals_the_host_only_step(dtype, grad_on_device):
     expected = w + delta
     param = cuda.to_device(w)
     grad = cuda.to_device(g) if grad_on_device else g
-    offload_step(CudaTransport(5, dtype), param, m, v, grad, (lr_t, b1, t(1) - b1, b2, t(1) - b2, eps, False))
+    transport = CudaTransport(5, dtype, submit_thread=submit_thread)
+    offload_step(transport, param, m, v, grad, (lr_t, b1, t(1) - b1, b2, t(1) - b2, eps, False))
     np.testing.assert_array_equal(param.copy_to_host(), expected)
     np.testing.assert_array_equal(m, expected_m)
     np.testing.assert_array_equal(v, expected_v)
