@@ -11,6 +11,7 @@ rounded once to its storage dtype: bit-identical to the float32 kernel on upcast
 :func:`stochastic_rounding` for stochastic write-back).
 """
 
+from . import _cache_locator  # noqa: F401  (first: every cached function below is stamped by it)
 from ._lowp import stochastic_rounding
 from .ada_factor import fused_ada_factor, fused_ada_factor_with_global_norm
 from .ada_max import apply_ada_max
