@@ -73,7 +73,10 @@ class _NoneArguments:
 
     def prepare_args(self, ty: Any, val: Any, stream: Any = None, retr: Any = None) -> tuple[Any, Any]:
         if val is None:
-            from numba.core import types
+            try:  # numba-cuda's own type objects where it has them (the dispatcher compares with those)
+                from numba.cuda import types
+            except ImportError:
+                from numba.core import types
 
             if ty == types.none:
                 return types.uintp, 0
