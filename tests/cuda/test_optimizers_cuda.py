@@ -1,6 +1,8 @@
 """Optimizers over CUDA parameters (small arrays: the simulator is slow) equal the same optimizers over NumPy
 parameters; AdamOffload keeps its moments on the host and adds the step on the device."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -120,8 +122,10 @@ def test_axpy_scal_square_sum_all_on_the_device(dtype):
     scal(3.0, dx)
     np.testing.assert_array_equal(dx.copy_to_host(), dtype(3.0) * x)
     sx, sy = square_sum_all(_cuda.to_device(x), _cuda.to_device(y))
-    assert sx == pytest.approx(float(np.sum(x.astype(np.float64) ** 2)), rel=1e-14)
-    assert sy == pytest.approx(float(np.sum(y.astype(np.float64) ** 2)), rel=1e-14)
+    # the squares rounded to the dtype, summed in float64 (one chunk): the CPU's bits
+    assert (sx, sy) == square_sum_all(x, y)
+    assert sx == pytest.approx(math.fsum(np.square(x).astype(np.float64)), rel=1e-14)
+    assert sy == pytest.approx(math.fsum(np.square(y).astype(np.float64)), rel=1e-14)
 
 
 def test_sparse_gradients_of_cuda_parameters():
