@@ -114,6 +114,16 @@ def _carrier(dtype: Any) -> Any:
     return None
 
 
+def _view(array: Any, dtype: Any) -> Any:
+    """``array.view(dtype)`` for a dtype of the same size; numba-cuda's ``view`` fails on a 0-d array (it
+    hashes the shape as a list), so that one is rebuilt over the same memory."""
+    if array.ndim == 0 and not simulator_enabled():
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        return DeviceNDArray((), (), dtype, stream=array.stream, gpu_data=array.gpu_data)
+    return array.view(dtype)
+
+
 def to_device(host: Any, stream: Any = 0) -> Any:
     """A new device array holding a copy of the host array ``host`` (``cuda.to_device``, for any dtype).
 
@@ -121,7 +131,8 @@ def to_device(host: Any, stream: Any = 0) -> Any:
     ----------
     host : array_like
         The array to copy; bfloat16 (and other ml_dtypes) arrays are copied as their bits and the device
-        array is a view of them with ``host``'s dtype. Shape and strides are kept (0-d and empty too).
+        array is a view of them with ``host``'s dtype. The shape is kept (0-d and empty too); an array that
+        is neither C- nor Fortran-contiguous is copied C-contiguous (numba-cuda moves one memory region).
     stream : numba CUDA stream, optional
         The stream of the copy; 0 (default) copies synchronously.
 
@@ -134,10 +145,12 @@ def to_device(host: Any, stream: Any = 0) -> Any:
 
     cuda = module()
     host = np.asarray(host)
+    if not (host.flags.c_contiguous or host.flags.f_contiguous):
+        host = np.ascontiguousarray(host)
     carrier = _carrier(host.dtype)
     if carrier is None:
         return cuda.to_device(host, stream=stream)
-    return cuda.to_device(host.view(carrier), stream=stream).view(host.dtype)
+    return _view(cuda.to_device(host.view(carrier), stream=stream), host.dtype)
 
 
 def copy_to_device(device: Any, host: Any, stream: Any = 0) -> None:
@@ -155,15 +168,14 @@ def copy_to_device(device: Any, host: Any, stream: Any = 0) -> None:
     import numpy as np
 
     device = as_device_array(device)
-    if not is_device_array(host):
-        host = np.asarray(host)
-    else:
-        host = as_device_array(host)
+    on_device = is_device_array(host)
+    host = as_device_array(host) if on_device else np.asarray(host)
     carrier = _carrier(device.dtype)
     if carrier is None or host.dtype != device.dtype:
         device.copy_to_device(host, stream=stream)
     else:
-        device.view(carrier).copy_to_device(host.view(carrier), stream=stream)
+        bits = _view(host, carrier) if on_device else host.view(carrier)
+        _view(device, carrier).copy_to_device(bits, stream=stream)
 
 
 def copy_to_host(device: Any, out: Any = None, stream: Any = 0) -> Any:
@@ -189,6 +201,6 @@ def copy_to_host(device: Any, out: Any = None, stream: Any = 0) -> Any:
     if carrier is None or (out is not None and out.dtype != device.dtype):
         return device.copy_to_host(out, stream=stream)
     if out is None:
-        return device.view(carrier).copy_to_host(stream=stream).view(device.dtype)
-    device.view(carrier).copy_to_host(out.view(carrier), stream=stream)
+        return _view(device, carrier).copy_to_host(stream=stream).view(device.dtype)
+    _view(device, carrier).copy_to_host(out.view(carrier), stream=stream)
     return out
