@@ -177,3 +177,16 @@ def test_kahan_sums_sparse_and_8bit_kernels_compile(fake_device):
     _compiles(fake_device, lambda: bo.optimizer_update_8bit_blockwise(
         "momentum", _cuda.to_device(np.ones(256, f32)), p, s1, None, 0.9, 0.0, 0.0, 0.0, 1e-8, 1, 1e-3,
         _cuda.to_device(dynamic_map(True)), None, absmax, None))
+
+
+def test_weight_decay_survives_in_the_torch_sgd_kernel(fake_device):
+    """torch's SGD rule with weight decay: the kernel loads its ``weight_decay`` parameter. numba-cuda's
+    inlining of an ``inline="always"`` helper dropped the value ``torch_grad`` assigns in its weight-decay
+    branch (a GPU then ignored weight decay), and NVVM removed the unused parameter's load."""
+    from optkernels.kernels import torch_rules as T
+
+    var, grad = _cuda.to_device(np.ones(8)), _cuda.to_device(np.ones(8))
+    scalars = T.sgd_scalars(np.dtype(np.float64), True, 0.1, 0.0, 0.0, 0.5, False, False)
+    _compiles(fake_device, lambda: T._torch_sgd.launch("cuda", 8, var, grad, *scalars))
+    # parameters: n, two arrays of 7 fields each, negate, coupled, then weight_decay
+    assert "_param_17]" in fake_device[-1]
