@@ -138,10 +138,10 @@ def _model(suite: Suite, cuda, torch, total: int, tensors: int, repeats: int) ->
     optimizer = Adam(params, learning_rate=1e-3)
     impls = {"optkernels Adam": _synced(cuda, lambda: optimizer(device_grads))}
     if torch is not None:
-        weights = [torch.tensor(h, device="cuda", requires_grad=True) for h in host]
-        for t, gr in zip(weights, grads):
+        torch_params = [torch.tensor(h, device="cuda", requires_grad=True) for h in host]
+        for t, gr in zip(torch_params, grads):
             t.grad = torch.tensor(gr, device="cuda")
-        fused = torch.optim.Adam(weights, lr=1e-3, fused=True)
+        fused = torch.optim.Adam(torch_params, lr=1e-3, fused=True)
         impls["torch Adam(fused=True, cuda)"] = lambda: (fused.step(), torch.cuda.synchronize())
     for impl, seconds in suite.time_interleaved(impls, repeats=repeats).items():
         suite.add(Row("gpu", f"Adam step, {tensors} tensors (GPU)", impl, total, seconds, 28.0 * total))

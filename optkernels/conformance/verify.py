@@ -49,8 +49,7 @@ def _to_target(inputs: dict, target: str) -> dict:
         return inputs
     from optkernels.kernels import _cuda
 
-    cuda = _cuda.module()
-    return {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    return {k: _cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
 
 
 def _to_host(value):

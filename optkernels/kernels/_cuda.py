@@ -168,3 +168,113 @@ def to_host(x: Any):
 def loaded() -> bool:
     """True if the CUDA module was already imported by someone (cheap check for hot paths)."""
     return "numba.cuda" in sys.modules
+
+
+# ------------------------------------------------------------------------- host <-> device copies of any dtype
+# numba-cuda copies between host and device through the host array's buffer protocol, which NumPy refuses
+# for dtypes it does not define itself (ml_dtypes' bfloat16, ``'E'``: "cannot include dtype 'E' in a
+# buffer"). These copies move such arrays as unsigned integers of the same size -- the same bytes -- and view
+# the result back; for NumPy's own dtypes (float16 included) they are numba-cuda's copies unchanged.
+
+
+def _carrier(dtype: Any) -> Any:
+    """The unsigned integer dtype of ``dtype``'s size that carries its bytes through a copy, or None when
+    numba-cuda copies ``dtype`` itself (NumPy's built-in dtypes)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if dtype.isbuiltin == 2 and dtype.itemsize in (1, 2, 4, 8):
+        return np.dtype(f"u{dtype.itemsize}")
+    return None
+
+
+def _view(array: Any, dtype: Any) -> Any:
+    """``array.view(dtype)`` for a dtype of the same size; numba-cuda's ``view`` fails on a 0-d array (it
+    hashes the shape as a list), so that one is rebuilt over the same memory."""
+    if array.ndim == 0 and not simulator_enabled():
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        return DeviceNDArray((), (), dtype, stream=array.stream, gpu_data=array.gpu_data)
+    return array.view(dtype)
+
+
+def to_device(host: Any, stream: Any = 0) -> Any:
+    """A new device array holding a copy of the host array ``host`` (``cuda.to_device``, for any dtype).
+
+    Parameters
+    ----------
+    host : array_like
+        The array to copy; bfloat16 (and other ml_dtypes) arrays are copied as their bits and the device
+        array is a view of them with ``host``'s dtype. The shape is kept (0-d and empty too); an array that
+        is neither C- nor Fortran-contiguous is copied C-contiguous (numba-cuda moves one memory region).
+    stream : numba CUDA stream, optional
+        The stream of the copy; 0 (default) copies synchronously.
+
+    Returns
+    -------
+    DeviceNDArray
+        The device array, with ``host``'s dtype and shape.
+    """
+    import numpy as np
+
+    cuda = module()
+    host = np.asarray(host)
+    if not (host.flags.c_contiguous or host.flags.f_contiguous):
+        host = np.ascontiguousarray(host)
+    carrier = _carrier(host.dtype)
+    if carrier is None:
+        return cuda.to_device(host, stream=stream)
+    return _view(cuda.to_device(host.view(carrier), stream=stream), host.dtype)
+
+
+def copy_to_device(device: Any, host: Any, stream: Any = 0) -> None:
+    """Copy the host (or device) array ``host`` into the existing device array ``device``, for any dtype.
+
+    Parameters
+    ----------
+    device : DeviceNDArray (or any CUDA array)
+        The C-contiguous destination; ``host`` must have its dtype and shape.
+    host : array_like
+        The source, a NumPy array or a device array.
+    stream : numba CUDA stream, optional
+        The stream of the copy; 0 (default) copies synchronously.
+    """
+    import numpy as np
+
+    device = as_device_array(device)
+    on_device = is_device_array(host)
+    host = as_device_array(host) if on_device else np.asarray(host)
+    carrier = _carrier(device.dtype)
+    if carrier is None or host.dtype != device.dtype:
+        device.copy_to_device(host, stream=stream)
+    else:
+        bits = _view(host, carrier) if on_device else host.view(carrier)
+        _view(device, carrier).copy_to_device(bits, stream=stream)
+
+
+def copy_to_host(device: Any, out: Any = None, stream: Any = 0) -> Any:
+    """Copy the device array ``device`` to the host, into ``out`` when given, for any dtype.
+
+    Parameters
+    ----------
+    device : DeviceNDArray (or any CUDA array)
+        The source.
+    out : numpy.ndarray, optional
+        The destination (pinned memory for an asynchronous copy), of ``device``'s dtype and shape; by default
+        a new array.
+    stream : numba CUDA stream, optional
+        The stream of the copy; 0 (default) copies synchronously.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``out``, or the new host array.
+    """
+    device = as_device_array(device)
+    carrier = _carrier(device.dtype)
+    if carrier is None or (out is not None and out.dtype != device.dtype):
+        return device.copy_to_host(out, stream=stream)
+    if out is None:
+        return _view(device, carrier).copy_to_host(stream=stream).view(device.dtype)
+    _view(device, carrier).copy_to_host(out.view(carrier), stream=stream)
+    return out

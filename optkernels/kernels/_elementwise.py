@@ -74,8 +74,8 @@ def {name}(n, chunk, sums0, sums1, {args}):
         s1 = 0.0
         for i in range(start, stop):
             x0, x1 = element(i, {args})
-            s0 += float(x0) * float(x0)
-            s1 += float(x1) * float(x1)
+            s0 += float(x0 * x0)  # the square in the values' dtype, added in float64 (the simulator too)
+            s1 += float(x1 * x1)
         sums0[c] = s0
         sums1[c] = s1
 """
@@ -91,8 +91,8 @@ def {name}(n, chunk, sums0, sums1, {args}):
         s1 = 0.0
         for i in range(start, stop):
             x0, x1 = element(i, {args})
-            s0 += float(x0) * float(x0)
-            s1 += float(x1) * float(x1)
+            s0 += float(x0 * x0)  # the square in the values' dtype, added in float64 (the simulator too)
+            s1 += float(x1 * x1)
         sums0[c] = s0
         sums1[c] = s1
         c += stride
@@ -299,9 +299,10 @@ class ChunkedSumsOfSquares(Elementwise):
     """A per-element update that also returns two values whose squares are summed over the array.
 
     The element function returns ``(x0, x1)``; :meth:`launch` returns ``(sum x0², sum x1²)`` as Python
-    floats. Squares are accumulated in float64 over fixed chunks of :data:`SUM_CHUNK` elements (one chunk
-    per loop iteration, so the grouping never depends on the thread count), then the chunk sums are added
-    with ``math.fsum``: the result is the same bits with any number of threads, every run.
+    floats. Each square is rounded to the values' dtype (``x0 * x0``: float32 for float32 values, on every
+    target), and the squares are accumulated in float64 over fixed chunks of :data:`SUM_CHUNK` elements
+    (one chunk per loop iteration, so the grouping never depends on the thread count), then the chunk sums
+    are added with ``math.fsum``: the result is the same bits with any number of threads, every run.
     """
 
     cpu_template = _CPU_SUMSQ

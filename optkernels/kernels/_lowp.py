@@ -163,9 +163,8 @@ def f32_to_f16_stochastic(x, r):
     if a < _U32(0x38800000):
         # |x| / 2**-24 < 1024 exactly; round its fraction up with probability = the fraction
         q = from_bits(a) * np.float32(16777216.0)
-        low = np.float32(np.floor(q))
-        h = _U32(low)
-        if np.float32(r) * np.float32(1.52587890625e-05) < q - low:
+        h = _U32(q)  # q >= 0: truncating is flooring (and NumPy's floor has no CUDA lowering)
+        if np.float32(r) * np.float32(1.52587890625e-05) < q - np.float32(h):
             h = h + _U32(1)
     elif a < _U32(0x47800000):
         h = ((a - _U32(0x38000000)) + (r >> _U32(3))) >> _U32(13)

@@ -172,7 +172,7 @@ def _apply(
 def _half_table(dtype_str: str, device: str) -> Any:
     """All 65536 binary16 values (by bit pattern) in ``dtype`` (exact), on ``device``."""
     table = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(dtype_str)
-    return table if device == "cpu" else _cuda.module().to_device(table)
+    return table if device == "cpu" else _cuda.to_device(table)
 
 
 def _epsilon_pair(epsilon: Any, dtype: np.dtype) -> tuple[Any, Any]:
@@ -402,7 +402,7 @@ def fused_ada_factor(
     else:
         n_rows, n_cols = n, 1
         row_factor = empty(n, dtype)
-        col_factor = np.ones(1, dtype) if device == "cpu" else _cuda.module().to_device(np.ones(1, dtype))
+        col_factor = np.ones(1, dtype) if device == "cpu" else _cuda.to_device(np.ones(1, dtype))
     if factored or half:
         if half:
             bits = _checks._flatten(exp_avg_sq, device).view(np.uint16)

@@ -625,7 +625,7 @@ def step_scalars(
         _F32,
     )
     if device != "cpu":
-        hyper = _cuda.module().to_device(hyper)
+        hyper = _cuda.to_device(hyper)
     return int(step) == 1, bool(wd > 0), hyper
 
 
@@ -667,7 +667,7 @@ def _param_and_grad(p: Any, g: Any) -> tuple:
 
 def _dummy(device: str, dtype: Any) -> Any:
     host = np.zeros(1, dtype)
-    return host if device == "cpu" else _cuda.module().to_device(host)
+    return host if device == "cpu" else _cuda.to_device(host)
 
 
 @via_float32()

@@ -610,7 +610,7 @@ def _dequantize(i, out, codes, absmax, code, blocksize):
 def _device_table(table: Any, device: str) -> Any:
     if device == "cpu" or _cuda.is_device_array(table):
         return table
-    return _cuda.module().to_device(np.ascontiguousarray(table))
+    return _cuda.to_device(np.ascontiguousarray(table))
 
 
 def check_code(name: str, code: Any, device: str) -> Any:
@@ -635,7 +635,7 @@ def check_out(name: str, out: Any, shape: tuple, dtype: Any, device: str) -> Any
         if device == "cpu":
             out = np.zeros(shape, dtype)
         else:
-            out = _cuda.module().to_device(np.zeros(shape, dtype))
+            out = _cuda.to_device(np.zeros(shape, dtype))
         return out, _flatten(out, device)
     dev, oshape, odtype, contiguous, writeable, _ = _array_facts(name, out)
     if dev != device:

@@ -20,9 +20,10 @@ def _pair(i, x, y):
 def square_sum_all(x: Any, y: Any) -> tuple[float, float]:
     """``(Σ x², Σ y²)`` as Python floats (MindSpore ``ops.SquareSumAll``; what nn.LARS passes as "norms").
 
-    Squares are accumulated in float64 over fixed chunks and the chunk sums added exactly (``math.fsum``),
-    so the result is the same bits whatever the thread count (see ``ChunkedSumsOfSquares``). MindSpore
-    returns float32 sums of float32 inputs; these are more accurate.
+    Each square is rounded to the arrays' dtype (float32 for float32 arrays), the squares are accumulated in
+    float64 over fixed chunks and the chunk sums added exactly (``math.fsum``), so the result is the same
+    bits whatever the thread count, NumPy or CUDA (see ``ChunkedSumsOfSquares``). MindSpore returns float32
+    sums of float32 inputs; these are more accurate.
 
     Args:
         x, y: arrays of one shape and dtype (float32/float64, NumPy or CUDA; read only); float16/bfloat16

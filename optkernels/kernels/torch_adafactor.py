@@ -283,7 +283,12 @@ def _like(x: Any) -> Any:
         return np.empty_like(x)
     from . import _cuda
 
-    return _cuda.module().device_array(x.shape, dtype=np.dtype(_cuda.interface(x)["typestr"]))
+    dtype = (
+        x.dtype
+        if isinstance(getattr(x, "dtype", None), np.dtype)
+        else np.dtype(_cuda.interface(x)["typestr"])
+    )
+    return _cuda.module().device_array(x.shape, dtype=dtype)  # bfloat16's typestr says only '<V2'
 
 
 def _empty(device: str, n: int, dtype: np.dtype) -> Any:

@@ -41,10 +41,12 @@ from .adam import Scalar
 
 __all__ = ["torch_adamax", "torch_rms_prop"]
 
-# The scalar steps shared by several element functions: inlined into compiled code (CPU and CUDA), plain
-# Python under the CUDA simulator, so that float32 stays float32 there (a compiled helper called from Python
-# would return a Python float, and fma needs operands of one type).
-_scalar_helper = register_jitable(inline="always")
+# The scalar steps shared by several element functions: calls in compiled code (CPU and CUDA; LLVM inlines
+# them), plain Python under the CUDA simulator, so that float32 stays float32 there (a compiled helper called
+# from Python would return a Python float, and fma needs operands of one type). Not inline="always":
+# numba-cuda's inlining of such an overload drops a value assigned in a branch (torch_grad's weight decay
+# came out missing on a GPU) and rejects a return inside a branch.
+_scalar_helper = register_jitable
 
 
 @register_jitable  # a call, not inlined in Numba's IR (numba-cuda's inliner fails on it); LLVM inlines it

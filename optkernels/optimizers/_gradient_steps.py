@@ -75,7 +75,7 @@ def centralize(grad: Any) -> Any:
     """``grad − mean(grad over every axis but the first)`` (only called for rank >= 2)."""
     if isinstance(grad, np.ndarray):
         return _centralize_host(grad)
-    return _cuda.module().to_device(_centralize_host(_cuda.to_host(grad)))
+    return _cuda.to_device(_centralize_host(_cuda.to_host(grad)))
 
 
 def centralizes(shape: tuple) -> bool:
@@ -110,7 +110,7 @@ def centralize_sparse(grad: Any) -> Any:
     values = grad.values
     if isinstance(values, np.ndarray):
         return _rebuild(grad, _centralize_host(values))
-    return _rebuild(grad, _cuda.module().to_device(_centralize_host(_cuda.to_host(values))))
+    return _rebuild(grad, _cuda.to_device(_centralize_host(_cuda.to_host(values))))
 
 
 def unscale_sparse(grad: Any, reciprocal: Any, owned: bool) -> Any:

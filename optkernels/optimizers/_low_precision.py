@@ -70,7 +70,7 @@ def widened_gradient(grad: Any, dtype: np.dtype) -> Any:
         return type(grad)(grad.indices, widened_gradient(values, dtype), grad.dense_shape)
     if isinstance(grad, np.ndarray):
         return grad.astype(dtype)
-    return _cuda.module().to_device(_cuda.to_host(grad).astype(dtype))
+    return _cuda.to_device(_cuda.to_host(grad).astype(dtype))
 
 
 class LowPrecisionMixin:
@@ -134,12 +134,12 @@ class LowPrecisionMixin:
 
         if param.is_cuda:
             host = _cuda.to_host(param.data).astype(np.float32)
-            master = Parameter(_cuda.module().to_device(host), param.name)
+            master = Parameter(_cuda.to_device(host), param.name)
         else:
             master = Parameter(np.asarray(param.data).astype(np.float32), param.name)
         if self._kahan:
             zeros = np.zeros(param.shape, BFLOAT16)
-            compensation = _cuda.module().to_device(zeros) if param.is_cuda else zeros
+            compensation = _cuda.to_device(zeros) if param.is_cuda else zeros
             self._compensated.append((param, master, compensation))
         else:
             self._masters.append((param, master))

@@ -123,7 +123,7 @@ class CudaTransport(HostTransport):
     def fetch(self, grad: Any, lo: int, hi: int, slot: int) -> None:
         if not isinstance(grad, np.ndarray):
             self._make(slot)
-            grad[lo:hi].copy_to_host(self._grads[slot][: hi - lo], stream=self._down)
+            _cuda.copy_to_host(grad[lo:hi], self._grads[slot][: hi - lo], stream=self._down)
             self._got[slot].record(self._down)
 
     def fetched(self, grad: Any, lo: int, hi: int, slot: int) -> np.ndarray:
@@ -157,7 +157,7 @@ class CudaTransport(HostTransport):
     def _send_add(self, slot: int, param: Any, lo: int, hi: int) -> None:
         count = hi - lo
         delta = self._device[slot][:count]
-        delta.copy_to_device(self._staging[slot][:count], stream=self._up)
+        _cuda.copy_to_device(delta, self._staging[slot][:count], stream=self._up)
         _axpy.launch("cuda", count, param[lo:hi], delta, self._staging[slot].dtype.type(1), stream=self._up)
         self._sent[slot].record(self._up)
         self._pending[slot] = True

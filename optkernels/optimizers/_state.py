@@ -168,7 +168,7 @@ class StateDictMixin:
             if isinstance(target, np.ndarray):
                 target[...] = arrays[key]
             else:
-                _cuda.as_device_array(target).copy_to_device(np.ascontiguousarray(arrays[key]))
+                _cuda.copy_to_device(target, np.ascontiguousarray(arrays[key]))
         self._global_step = int(arrays["global_step"])
         self._load_scalar_state({k: arrays[k] for k in self._scalar_state()})
         self._load_low_precision_state(arrays)

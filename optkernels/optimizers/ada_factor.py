@@ -238,7 +238,7 @@ class AdaFactor(Optimizer):
 
         def zeros(shp: tuple, dt: Any) -> Any:
             array = np.zeros(shp, dtype=dt)
-            return _cuda.module().to_device(array) if plan.device == "cuda" else array
+            return _cuda.to_device(array) if plan.device == "cuda" else array
 
         if not plan.owned:  # another rank of a parallel optimizer keeps this parameter's slots
             for name in _SLOTS:

@@ -358,7 +358,7 @@ def _array_of(p: Any, k: int) -> Any:
 def _zeros_like_device(p: Any) -> Callable:
     if isinstance(p, np.ndarray):
         return lambda shape, dtype: np.zeros(shape, dtype)
-    return lambda shape, dtype: _cuda.module().to_device(np.zeros(shape, dtype))
+    return lambda shape, dtype: _cuda.to_device(np.zeros(shape, dtype))
 
 
 class ArrayOptimizer:
@@ -484,7 +484,7 @@ class Optimizer8bit(ArrayOptimizer):
 
 def _table(signed: bool, device: str) -> Any:
     table = dynamic_map(signed)
-    return table if device == "cpu" else _cuda.module().to_device(table)
+    return table if device == "cpu" else _cuda.to_device(table)
 
 
 def to_host(x: Any) -> np.ndarray:
@@ -494,7 +494,7 @@ def to_host(x: Any) -> np.ndarray:
 
 def to_device(x: np.ndarray, device: str) -> Any:
     """``x`` itself on the CPU, a device copy for 'cuda'."""
-    return x if device == "cpu" else _cuda.module().to_device(x)
+    return x if device == "cpu" else _cuda.to_device(x)
 
 
 class Adam8bit(_AdamArgs, Optimizer8bit):

@@ -185,7 +185,7 @@ class Muon(Optimizer):
         if plan.device == "cpu":
             update[...] = ortho.reshape(-1)
         else:
-            update.copy_to_device(ortho.reshape(-1))
+            _cuda.copy_to_device(update, ortho.reshape(-1))
         lr = float(scalars[0])
         wd = float(ctx.wds[plan.wd_index]) if self.decay_flags[plan.index] else 0.0
         rows, cols = plan.shape

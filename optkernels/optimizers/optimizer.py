@@ -822,7 +822,7 @@ class Optimizer(_low_precision.LowPrecisionMixin, StateDictMixin):
         """An array of the parameter's shape and dtype filled with ``value``, on its device (or the host)."""
         array = np.full(plan.shape, value, dtype=plan.dtype)
         if plan.device == "cuda" and not host:
-            return _cuda.module().to_device(array)
+            return _cuda.to_device(array)
         return array
 
     # ------------------------------------------------------------------------------------ subclass hooks

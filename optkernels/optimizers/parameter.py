@@ -70,7 +70,7 @@ class Parameter:
                 raise ValueError(
                     f"set_data: data has shape {host.shape} but {self.name} has shape {self.shape}"
                 )
-            _cuda.as_device_array(self._data).copy_to_device(np.ascontiguousarray(host, dtype=self.dtype))
+            _cuda.copy_to_device(self._data, np.ascontiguousarray(host, dtype=self.dtype))
             return self
         new = np.asarray(data)
         if new.shape != self._data.shape:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import _cuda
 from ..kernels import torch_family as K
 from ._validators import check_bool, check_float, check_range
 from .optimizer import Optimizer, StepContext, _Plan
@@ -398,7 +399,7 @@ class Rprop(_TorchRule):
             if isinstance(slot, np.ndarray):
                 slot[...] = initial
             else:
-                slot.copy_to_device(initial)
+                _cuda.copy_to_device(slot, initial)
 
     def _kernel_scalars(self, ctx, lr, dtype):
         return K.rprop_scalars(dtype, self.etas, self.step_sizes)

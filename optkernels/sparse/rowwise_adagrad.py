@@ -374,7 +374,7 @@ def _checked_call(
     if dense:
         n, flat_grad, unique = rows, batch.flat[1], np.zeros(1, np.int64)
         if batch.device == "cuda":
-            unique = _cuda.module().to_device(unique)
+            unique = _cuda.to_device(unique)
     else:
         drop, _, count, _, _, _ = check_merge(indices, values, rows, out_of_range)
         if batch.device == "cpu" and count and row_len:

@@ -12,7 +12,7 @@ from test_ada_factor_kernel import NAMES, make
 
 
 def _to_device(x):
-    return _cuda.module().to_device(x) if isinstance(x, np.ndarray) else x
+    return _cuda.to_device(x) if isinstance(x, np.ndarray) else x
 
 
 CASES = [((), False), ((10,), False), ((12,), True), ((6, 7), False), ((2, 3, 4, 5), False)]

@@ -8,12 +8,11 @@ from optkernels.optimizers.loss_scale import all_finite
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_all_finite_on_cuda_arrays(bad):
-    cuda = _cuda.module()
     host = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8)
-    clean = cuda.to_device(host)
+    clean = _cuda.to_device(host)
     assert all_finite(clean) is True
-    assert all_finite((clean, cuda.to_device(np.ones(5)))) is True
+    assert all_finite((clean, _cuda.to_device(np.ones(5)))) is True
     host[3, 4] = bad
-    dirty = cuda.to_device(host)
+    dirty = _cuda.to_device(host)
     assert all_finite(dirty) is False
     assert all_finite([clean, dirty]) is False

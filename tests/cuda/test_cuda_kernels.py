@@ -14,8 +14,7 @@ SHAPE = (3, 5)
 
 
 def _to_device(inputs):
-    cuda = _cuda.module()
-    return {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    return {k: _cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -54,9 +53,8 @@ def test_mixed_devices_are_a_type_error_and_write_nothing():
 def test_device_scalars_are_accepted():
     op = next(o for o in OPS if o.name == "apply_momentum")
     inputs = draw(op, np.random.default_rng(2), SHAPE, np.float32)
-    cuda = _cuda.module()
     device = _to_device(inputs)
-    device["learning_rate"] = cuda.to_device(np.array([inputs["learning_rate"]], np.float32))
+    device["learning_rate"] = _cuda.to_device(np.array([inputs["learning_rate"]], np.float32))
     before = bounds(op, inputs)
     op.kernel(*op.args(device))
     expected = run_kernel(op, inputs, {})

@@ -13,13 +13,12 @@ HALF = [pytest.param(np.dtype(np.float16), id="float16"), pytest.param(BF16, id=
 
 
 def _device(inputs, dtype=None):
-    cuda = _cuda.module()
     out = {}
     for k, v in inputs.items():
         if isinstance(v, np.ndarray):
             if dtype is not None and v.dtype.kind in "fV":
                 v = v.astype(dtype)
-            v = cuda.to_device(v)
+            v = _cuda.to_device(v)
         out[k] = v
     return out
 
@@ -57,11 +56,11 @@ def test_cuda_stochastic_rounding_matches_cpu_bits():
     for dtype in (np.dtype(np.float16), BF16):
         var, acc, g = (rng.standard_normal(50).astype(np.float32).astype(dtype) for _ in range(3))
         cpu = [var.copy(), acc.copy()]
-        dev = [_cuda.module().to_device(var), _cuda.module().to_device(acc)]
+        dev = [_cuda.to_device(var), _cuda.to_device(acc)]
         with stochastic_rounding(seed=11, counter=3):
             apply_momentum(cpu[0], cpu[1], 0.1, g, 0.9)
         with stochastic_rounding(seed=11, counter=3):
-            apply_momentum(dev[0], dev[1], 0.1, _cuda.module().to_device(g), 0.9)
+            apply_momentum(dev[0], dev[1], 0.1, _cuda.to_device(g), 0.9)
         for c, d in zip(cpu, dev):
             assert np.array_equal(c.view(np.uint16), _cuda.to_host(d).view(np.uint16))
 
@@ -75,12 +74,11 @@ def test_cuda_half_parameters_in_an_optimizer_match_numpy(master):
     rng = np.random.default_rng(8)
     w0 = rng.standard_normal((3, 5)).astype(np.float32).astype(BF16)
     grads = [rng.standard_normal((3, 5)).astype(np.float32).astype(BF16) for _ in range(2)]
-    cuda = _cuda.module()
-    host, dev = Parameter(w0.copy(), "w"), Parameter(cuda.to_device(w0), "w")
+    host, dev = Parameter(w0.copy(), "w"), Parameter(_cuda.to_device(w0), "w")
     opts = [Adam([p], learning_rate=0.01, master_weights=master) for p in (host, dev)]
     for g in grads:
         opts[0]((g,))
-        opts[1]((cuda.to_device(g),))
+        opts[1]((_cuda.to_device(g),))
     assert np.array_equal(_cuda.to_host(dev.data).view(np.uint16), host.data.view(np.uint16))
     states = [o.state_dict() for o in opts]
     assert set(states[0]) == set(states[1])
@@ -98,10 +96,10 @@ def test_kahan_summation_on_cuda_matches_the_cpu():
     w0 = (4 * rng.standard_normal(12)).astype(np.float32).astype(BF16)
     grads = [rng.standard_normal(12).astype(np.float32).astype(BF16) for _ in range(3)]
     cpu = Adam([Parameter(w0.copy(), "w")], learning_rate=1e-3, kahan_summation=True)
-    dev = Adam([Parameter(_cuda.module().to_device(w0), "w")], learning_rate=1e-3, kahan_summation=True)
+    dev = Adam([Parameter(_cuda.to_device(w0), "w")], learning_rate=1e-3, kahan_summation=True)
     for g in grads:
         cpu((g,))
-        dev((_cuda.module().to_device(g),))
+        dev((_cuda.to_device(g),))
     want, got = cpu.state_dict(), dev.state_dict()
     assert set(want) == set(got) and "compensation.w" in got
     for key, value in want.items():

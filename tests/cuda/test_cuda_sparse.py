@@ -22,8 +22,7 @@ EMPTY_AND_DROP_OPS = [o for o in SPARSE_OPS if o.name in ("fused_sparse_adam", "
 
 
 def _to_device(inputs):
-    cuda = _cuda.module()
-    return {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    return {k: _cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
 
 
 def _host_copy(inputs):
@@ -67,11 +66,10 @@ def test_empty_indices_and_drop_on_cuda(op):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_merge_duplicates_cuda_equals_cpu(dtype):
-    cuda = _cuda.module()
     rng = np.random.default_rng(23)
     indices = rng.integers(0, 9, 40).astype(np.int32)
     values = rng.standard_normal((40, 3)).astype(dtype)
-    rows, sums = merge_duplicates(cuda.to_device(indices), cuda.to_device(values), 9)
+    rows, sums = merge_duplicates(_cuda.to_device(indices), _cuda.to_device(values), 9)
     assert _cuda.is_device_array(rows) and _cuda.is_device_array(sums)
     cpu_rows, cpu_sums = merge_duplicates(indices, values, 9)
     assert _cuda.to_host(rows).tobytes() == cpu_rows.tobytes()
@@ -98,10 +96,9 @@ def test_host_indices_with_device_arrays_is_a_type_error():
 
 
 def test_row_sparse_on_cuda():
-    cuda = _cuda.module()
     indices = np.array([2, 0, 2], np.int64)
     values = np.arange(6, dtype=np.float32).reshape(3, 2)
-    rs = RowSparse(cuda.to_device(indices), cuda.to_device(values), (4, 2))
+    rs = RowSparse(_cuda.to_device(indices), _cuda.to_device(values), (4, 2))
     assert rs.device == "cuda" and rs.dtype == np.float32
     dense = rs.to_dense()  # copied to the host
     assert isinstance(dense, np.ndarray) and np.array_equal(dense, [[2, 3], [0, 0], [4, 6], [0, 0]])
@@ -109,7 +106,7 @@ def test_row_sparse_on_cuda():
     assert merged.device == "cuda" and np.array_equal(_cuda.to_host(merged.indices), [0, 2])
     assert np.array_equal(rs.to_scipy().toarray(), dense)
     with pytest.raises(IndexError, match="indices"):
-        RowSparse(cuda.to_device(np.array([4])), cuda.to_device(np.ones((1, 2), np.float32)), (4, 2))
+        RowSparse(_cuda.to_device(np.array([4])), _cuda.to_device(np.ones((1, 2), np.float32)), (4, 2))
     op = next(o for o in SPARSE_OPS if o.name == "sparse_apply_adagrad")
     inputs, attrs = draw_inputs(op, np.random.default_rng(26), (4, 2), np.float32, indices, values)
     device = _to_device(inputs)

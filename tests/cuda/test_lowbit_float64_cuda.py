@@ -23,7 +23,6 @@ HYPER = {  # name: (beta1, beta2, beta3, alpha, eps, lr, wd)
 
 @pytest.mark.parametrize("name", list(HYPER))
 def test_50_steps_on_device_agree_with_the_float64_step(name):
-    cuda = _cuda.module()
     rng = np.random.default_rng(12)
     n = 97                                                  # one partial block
     b1, b2, b3, alpha, eps, lr, wd = HYPER[name]
@@ -31,9 +30,9 @@ def test_50_steps_on_device_agree_with_the_float64_step(name):
     host = [(0.1 * rng.standard_normal(n)).astype(f32), np.zeros((rows, n) if rows == 2 else n, np.uint8),
             np.zeros(n, np.uint8) if two else None, np.zeros((rows, blocks) if rows == 2 else blocks, f32),
             np.zeros(blocks, f32) if two else None]
-    dev = [None if a is None else cuda.to_device(a) for a in host]
+    dev = [None if a is None else _cuda.to_device(a) for a in host]
     q1, q2 = dynamic_map(True), dynamic_map(False)
-    dq1, dq2 = cuda.to_device(q1), cuda.to_device(q2)
+    dq1, dq2 = _cuda.to_device(q1), _cuda.to_device(q2)
     undecided = 0
     state = [None if d is None else _cuda.to_host(d) for d in dev]
     for t in range(1, 51):
@@ -41,7 +40,7 @@ def test_50_steps_on_device_agree_with_the_float64_step(name):
         p, s1, s2, a1, a2 = state
         want = optimizer_update_8bit_blockwise_f64(name, g, p, s1, s2, b1, b2, b3, alpha, eps, t, lr, q1, q2, a1,
                                                    a2, weight_decay=wd)
-        bo.optimizer_update_8bit_blockwise(name, cuda.to_device(g), dev[0], dev[1], dev[2], b1, b2, b3, alpha,
+        bo.optimizer_update_8bit_blockwise(name, _cuda.to_device(g), dev[0], dev[1], dev[2], b1, b2, b3, alpha,
                                            eps, t, lr, dq1, dq2, dev[3], dev[4],
                                            weight_decay=wd)
         state = [None if d is None else _cuda.to_host(d) for d in dev]

@@ -13,5 +13,5 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_nonfinite_pattern_matches_reference_on_cuda(case):
-    problems = mismatches(case, np.float32, to_device=_cuda.module().to_device, to_host=_cuda.to_host)
+    problems = mismatches(case, np.float32, to_device=_cuda.to_device, to_host=_cuda.to_host)
     assert not problems, f"{case.name} (cuda):\n  " + "\n  ".join(problems)

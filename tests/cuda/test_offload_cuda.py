@@ -22,15 +22,14 @@ def _state(n, dtype, seed=0):
 @pytest.mark.parametrize("dtype,submit_thread", [(np.float32, False), (np.float64, False), (np.float32, True)])
 @pytest.mark.parametrize("grad_on_device", [False, True])
 def test_chunked_device_step_equals_the_host_only_step(dtype, grad_on_device, submit_thread):
-    cuda = _cuda.module()
     w, m, v, g = _state(23, dtype)
     t = np.dtype(dtype).type
     b1, b2, eps, lr_t = t(0.9), t(0.999), t(1e-8), t(0.01)
     expected_m, expected_v = m.copy(), v.copy()
     delta = adam_no_update_param(expected_m, expected_v, 0.0, 0.0, lr_t, b1, b2, eps, g)  # lr_t = lr here
     expected = w + delta
-    param = cuda.to_device(w)
-    grad = cuda.to_device(g) if grad_on_device else g
+    param = _cuda.to_device(w)
+    grad = _cuda.to_device(g) if grad_on_device else g
     transport = CudaTransport(5, dtype, submit_thread=submit_thread)
     offload_step(transport, param, m, v, grad, (lr_t, b1, t(1) - b1, b2, t(1) - b2, eps, False))
     np.testing.assert_array_equal(param.copy_to_host(), expected)
@@ -45,16 +44,15 @@ def _bits(a):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
 def test_adam_offload_on_the_device_in_chunks_equals_the_host_step(monkeypatch, dtype):
     monkeypatch.setattr(_offload, "CHUNK", 4)
-    cuda = _cuda.module()
     rng = np.random.default_rng(5)
     init = {"a": rng.standard_normal((3, 5)).astype(dtype), "b": rng.standard_normal(3).astype(dtype)}
     grads = [{k: rng.standard_normal(x.shape).astype(dtype) for k, x in init.items()} for _ in range(3)]
     host = [Parameter(x.copy(), k) for k, x in init.items()]
-    device = [Parameter(cuda.to_device(x.copy()), k) for k, x in init.items()]
+    device = [Parameter(_cuda.to_device(x.copy()), k) for k, x in init.items()]
     opts = [AdamOffload(ps, learning_rate=0.01, weight_decay=0.01, loss_scale=2.0) for ps in (host, device)]
     for g in grads:
         opts[0](tuple(g[k] for k in init))
-        opts[1](tuple(cuda.to_device(g[k]) for k in init))
+        opts[1](tuple(_cuda.to_device(g[k]) for k in init))
     assert all(isinstance(t, CudaTransport) for t in opts[1]._transports.values())
     for p, q in zip(host, device):
         np.testing.assert_array_equal(_bits(q.asnumpy()), _bits(p.data))

@@ -58,7 +58,7 @@ def test_cuda_path_matches_torch(name, hypers, shapes, dtype):
 
 
 def _device(a):
-    return _cuda.module().to_device(a)
+    return _cuda.to_device(a)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
