@@ -23,9 +23,10 @@ from ..kernels.axpy import _axpy
 
 __all__ = ["CHUNK", "SUBMIT_THREAD", "CudaTransport", "HostTransport", "chunk_bounds", "offload_step"]
 
-#: Elements per chunk of a CUDA parameter (4 MiB of float32): large against a launch's fixed cost, small
-#: against the array. A NumPy parameter has no copy to overlap and runs in one chunk.
-CHUNK = 1 << 20
+#: Elements per chunk of a CUDA parameter (32 MiB of float32): each chunk's copy and add cost a fixed ~0.3 ms
+#: of Python and driver time, which smaller chunks multiply (bench/results/gpu/ has the measurements).
+#: A NumPy parameter has no copy to overlap and runs in one chunk.
+CHUNK = 1 << 23
 
 #: Whether a :class:`CudaTransport` queues its copies and adds from a second thread by default.
 SUBMIT_THREAD = False
