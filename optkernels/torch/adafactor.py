@@ -30,7 +30,7 @@ from ..kernels.torch_adafactor import (
 from ..kernels.torch_adafactor_rows import factored_update
 from ..kernels.torch_family import _decayed_step, launch_small, lerp_scalars
 from ..kernels.torch_rules import torch_tail_scalars
-from . import _views
+from . import _reductions, _views
 from ._base import KernelOptimizer, _half_width, _Work
 from .torch_family import check_lr, scalar_dtype
 
@@ -173,6 +173,7 @@ class Adafactor(KernelOptimizer):
         torch's, in float64 (Python's floats), per tensor. ``host``: ``(lr, τ, ε2, d, wd, maximize)``."""
         lr, tau, eps2, d, wd, maximize = host
         np_dtype = _views.FLOAT_DTYPES[dtype]
+        like = np.empty(0, np_dtype)
         params = [p for p, _ in pairs]
         grads = [g for _, g in pairs]
         layout = self._layout(dtype, params)
@@ -183,19 +184,34 @@ class Adafactor(KernelOptimizer):
         # the host's scalars, per tensor as torch's loop computes them (Python floats: numpy's float64)
         steps = _increment([s["step"] for s in states])
         terms = {t: (t**tau, min(lr, 1 / (t**0.5))) for t in set(steps)}  # (w_t, ρ) of each step number
-        rms = _floats(torch._foreach_norm(params)) / layout.roots
+        own = _reductions.matches_torch(dtype)  # torch's reductions reproduced in our kernels
+        rms = (M.tensor_norms(layout.tasks, _views.addresses(params)[0], like) if own else _floats(
+            torch._foreach_norm(params)
+        )) / layout.roots
         alpha = np.where(rms > eps2, rms, eps2) * np.array([terms[t][1] for t in steps])  # max(ε2, RMS(w))·ρ
         lerps = {t: lerp_scalars(w_t, np_dtype) for t, (w_t, _) in terms.items()}
         weights = np.array([lerps[t][:2] for t in steps], np_dtype).T.copy()
         small = np.array([lerps[t][2] for t in steps], np.bool_)
-        like = np.empty(0, np_dtype)
         updates = [self._pre_buffer(p) for p in params]
         table = np.zeros((5, len(params)), np.int64)
         table[0] = _views.addresses(updates)[0]
         table[1] = _views.addresses(grads)[0]
         if layout.vectors:
             table[2, layout.vectors] = _views.addresses([states[k]["variance"] for k in layout.vectors])[0]
-        if layout.matrices:
+        if layout.matrices and own:
+            mats = layout.matrices
+            rows = [states[k]["row_var"] for k in mats]
+            factors = _views.addresses([grads[k] for k in mats], rows, [states[k]["col_var"] for k in mats])
+            means = np.empty(layout.batches, np_dtype)
+            M.factored_moments(
+                layout.matrix_tasks, factors, layout.matrix_dims, layout.divisors, weights[:, mats],
+                small[mats], means, like,
+            )
+            for j in layout.long_columns:  # a sum torch splits over its threads: torch's own
+                means[layout.matrix_dims[3, j]] = rows[j].mean(dim=-2).item()
+            table[2, mats], table[3, mats] = factors[1], factors[2]
+            table[4, mats] = means.ctypes.data + layout.matrix_dims[3] * np_dtype.itemsize
+        elif layout.matrices:
             mats = layout.matrices
             rows = [states[k]["row_var"] for k in mats]
             cols = [states[k]["col_var"] for k in mats]
@@ -218,7 +234,10 @@ class Adafactor(KernelOptimizer):
             np_dtype.type(eps1 * eps1),
             np_dtype.type(1),
         )
-        ratio = _floats(torch._foreach_norm(updates)) / (layout.roots * d)
+        update_norms = (
+            M.tensor_norms(layout.tasks, table[0], like) if own else _floats(torch._foreach_norm(updates))
+        )
+        ratio = update_norms / (layout.roots * d)
         neg_steps = (-alpha / np.where(ratio > 1.0, ratio, 1.0)).astype(np_dtype)  # −α/max(1, RMS(U)/d)
         decay = np_dtype.type(1 - lr * wd if wd != 0 else 1)
         M.decayed_steps(layout.chunks, _views.addresses(params, updates), neg_steps, decay, like)
@@ -369,6 +388,9 @@ class Adafactor(KernelOptimizer):
 
 _SHAPE = operator.attrgetter("shape")
 
+#: torch's CPU sum of this many elements or more, into one output, is split over its threads (GRAIN_SIZE)
+_PARALLEL_SUM = 32768
+
 #: numpy dtypes of step counters :func:`_increment` updates in one compiled call
 _STEP_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32),
@@ -396,6 +418,20 @@ class _Layout:
         self.dims = np.zeros((2, len(shapes)), np.int64)
         for k, s in zip(self.matrices, mats):
             self.dims[:, k] = s[-2:]
+        #: one task per tensor, one per matrix (:func:`~optkernels.kernels.torch_many.tensor_norms`)
+        self.tasks = np.array([[t, 0, n, n] for t, n in enumerate(numels)], np.int64).reshape(-1, 4)
+        self.matrix_tasks = np.array(
+            [[j, 0, numels[k], numels[k]] for j, k in enumerate(self.matrices)], np.int64
+        ).reshape(-1, 4)
+        #: per matrix: its batch count B, n, m and its first row mean's index (B means each)
+        batches = [math.prod(s[:-2]) for s in mats]
+        firsts = np.cumsum([0] + batches)
+        self.matrix_dims = np.array(
+            [batches, [s[-2] for s in mats], [s[-1] for s in mats], firsts[:-1]], np.int64
+        ).reshape(4, len(mats))
+        self.batches = int(firsts[-1])
+        #: the matrices whose row mean is one sum that torch splits over its threads
+        self.long_columns = [j for j, s in enumerate(mats) if batches[j] == 1 and s[-2] >= _PARALLEL_SUM]
 
 
 def _floats(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> np.ndarray:
