@@ -168,9 +168,10 @@ class Adafactor(KernelOptimizer):
     def _many_step(self, dtype: torch.dtype, pairs: list, eps1: float, host: tuple) -> None:
         """The step of contiguous CPU parameters of one float dtype (``pairs``: ``(p, grad)``) and a float lr,
         each phase one compiled call over all of them (:mod:`optkernels.kernels.torch_many`); the reductions
-        are torch's: one ``_foreach_norm`` for the parameters' norms and one for the updates' (per tensor,
-        torch's ``norm``), and each matrix's row and column norms and row mean. The host arithmetic is
-        torch's, in float64 (Python's floats), per tensor. ``host``: ``(lr, τ, ε2, d, wd, maximize)``."""
+        are torch's: the parameters' and the updates' norms, each matrix's row and column norms and row mean,
+        computed in torch's order by :mod:`optkernels.kernels.torch_reductions` where
+        :func:`~optkernels.torch._reductions.matches_torch`, else by torch. The host arithmetic is torch's,
+        in float64 (Python's floats), per tensor. ``host``: ``(lr, τ, ε2, d, wd, maximize)``."""
         lr, tau, eps2, d, wd, maximize = host
         np_dtype = _views.FLOAT_DTYPES[dtype]
         like = np.empty(0, np_dtype)
@@ -185,9 +186,11 @@ class Adafactor(KernelOptimizer):
         steps = _increment([s["step"] for s in states])
         terms = {t: (t**tau, min(lr, 1 / (t**0.5))) for t in set(steps)}  # (w_t, ρ) of each step number
         own = _reductions.matches_torch(dtype)  # torch's reductions reproduced in our kernels
-        rms = (M.tensor_norms(layout.tasks, _views.addresses(params)[0], like) if own else _floats(
-            torch._foreach_norm(params)
-        )) / layout.roots
+        rms = (
+            M.tensor_norms(layout.tasks, _views.addresses(params)[0], like)
+            if own
+            else _floats(torch._foreach_norm(params))
+        ) / layout.roots
         alpha = np.where(rms > eps2, rms, eps2) * np.array([terms[t][1] for t in steps])  # max(ε2, RMS(w))·ρ
         lerps = {t: lerp_scalars(w_t, np_dtype) for t, (w_t, _) in terms.items()}
         weights = np.array([lerps[t][:2] for t in steps], np_dtype).T.copy()
@@ -198,30 +201,8 @@ class Adafactor(KernelOptimizer):
         table[1] = _views.addresses(grads)[0]
         if layout.vectors:
             table[2, layout.vectors] = _views.addresses([states[k]["variance"] for k in layout.vectors])[0]
-        if layout.matrices and own:
-            mats = layout.matrices
-            rows = [states[k]["row_var"] for k in mats]
-            factors = _views.addresses([grads[k] for k in mats], rows, [states[k]["col_var"] for k in mats])
-            means = np.empty(layout.batches, np_dtype)
-            M.factored_moments(
-                layout.matrix_tasks, factors, layout.matrix_dims, layout.divisors, weights[:, mats],
-                small[mats], means, like,
-            )
-            for j in layout.long_columns:  # a sum torch splits over its threads: torch's own
-                means[layout.matrix_dims[3, j]] = rows[j].mean(dim=-2).item()
-            table[2, mats], table[3, mats] = factors[1], factors[2]
-            table[4, mats] = means.ctypes.data + layout.matrix_dims[3] * np_dtype.itemsize
-        elif layout.matrices:
-            mats = layout.matrices
-            rows = [states[k]["row_var"] for k in mats]
-            cols = [states[k]["col_var"] for k in mats]
-            row_norms = [_norm(grads[k], 2, -1, True) for k in mats]
-            col_norms = [_norm(grads[k], 2, -2, True) for k in mats]
-            factors = _views.addresses(rows, row_norms, cols, col_norms)
-            M.lerp_factors(factors, layout.counts, layout.divisors, weights[:, mats], small[mats], like)
-            means = [r.mean(dim=-2, keepdim=True) for r in rows]
-            table[2, mats], table[3, mats] = factors[0], factors[2]
-            table[4, mats] = _views.addresses(means)[0]
+        # the matrices' moments; ``held``: their row means, read by address in the updates' call
+        held = self._factored_moments(layout, grads, states, (weights, small), table, like, own)
         M.updates(
             layout.chunks,
             table,
@@ -234,6 +215,7 @@ class Adafactor(KernelOptimizer):
             np_dtype.type(eps1 * eps1),
             np_dtype.type(1),
         )
+        del held
         update_norms = (
             M.tensor_norms(layout.tasks, table[0], like) if own else _floats(torch._foreach_norm(updates))
         )
@@ -241,6 +223,45 @@ class Adafactor(KernelOptimizer):
         neg_steps = (-alpha / np.where(ratio > 1.0, ratio, 1.0)).astype(np_dtype)  # −α/max(1, RMS(U)/d)
         decay = np_dtype.type(1 - lr * wd if wd != 0 else 1)
         M.decayed_steps(layout.chunks, _views.addresses(params, updates), neg_steps, decay, like)
+
+    @staticmethod
+    def _factored_moments(
+        layout: _Layout,
+        grads: list,
+        states: list,
+        lerps: tuple,
+        table: np.ndarray,
+        like: np.ndarray,
+        own: bool,
+    ) -> Any:
+        """Every matrix's ``row_var`` and ``col_var`` stepped, and the row means of each; rows 2-4 of the
+        update's address ``table`` filled for the matrices (``R``, ``C``, the means). ``lerps``: the lerp
+        weights and ``small`` of each tensor; ``own``: our kernels take torch's reductions, else torch.
+        Returns what holds the means (to be kept alive while ``table`` is used)."""
+        mats = layout.matrices
+        if not mats:
+            return None
+        weights, small = lerps[0][:, mats], lerps[1][mats]
+        rows = [states[k]["row_var"] for k in mats]
+        cols = [states[k]["col_var"] for k in mats]
+        if not own:
+            row_norms = [_norm(grads[k], 2, -1, True) for k in mats]
+            col_norms = [_norm(grads[k], 2, -2, True) for k in mats]
+            factors = _views.addresses(rows, row_norms, cols, col_norms)
+            M.lerp_factors(factors, layout.counts, layout.divisors, weights, small, like)
+            row_means = [r.mean(dim=-2, keepdim=True) for r in rows]
+            table[2, mats], table[3, mats] = factors[0], factors[2]
+            table[4, mats] = _views.addresses(row_means)[0]
+            return row_means
+        factors = _views.addresses([grads[k] for k in mats], rows, cols)
+        means = np.empty(layout.batches, like.dtype)
+        dims = layout.matrix_dims
+        M.factored_moments(layout.matrix_tasks, factors, dims, layout.divisors, weights, small, means, like)
+        for j in layout.long_columns:  # one sum that torch splits over its threads: torch's own
+            means[dims[3, j]] = rows[j].mean(dim=-2).item()
+        table[2, mats], table[3, mats] = factors[1], factors[2]
+        table[4, mats] = means.ctypes.data + dims[3] * like.dtype.itemsize
+        return means
 
     def _float_step(
         self,
