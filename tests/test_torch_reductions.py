@@ -119,3 +119,22 @@ def test_many_tensor_step_equals_torch(monkeypatch, own, dtype):
             assert torch.equal(p, q), (step, tuple(p.shape))
             a, b = opt_ours.state[p], opt_theirs.state[q]
             assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a), (step, tuple(p.shape))
+
+
+def test_reductions_over_a_million_elements_run_on_threads_with_torchs_bits():
+    # from REDUCE_SERIAL_BELOW elements the reductions' phases run on Numba's threads: the same bits
+    shapes = [(1030, 1030), (1030,), (3, 40, 7)]
+    assert sum(np.prod(s) for s in shapes) >= M.REDUCE_SERIAL_BELOW
+    gen = torch.Generator().manual_seed(7)
+    ours = [torch.randn(s, generator=gen) for s in shapes]
+    theirs = [p.clone() for p in ours]
+    opt_ours, opt_theirs = ot.Adafactor(ours), torch.optim.Adafactor(theirs, foreach=False)
+    for _ in range(2):
+        for p, q in zip(ours, theirs):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        opt_ours.step()
+        opt_theirs.step()
+        for p, q in zip(ours, theirs):
+            assert torch.equal(p, q), tuple(p.shape)
+            assert all(torch.equal(opt_ours.state[p][k], opt_theirs.state[q][k]) for k in opt_theirs.state[q])

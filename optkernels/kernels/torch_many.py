@@ -127,12 +127,21 @@ def _increment_steps(addresses, like, out):
         out[t] = step[0]
 
 
-def _run(chunk_function: Any, total: int, chunks: np.ndarray, *args: Any) -> None:
+def _run(
+    chunk_function: Any, total: int, chunks: np.ndarray, *args: Any, serial_below: int = SERIAL_BELOW
+) -> None:
     """``chunk_function(k, chunks, *args)`` for every row ``k`` of ``chunks``, as a chunked launch
-    (:func:`._chunks.entry`): on Numba's threads from ``SERIAL_BELOW`` elements in all, on the calling thread
-    below."""
+    (:func:`._chunks.entry`): on Numba's threads from ``serial_below`` elements in all, on the calling
+    thread below."""
+    parallel = total >= serial_below and parallel_allowed()
     with parallel_launch():
-        _entry(chunk_function)(total >= SERIAL_BELOW and parallel_allowed(), chunks.shape[0], chunks, *args)
+        _entry(chunk_function)(parallel, chunks.shape[0], chunks, *args)
+
+
+#: The reductions' phases read each tensor once and write a few numbers: on the calling thread below this
+#: many elements in all (as torch takes each tensor's norm on one thread), where a launch on Numba's threads
+#: would cost more than it saves.
+REDUCE_SERIAL_BELOW = 1 << 20
 
 
 @functools.cache
@@ -278,7 +287,7 @@ def tensor_norms(tasks: np.ndarray, addresses: np.ndarray, like: np.ndarray) -> 
         Each tensor's norm, computed in its dtype.
     """
     out = np.empty(tasks.shape[0], like.dtype)
-    _run(_norms_chunk, _total(tasks), tasks, addresses, out, like)
+    _run(_norms_chunk, _total(tasks), tasks, addresses, out, like, serial_below=REDUCE_SERIAL_BELOW)
     return out.astype(np.float64)
 
 
@@ -314,4 +323,5 @@ def factored_moments(
     like : array
         Any float32 or float64 array of the dtype.
     """
-    _run(_factored_chunk, _total(tasks), tasks, addresses, dims, divisors, weights, small, means, like)
+    args = (tasks, addresses, dims, divisors, weights, small, means, like)
+    _run(_factored_chunk, _total(tasks), *args, serial_below=REDUCE_SERIAL_BELOW)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba.extending import overload
+from numpy import uint64
 
 from ._elementwise import _JIT_OPTIONS
 from ._pointers import address_as_pointer
@@ -38,16 +39,20 @@ def _at(address, like, n):
     return numba.carray(address_as_pointer(address, like), n)
 
 
+# Indices are uint64: an unsigned index needs no negative-index wraparound, which would keep the lanes'
+# loop scalar.
+
+
 @numba.njit(inline="always", **_JIT_OPTIONS)
-def _sum_squares_8(x, start, step, n):
+def _sum_squares_8(x, start, n):
     z = x.dtype.type(0)
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-    full = n - n % 8
-    i = 0
-    while i < full:
-        k = start + i * step
-        v0, v1, v2, v3 = x[k], x[k + step], x[k + 2 * step], x[k + 3 * step]
-        v4, v5, v6, v7 = x[k + 4 * step], x[k + 5 * step], x[k + 6 * step], x[k + 7 * step]
+    base = uint64(start)
+    full = uint64(n - n % 8)
+    for i in range(uint64(0), full, uint64(8)):
+        k = base + i
+        v0, v1, v2, v3 = x[k], x[k + uint64(1)], x[k + uint64(2)], x[k + uint64(3)]
+        v4, v5, v6, v7 = x[k + uint64(4)], x[k + uint64(5)], x[k + uint64(6)], x[k + uint64(7)]
         a0 += v0 * v0
         a1 += v1 * v1
         a2 += v2 * v2
@@ -56,7 +61,6 @@ def _sum_squares_8(x, start, step, n):
         a5 += v5 * v5
         a6 += v6 * v6
         a7 += v7 * v7
-        i += 8
     s = a0 + a1
     s = s + a2
     s = s + a3
@@ -64,53 +68,51 @@ def _sum_squares_8(x, start, step, n):
     s = s + a5
     s = s + a6
     s = s + a7
-    while i + 4 <= n:  # the float32 tail's group of 4: products rounded, added in order
-        for j in range(4):
-            v = x[start + (i + j) * step]
+    i = full
+    if i + uint64(4) <= uint64(n):  # the float32 tail's group of 4: products rounded, added in order
+        for j in range(uint64(4)):
+            v = x[base + i + j]
             s = s + v * v
-        i += 4
-    while i < n:
-        v = x[start + i * step]
+        i += uint64(4)
+    for j in range(i, uint64(n)):
+        v = x[base + j]
         s = fma(v, v, s)
-        i += 1
     return s
 
 
 @numba.njit(inline="always", **_JIT_OPTIONS)
-def _sum_squares_4(x, start, step, n):
+def _sum_squares_4(x, start, n):
     z = x.dtype.type(0)
     a0 = a1 = a2 = a3 = z
-    full = n - n % 4
-    i = 0
-    while i < full:
-        k = start + i * step
-        v0, v1, v2, v3 = x[k], x[k + step], x[k + 2 * step], x[k + 3 * step]
+    base = uint64(start)
+    full = uint64(n - n % 4)
+    for i in range(uint64(0), full, uint64(4)):
+        k = base + i
+        v0, v1, v2, v3 = x[k], x[k + uint64(1)], x[k + uint64(2)], x[k + uint64(3)]
         a0 += v0 * v0
         a1 += v1 * v1
         a2 += v2 * v2
         a3 += v3 * v3
-        i += 4
     s = a0 + a1
     s = s + a2
     s = s + a3
-    while i < n:
-        v = x[start + i * step]
+    for j in range(full, uint64(n)):
+        v = x[base + j]
         s = fma(v, v, s)
-        i += 1
     return s
 
 
-def sum_squares(x, start, step, n):
-    """The sum of squares of ``x[start + i·step]``, ``i < n`` (``n >= 1``), in the order of torch's CPU
-    2-norm along a contiguous dimension (module docstring); compiled code only."""
+def sum_squares(x, start, n):
+    """The sum of squares of the contiguous run ``x[start : start + n]`` (``n >= 1``), in the order of
+    torch's CPU 2-norm along a contiguous dimension (module docstring); compiled code only."""
     raise NotImplementedError("compiled code only")
 
 
 @overload(sum_squares, **_JIT_OPTIONS)
-def _sum_squares_overload(x, start, step, n):
+def _sum_squares_overload(x, start, n):
     if x.dtype.bitwidth == 32:
-        return lambda x, start, step, n: _sum_squares_8(x, start, step, n)
-    return lambda x, start, step, n: _sum_squares_4(x, start, step, n)
+        return lambda x, start, n: _sum_squares_8(x, start, n)
+    return lambda x, start, n: _sum_squares_4(x, start, n)
 
 
 def _lanes(x):
@@ -124,11 +126,11 @@ def _lanes_overload(x):
 
 
 @numba.njit(inline="always", **_JIT_OPTIONS)
-def _norm(x, start, step, n):
-    """torch's 2-norm of ``x[start + i·step]``, ``i < n``, along a contiguous dimension."""
+def _norm(x, start, n):
+    """torch's 2-norm of the contiguous run ``x[start : start + n]``."""
     if n == 1:
         return abs(x[start])
-    return np.sqrt(sum_squares(x, start, step, n))
+    return np.sqrt(sum_squares(x, start, n))
 
 
 @numba.njit(inline="always", **_JIT_OPTIONS)
@@ -210,7 +212,7 @@ def _norms_chunk(k, tasks, addresses, out, like):
         out[t] = 0
         return
     x = _at(addresses[t], like, size)
-    out[t] = _norm(x, 0, 1, size)
+    out[t] = _norm(x, 0, size)
 
 
 def _factored_chunk(k, tasks, addresses, dims, divisors, weights, small, means, like):
@@ -227,17 +229,19 @@ def _factored_chunk(k, tasks, addresses, dims, divisors, weights, small, means, 
     for b in range(batches):
         base = b * n * m
         for i in range(n):
-            r = _norm(grad, base + i * m, 1, m)
+            r = _norm(grad, base + i * m, m)
             rows[b * n + i] = torch_lerp(rows[b * n + i], (r * r) / by_m, w, c, s)
-        if n == 1 or m == 1:  # a reduction over one element, or a contiguous column
+        if n == 1:  # a reduction over one element
             for j in range(m):
-                column[j] = _norm(grad, base + j, m, n)
+                column[j] = abs(grad[base + j])
+        elif m == 1:  # a contiguous column: torch's last-dimension norm
+            column[0] = _norm(grad, base, n)
         else:  # each column summed row after row
             for j in range(m):
                 column[j] = 0
             for i in range(n):
-                row = base + i * m
-                for j in range(m):
+                row = uint64(base + i * m)
+                for j in range(uint64(m)):
                     v = grad[row + j]
                     column[j] = column[j] + v * v
             for j in range(m):
