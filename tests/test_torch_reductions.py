@@ -138,3 +138,25 @@ def test_reductions_over_a_million_elements_run_on_threads_with_torchs_bits():
         for p, q in zip(ours, theirs):
             assert torch.equal(p, q), tuple(p.shape)
             assert all(torch.equal(opt_ours.state[p][k], opt_theirs.state[q][k]) for k in opt_theirs.state[q])
+
+
+def test_a_copied_optimizer_writes_its_own_scratch():
+    # the updates live in a scratch array per layout, addressed when the step runs: a deep copy of the
+    # optimizer (its layouts included) steps through its own copy and equals the original's next step
+    import copy
+
+    gen = torch.Generator().manual_seed(8)
+    params = [torch.randn(s, generator=gen) for s in [(6, 5), (4,)]]
+    opt = ot.Adafactor(params)
+    grads = [torch.randn(p.shape, generator=gen) for p in params]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    opt.step()
+    twin = copy.deepcopy(opt)
+    for o in (opt, twin):
+        for p, g in zip(o.param_groups[0]["params"], grads):
+            p.grad = g.clone()
+        o.step()
+    assert all(torch.equal(p, q) for p, q in zip(params, twin.param_groups[0]["params"]))
+    (layout,), (twin_layout,) = opt._layouts.values(), twin._layouts.values()
+    assert not np.intersect1d(layout.update_addresses, twin_layout.update_addresses).size

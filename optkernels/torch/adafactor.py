@@ -195,9 +195,8 @@ class Adafactor(KernelOptimizer):
         lerps = {t: lerp_scalars(w_t, np_dtype) for t, (w_t, _) in terms.items()}
         weights = np.array([lerps[t][:2] for t in steps], np_dtype).T.copy()
         small = np.array([lerps[t][2] for t in steps], np.bool_)
-        updates = [self._pre_buffer(p) for p in params]
         table = np.zeros((5, len(params)), np.int64)
-        table[0] = _views.addresses(updates)[0]
+        table[0] = update_addresses = layout.update_addresses  # each tensor's U, in the layout's scratch
         table[1] = _views.addresses(grads)[0]
         if layout.vectors:
             table[2, layout.vectors] = _views.addresses([states[k]["variance"] for k in layout.vectors])[0]
@@ -217,12 +216,15 @@ class Adafactor(KernelOptimizer):
         )
         del held
         update_norms = (
-            M.tensor_norms(layout.tasks, table[0], like) if own else _floats(torch._foreach_norm(updates))
+            M.tensor_norms(layout.tasks, table[0], like)
+            if own
+            else _floats(torch._foreach_norm(layout.updates()))
         )
         ratio = update_norms / (layout.roots * d)
         neg_steps = (-alpha / np.where(ratio > 1.0, ratio, 1.0)).astype(np_dtype)  # −α/max(1, RMS(U)/d)
         decay = np_dtype.type(1 - lr * wd if wd != 0 else 1)
-        M.decayed_steps(layout.chunks, _views.addresses(params, updates), neg_steps, decay, like)
+        steps_table = np.stack([_views.addresses(params)[0], update_addresses])
+        M.decayed_steps(layout.chunks, steps_table, neg_steps, decay, like)
 
     @staticmethod
     def _factored_moments(
@@ -421,7 +423,8 @@ _STEP_DTYPES: dict[torch.dtype, np.dtype] = {
 
 class _Layout:
     """What a batch's step needs of its tensors' shapes alone: sizes, chunk table, ``√N`` (Python's
-    ``N**0.5``, as torch's host arithmetic), which tensors are matrices and their dimensions."""
+    ``N**0.5``, as torch's host arithmetic), which tensors are matrices and their dimensions; and the
+    scratch the updates ``U`` are written to (one array for all of them)."""
 
     def __init__(self, shapes: tuple, dtype: np.dtype):
         numels = [math.prod(s) for s in shapes]
@@ -439,6 +442,11 @@ class _Layout:
         self.dims = np.zeros((2, len(shapes)), np.int64)
         for k, s in zip(self.matrices, mats):
             self.dims[:, k] = s[-2:]
+        #: every tensor's update U, one after another in one scratch array
+        self.scratch = np.empty(sum(numels), dtype)
+        offsets = np.cumsum([0] + numels[:-1]).astype(np.int64)
+        self._byte_offsets = offsets * dtype.itemsize
+        self._spans = [(int(o), n, s) for o, n, s in zip(offsets, numels, shapes)]
         #: one task per tensor, one per matrix (:func:`~optkernels.kernels.torch_many.tensor_norms`)
         self.tasks = np.array([[t, 0, n, n] for t, n in enumerate(numels)], np.int64).reshape(-1, 4)
         self.matrix_tasks = np.array(
@@ -453,6 +461,16 @@ class _Layout:
         self.batches = int(firsts[-1])
         #: the matrices whose row mean is one sum that torch splits over its threads
         self.long_columns = [j for j, s in enumerate(mats) if batches[j] == 1 and s[-2] >= _PARALLEL_SUM]
+
+    @property
+    def update_addresses(self) -> np.ndarray:
+        """The address of each tensor's ``U`` in :attr:`scratch` (read now: a copied layout has its own)."""
+        return self.scratch.ctypes.data + self._byte_offsets
+
+    def updates(self) -> list[torch.Tensor]:
+        """The tensors' updates ``U``, views of :attr:`scratch` shaped as the tensors."""
+        flat = torch.from_numpy(self.scratch)
+        return [flat[o : o + n].view(s) for o, n, s in self._spans]
 
 
 def _floats(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> np.ndarray:
