@@ -2,9 +2,11 @@
 functions.
 
 Each parameter's step has reductions (the parameter's and the update's norms, a matrix's row and column mean
-squares, the mean of its row moments): they are taken by torch, exactly as torch's single-tensor loop takes
-them, so the results are torch's bits; the element-wise work (the moments' update, the update ``U`` and the
-parameter's step) runs in the kernels. One launch per parameter (the norms are per parameter). A float16 or
+squares, the mean of its row moments), taken in torch's order of additions so the results are torch's bits:
+for a group's contiguous float32/float64 CPU tensors, by :mod:`optkernels.kernels.torch_reductions` in one
+compiled call per phase for all of them (where :func:`~optkernels.torch._reductions.matches_torch`), else by
+torch's own calls; the element-wise work (the moments' update, the update ``U`` and the parameter's step)
+runs in the kernels. A float16 or
 bfloat16 CPU parameter's element-wise work rounds every operation to its dtype, as torch does
 (:mod:`optkernels.kernels.torch_half_rules`).
 """
