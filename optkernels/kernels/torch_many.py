@@ -32,8 +32,17 @@ from ._pointers import address_as_pointer
 from ._threading import parallel_allowed, parallel_launch
 from .torch_adafactor import _factored_element, _vector_element
 from .torch_family import SERIAL_BELOW, _muon_momentum, fma, torch_lerp
+from .torch_reductions import _factored_chunk, _norms_chunk
 
-__all__ = ["decayed_steps", "increment_steps", "lerp_factors", "muon_momenta", "updates"]
+__all__ = [
+    "decayed_steps",
+    "increment_steps",
+    "lerp_factors",
+    "muon_momenta",
+    "updates",
+    "tensor_norms",
+    "factored_moments",
+]
 
 
 # Element loops run over uint64 indices: an unsigned index needs no negative-index wraparound, which would
@@ -118,12 +127,21 @@ def _increment_steps(addresses, like, out):
         out[t] = step[0]
 
 
-def _run(chunk_function: Any, total: int, chunks: np.ndarray, *args: Any) -> None:
+def _run(
+    chunk_function: Any, total: int, chunks: np.ndarray, *args: Any, serial_below: int = SERIAL_BELOW
+) -> None:
     """``chunk_function(k, chunks, *args)`` for every row ``k`` of ``chunks``, as a chunked launch
-    (:func:`._chunks.entry`): on Numba's threads from ``SERIAL_BELOW`` elements in all, on the calling thread
-    below."""
+    (:func:`._chunks.entry`): on Numba's threads from ``serial_below`` elements in all, on the calling
+    thread below."""
+    parallel = total >= serial_below and parallel_allowed()
     with parallel_launch():
-        _entry(chunk_function)(total >= SERIAL_BELOW and parallel_allowed(), chunks.shape[0], chunks, *args)
+        _entry(chunk_function)(parallel, chunks.shape[0], chunks, *args)
+
+
+#: The reductions' phases read each tensor once and write a few numbers: on the calling thread below this
+#: many elements in all (as torch takes each tensor's norm on one thread), where a launch on Numba's threads
+#: would cost more than it saves.
+REDUCE_SERIAL_BELOW = 1 << 20
 
 
 @functools.cache
@@ -249,3 +267,61 @@ def increment_steps(addresses: np.ndarray, like: np.ndarray) -> np.ndarray:
     out = np.empty(addresses.shape[0], np.float64)
     _increment_steps(addresses, like, out)
     return out
+
+
+def tensor_norms(tasks: np.ndarray, addresses: np.ndarray, like: np.ndarray) -> np.ndarray:
+    r"""torch's ``linalg_vector_norm`` of every contiguous tensor (:mod:`.torch_reductions`, the same bits).
+
+    Parameters
+    ----------
+    tasks : int64 array (T, 4)
+        Row ``t``: ``(t, 0, N_t, N_t)``, ``N_t`` the element count of tensor ``t``.
+    addresses : int64 array (T,)
+        The tensors' data addresses (C-contiguous, of ``like``'s dtype).
+    like : array
+        Any float32 or float64 array of the dtype (not read).
+
+    Returns
+    -------
+    float64 array (T,)
+        Each tensor's norm, computed in its dtype.
+    """
+    out = np.empty(tasks.shape[0], like.dtype)
+    _run(_norms_chunk, _total(tasks), tasks, addresses, out, like, serial_below=REDUCE_SERIAL_BELOW)
+    return out.astype(np.float64)
+
+
+def factored_moments(
+    tasks: np.ndarray,
+    addresses: np.ndarray,
+    dims: np.ndarray,
+    divisors: np.ndarray,
+    weights: np.ndarray,
+    small: np.ndarray,
+    means: np.ndarray,
+    like: np.ndarray,
+) -> None:
+    r"""Every matrix's factored moments from its gradient ``g`` of shape ``(…, n, m)``, as torch's
+    Adafactor takes them: ``R ← lerp(R, ‖g‖²_rows/m, w)``, ``C ← lerp(C, ‖g‖²_cols/n, w)`` (the norms in
+    torch's order, :mod:`.torch_reductions`), then ``mean(R)`` over the rows of each batch (torch's
+    ``R.mean(dim=-2)``, before the clamp).
+
+    Parameters
+    ----------
+    tasks : int64 array (T, 4)
+        Row ``t``: ``(t, 0, N_t, N_t)``, ``N_t`` the gradient's element count.
+    addresses : int64 array (3, T)
+        Per matrix: ``g``, ``R`` (``row_var``), ``C`` (``col_var``), C-contiguous, of ``like``'s dtype.
+    dims : int64 array (4, T)
+        The batch count ``B``, ``n``, ``m`` and the index of the matrix's first entry in ``means``.
+    divisors : array (2, T) of the dtype
+        ``m`` and ``n``.
+    weights, small : arrays
+        As :func:`lerp_factors`'.
+    means : array of the dtype
+        Receives the ``B`` row means of each matrix.
+    like : array
+        Any float32 or float64 array of the dtype.
+    """
+    args = (tasks, addresses, dims, divisors, weights, small, means, like)
+    _run(_factored_chunk, _total(tasks), *args, serial_below=REDUCE_SERIAL_BELOW)

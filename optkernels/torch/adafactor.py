@@ -2,9 +2,11 @@
 functions.
 
 Each parameter's step has reductions (the parameter's and the update's norms, a matrix's row and column mean
-squares, the mean of its row moments): they are taken by torch, exactly as torch's single-tensor loop takes
-them, so the results are torch's bits; the element-wise work (the moments' update, the update ``U`` and the
-parameter's step) runs in the kernels. One launch per parameter (the norms are per parameter). A float16 or
+squares, the mean of its row moments), taken in torch's order of additions so the results are torch's bits:
+for a group's contiguous float32/float64 CPU tensors, by :mod:`optkernels.kernels.torch_reductions` in one
+compiled call per phase for all of them (where :func:`~optkernels.torch._reductions.matches_torch`), else by
+torch's own calls; the element-wise work (the moments' update, the update ``U`` and the parameter's step)
+runs in the kernels. A float16 or
 bfloat16 CPU parameter's element-wise work rounds every operation to its dtype, as torch does
 (:mod:`optkernels.kernels.torch_half_rules`).
 """
@@ -30,7 +32,7 @@ from ..kernels.torch_adafactor import (
 from ..kernels.torch_adafactor_rows import factored_update
 from ..kernels.torch_family import _decayed_step, launch_small, lerp_scalars
 from ..kernels.torch_rules import torch_tail_scalars
-from . import _views
+from . import _reductions, _views
 from ._base import KernelOptimizer, _half_width, _Work
 from .torch_family import check_lr, scalar_dtype
 
@@ -168,11 +170,13 @@ class Adafactor(KernelOptimizer):
     def _many_step(self, dtype: torch.dtype, pairs: list, eps1: float, host: tuple) -> None:
         """The step of contiguous CPU parameters of one float dtype (``pairs``: ``(p, grad)``) and a float lr,
         each phase one compiled call over all of them (:mod:`optkernels.kernels.torch_many`); the reductions
-        are torch's: one ``_foreach_norm`` for the parameters' norms and one for the updates' (per tensor,
-        torch's ``norm``), and each matrix's row and column norms and row mean. The host arithmetic is
-        torch's, in float64 (Python's floats), per tensor. ``host``: ``(lr, τ, ε2, d, wd, maximize)``."""
+        are torch's: the parameters' and the updates' norms, each matrix's row and column norms and row mean,
+        computed in torch's order by :mod:`optkernels.kernels.torch_reductions` where
+        :func:`~optkernels.torch._reductions.matches_torch`, else by torch. The host arithmetic is torch's,
+        in float64 (Python's floats), per tensor. ``host``: ``(lr, τ, ε2, d, wd, maximize)``."""
         lr, tau, eps2, d, wd, maximize = host
         np_dtype = _views.FLOAT_DTYPES[dtype]
+        like = np.empty(0, np_dtype)
         params = [p for p, _ in pairs]
         grads = [g for _, g in pairs]
         layout = self._layout(dtype, params)
@@ -183,29 +187,23 @@ class Adafactor(KernelOptimizer):
         # the host's scalars, per tensor as torch's loop computes them (Python floats: numpy's float64)
         steps = _increment([s["step"] for s in states])
         terms = {t: (t**tau, min(lr, 1 / (t**0.5))) for t in set(steps)}  # (w_t, ρ) of each step number
-        rms = _floats(torch._foreach_norm(params)) / layout.roots
+        own = _reductions.matches_torch(dtype)  # torch's reductions reproduced in our kernels
+        rms = (
+            M.tensor_norms(layout.tasks, _views.addresses(params)[0], like)
+            if own
+            else _floats(torch._foreach_norm(params))
+        ) / layout.roots
         alpha = np.where(rms > eps2, rms, eps2) * np.array([terms[t][1] for t in steps])  # max(ε2, RMS(w))·ρ
         lerps = {t: lerp_scalars(w_t, np_dtype) for t, (w_t, _) in terms.items()}
         weights = np.array([lerps[t][:2] for t in steps], np_dtype).T.copy()
         small = np.array([lerps[t][2] for t in steps], np.bool_)
-        like = np.empty(0, np_dtype)
-        updates = [self._pre_buffer(p) for p in params]
         table = np.zeros((5, len(params)), np.int64)
-        table[0] = _views.addresses(updates)[0]
+        table[0] = update_addresses = layout.update_addresses  # each tensor's U, in the layout's scratch
         table[1] = _views.addresses(grads)[0]
         if layout.vectors:
             table[2, layout.vectors] = _views.addresses([states[k]["variance"] for k in layout.vectors])[0]
-        if layout.matrices:
-            mats = layout.matrices
-            rows = [states[k]["row_var"] for k in mats]
-            cols = [states[k]["col_var"] for k in mats]
-            row_norms = [_norm(grads[k], 2, -1, True) for k in mats]
-            col_norms = [_norm(grads[k], 2, -2, True) for k in mats]
-            factors = _views.addresses(rows, row_norms, cols, col_norms)
-            M.lerp_factors(factors, layout.counts, layout.divisors, weights[:, mats], small[mats], like)
-            means = [r.mean(dim=-2, keepdim=True) for r in rows]
-            table[2, mats], table[3, mats] = factors[0], factors[2]
-            table[4, mats] = _views.addresses(means)[0]
+        # the matrices' moments; ``held``: their row means, read by address in the updates' call
+        held = self._factored_moments(layout, grads, states, (weights, small), table, like, own)
         M.updates(
             layout.chunks,
             table,
@@ -218,10 +216,56 @@ class Adafactor(KernelOptimizer):
             np_dtype.type(eps1 * eps1),
             np_dtype.type(1),
         )
-        ratio = _floats(torch._foreach_norm(updates)) / (layout.roots * d)
+        del held
+        update_norms = (
+            M.tensor_norms(layout.tasks, table[0], like)
+            if own
+            else _floats(torch._foreach_norm(layout.updates()))
+        )
+        ratio = update_norms / (layout.roots * d)
         neg_steps = (-alpha / np.where(ratio > 1.0, ratio, 1.0)).astype(np_dtype)  # −α/max(1, RMS(U)/d)
         decay = np_dtype.type(1 - lr * wd if wd != 0 else 1)
-        M.decayed_steps(layout.chunks, _views.addresses(params, updates), neg_steps, decay, like)
+        steps_table = np.stack([_views.addresses(params)[0], update_addresses])
+        M.decayed_steps(layout.chunks, steps_table, neg_steps, decay, like)
+
+    @staticmethod
+    def _factored_moments(
+        layout: _Layout,
+        grads: list,
+        states: list,
+        lerps: tuple,
+        table: np.ndarray,
+        like: np.ndarray,
+        own: bool,
+    ) -> Any:
+        """Every matrix's ``row_var`` and ``col_var`` stepped, and the row means of each; rows 2-4 of the
+        update's address ``table`` filled for the matrices (``R``, ``C``, the means). ``lerps``: the lerp
+        weights and ``small`` of each tensor; ``own``: our kernels take torch's reductions, else torch.
+        Returns what holds the means (to be kept alive while ``table`` is used)."""
+        mats = layout.matrices
+        if not mats:
+            return None
+        weights, small = lerps[0][:, mats], lerps[1][mats]
+        rows = [states[k]["row_var"] for k in mats]
+        cols = [states[k]["col_var"] for k in mats]
+        if not own:
+            row_norms = [_norm(grads[k], 2, -1, True) for k in mats]
+            col_norms = [_norm(grads[k], 2, -2, True) for k in mats]
+            factors = _views.addresses(rows, row_norms, cols, col_norms)
+            M.lerp_factors(factors, layout.counts, layout.divisors, weights, small, like)
+            row_means = [r.mean(dim=-2, keepdim=True) for r in rows]
+            table[2, mats], table[3, mats] = factors[0], factors[2]
+            table[4, mats] = _views.addresses(row_means)[0]
+            return row_means
+        factors = _views.addresses([grads[k] for k in mats], rows, cols)
+        means = np.empty(layout.batches, like.dtype)
+        dims = layout.matrix_dims
+        M.factored_moments(layout.matrix_tasks, factors, dims, layout.divisors, weights, small, means, like)
+        for j in layout.long_columns:  # one sum that torch splits over its threads: torch's own
+            means[dims[3, j]] = rows[j].mean(dim=-2).item()
+        table[2, mats], table[3, mats] = factors[1], factors[2]
+        table[4, mats] = means.ctypes.data + dims[3] * like.dtype.itemsize
+        return means
 
     def _float_step(
         self,
@@ -369,6 +413,9 @@ class Adafactor(KernelOptimizer):
 
 _SHAPE = operator.attrgetter("shape")
 
+#: torch's CPU sum of this many elements or more, into one output, is split over its threads (GRAIN_SIZE)
+_PARALLEL_SUM = 32768
+
 #: numpy dtypes of step counters :func:`_increment` updates in one compiled call
 _STEP_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32),
@@ -378,7 +425,8 @@ _STEP_DTYPES: dict[torch.dtype, np.dtype] = {
 
 class _Layout:
     """What a batch's step needs of its tensors' shapes alone: sizes, chunk table, ``√N`` (Python's
-    ``N**0.5``, as torch's host arithmetic), which tensors are matrices and their dimensions."""
+    ``N**0.5``, as torch's host arithmetic), which tensors are matrices and their dimensions; and the
+    scratch the updates ``U`` are written to (one array for all of them)."""
 
     def __init__(self, shapes: tuple, dtype: np.dtype):
         numels = [math.prod(s) for s in shapes]
@@ -396,6 +444,35 @@ class _Layout:
         self.dims = np.zeros((2, len(shapes)), np.int64)
         for k, s in zip(self.matrices, mats):
             self.dims[:, k] = s[-2:]
+        #: every tensor's update U, one after another in one scratch array
+        self.scratch = np.empty(sum(numels), dtype)
+        offsets = np.cumsum([0] + numels[:-1]).astype(np.int64)
+        self._byte_offsets = offsets * dtype.itemsize
+        self._spans = [(int(o), n, s) for o, n, s in zip(offsets, numels, shapes)]
+        #: one task per tensor, one per matrix (:func:`~optkernels.kernels.torch_many.tensor_norms`)
+        self.tasks = np.array([[t, 0, n, n] for t, n in enumerate(numels)], np.int64).reshape(-1, 4)
+        self.matrix_tasks = np.array(
+            [[j, 0, numels[k], numels[k]] for j, k in enumerate(self.matrices)], np.int64
+        ).reshape(-1, 4)
+        #: per matrix: its batch count B, n, m and its first row mean's index (B means each)
+        batches = [math.prod(s[:-2]) for s in mats]
+        firsts = np.cumsum([0] + batches)
+        self.matrix_dims = np.array(
+            [batches, [s[-2] for s in mats], [s[-1] for s in mats], firsts[:-1]], np.int64
+        ).reshape(4, len(mats))
+        self.batches = int(firsts[-1])
+        #: the matrices whose row mean is one sum that torch splits over its threads
+        self.long_columns = [j for j, s in enumerate(mats) if batches[j] == 1 and s[-2] >= _PARALLEL_SUM]
+
+    @property
+    def update_addresses(self) -> np.ndarray:
+        """The address of each tensor's ``U`` in :attr:`scratch` (read now: a copied layout has its own)."""
+        return self.scratch.ctypes.data + self._byte_offsets
+
+    def updates(self) -> list[torch.Tensor]:
+        """The tensors' updates ``U``, views of :attr:`scratch` shaped as the tensors."""
+        flat = torch.from_numpy(self.scratch)
+        return [flat[o : o + n].view(s) for o, n, s in self._spans]
 
 
 def _floats(tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> np.ndarray:
