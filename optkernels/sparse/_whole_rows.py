@@ -57,8 +57,12 @@ def {name}(_args, _dims, _steps, _data):
                 for q in range(lines):
                     prefetch_read(grad, k, q * line)
     n_tasks = fetch_add(sync, 1, 0) - 1
-    slot = fetch_add(sync, 7, 1)  # this worker's block of scratch rows
-    block = scratch[slot * {block_rows} : (slot + 1) * {block_rows}]
+    # this worker's scratch rows (packed memory: views of it carry no reference count, whose atomic
+    # updates would order the row loop's memory accesses)
+    work_rows = {work_rows}
+    slot = fetch_add(sync, 7, 1)
+    work = scratch[slot * work_rows : (slot + 1) * work_rows]
+    block = work[: {block_rows}]
     {scratch}
     while True:
         task = fetch_add(sync, 2, 1)
@@ -90,7 +94,6 @@ def {name}(_args, _dims, _steps, _data):
                 else:
                     for c in range(row_len):
                         block[n_held, c] += grad[src, c]
-            r = rows[j]
             {row_update}
 """
 
@@ -103,7 +106,7 @@ def launch_cpu(
     (nothing was written then; never with ``drop``) or -1."""
     n_states = len(update.states)
     head, positions, space = row_loop_arguments(
-        indices, num_rows, not drop, n_states, arrays[0], update.block_rows
+        indices, num_rows, not drop, n_states, arrays[0], update.work_rows(arrays[0].shape[1])
     )
     update.cpu_worker(indices.dtype, positions, arrays, scalars).launch(None, (*head, *arrays, *scalars))
     return int(space.sync[3]) - 1
@@ -125,13 +128,15 @@ def _cpu_source(
     row_update: str,
     scratch: str,
     block_rows: int,
+    work_rows: str,
     arg_types: tuple,
 ) -> Callable:
     """The Python function of the CPU row worker (:data:`_CPU_ROWS`) over the state arrays ``states`` and
     the scalars ``scalars`` (argument names) for packed arguments of ``arg_types``, whose statement
-    ``row_update`` updates row ``r`` from its summed gradient row ``block[n_held]`` by calling ``fn`` (as
-    ``update``); ``scratch``: a statement allocating each worker's buffers; ``block_rows``: the rows of each
-    worker's block of summed gradient rows."""
+    ``row_update`` updates row ``j`` of the plan from its summed gradient row ``block[n_held]`` by calling
+    ``fn`` (as ``update``); ``scratch``: a statement naming each worker's buffers; ``block_rows``: the rows
+    of each worker's block of summed gradient rows, the first of its ``work_rows`` (an expression in
+    ``row_len``) scratch rows."""
     namespace = {
         "np": np,
         "update": fn,
@@ -156,6 +161,7 @@ def _cpu_source(
         row_update=row_update,
         scratch=scratch,
         block_rows=str(block_rows),
+        work_rows=work_rows,
         source_digest=_source_digest(),
         params=", ".join(states + scalars),
     )
@@ -167,27 +173,36 @@ class WholeRowUpdate:
     plan, prefetching and tasks; the same summed gradient rows, in the same order).
 
     Args:
-        row_fn: a Numba function ``f(r, block, n, last, scratch_1, ..., state_1, ..., state_k, scalar_1,
-            ...) -> n`` called for each distinct row ``r`` (ascending within a task), whose summed gradient
-            the driver has just written into ``block[n]`` (``block``: the worker's ``(block_rows,
-            row_len)`` buffer, in the gradient's dtype); ``last``: whether ``r`` is its task's last row. It
-            holds rows back (``n``: how many it held before ``r``, 0 at a task's start; it returns the new
-            count, at most ``block_rows`` - 1) to update several at once, so that their dependency chains
-            interleave, and must have updated every row it holds when ``last`` is true or the block is
-            full. The states are 2-D ``(rows, width)`` views, updated in place; a task's rows are never
+        row_fn: a Numba function ``f(j, rows, block, n, last, scratch_1, ..., state_1, ..., state_k,
+            scalar_1, ...) -> n`` called for each distinct row ``rows[j]`` (``rows``: the plan's distinct
+            rows, ascending; ``j`` ascending within a task), whose summed gradient the driver has just
+            written into ``block[n]`` (``block``: the worker's ``(block_rows, row_len)`` buffer, in the
+            gradient's dtype); ``last``: whether ``j`` is its task's last row. It holds rows back (``n``: how
+            many it held before ``j``, 0 at a task's start: the held rows are ``rows[j - n : j]``; it returns
+            the new count, at most ``block_rows`` - 1) to update several at once, so that their dependency
+            chains interleave, and must have updated every row it holds when ``last`` is true or the block
+            is full. The states are 2-D ``(rows, width)`` views, updated in place; a task's rows are never
             another's.
         n_states: ``k``, the number of state arrays.
-        scratch: name -> the expression allocating that buffer (or view) for each worker, in terms of
-            ``row_len``, ``grad`` (the 2-D gradient), ``block`` and the states, in ``f``'s order.
+        scratch: name -> the expression of that buffer (or view) for each worker, in terms of ``row_len``,
+            ``grad`` (the 2-D gradient), ``work`` (the worker's ``(work_rows, row_len)`` scratch rows, in
+            the gradient's dtype, whose first ``block_rows`` are ``block``) and the states, in ``f``'s
+            order. Views of ``work`` and of the states cost nothing per row; a new array would be counted
+            by reference (atomic updates) wherever the row loop passes it on.
         block_rows: the rows of ``block``.
+        work_rows: an expression in ``row_len``: the rows of ``work`` (default: ``block_rows``).
     """
 
-    def __init__(self, row_fn: Any, n_states: int, scratch: dict[str, str], block_rows: int):
+    def __init__(
+        self, row_fn: Any, n_states: int, scratch: dict[str, str], block_rows: int, work_rows: str = ""
+    ):
         self.fn = row_fn
         params = list(inspect.signature(row_fn.py_func).parameters)
-        first = 4 + len(scratch)
+        first = 5 + len(scratch)
         self.scratch = scratch
         self.block_rows = block_rows
+        self.work_rows_source = work_rows or str(block_rows)
+        self.work_rows: Callable[[int], int] = eval(f"lambda row_len: {self.work_rows_source}")
         self.states, self.scalars = params[first : first + n_states], params[first + n_states :]
         self._workers: dict[tuple, PackedWorker] = {}
 
@@ -209,12 +224,19 @@ class WholeRowUpdate:
             )
             names = list(self.scratch)
             call = (
-                f"n_held = update(r, block, n_held, j == last - 1, "
+                f"n_held = update(j, rows, block, n_held, j == last - 1, "
                 f"{', '.join(names + self.states + self.scalars)})"
             )
             allocate = "; ".join(["n_held = 0"] + [f"{name} = {expr}" for name, expr in self.scratch.items()])
             source = _cpu_source(
-                self.fn, self.states, self.scalars, call, allocate, self.block_rows, arg_types
+                self.fn,
+                self.states,
+                self.scalars,
+                call,
+                allocate,
+                self.block_rows,
+                self.work_rows_source,
+                arg_types,
             )
             worker = self._workers.setdefault(key, PackedWorker(source, arg_types))
         return worker

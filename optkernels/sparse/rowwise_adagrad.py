@@ -106,11 +106,11 @@ def _block_sums(hats, totals, n):
 
 @numba.njit(inline="always", **JIT_OPTIONS)
 def _table_rows(
-    r,
+    j,
+    rows,
     block,
     n,
     last,
-    held,
     hats,
     totals,
     flat_momentum,
@@ -125,18 +125,19 @@ def _table_rows(
     max_norm,
     one,
 ):
-    # Row r of the 2-D table var (momentum seen as (rows, 1); flat_momentum: the same memory, 1-D) joins
-    # the held rows, its summed gradient row in block[n]; for l2 its ĝ = g + wd·var[r] goes to hats[n]. A
-    # full block, or a task's last row, updates every held row with the element function's row update,
-    # given its sum of squares.
-    held[n] = r
+    # Row r = rows[j] of the 2-D table var (momentum seen as (rows, 1); flat_momentum: the same memory,
+    # 1-D) joins the held rows rows[j - n : j], its summed gradient row in block[n]; for l2 its
+    # ĝ = g + wd·var[r] goes to hats[n]. A full block, or a task's last row, updates every held row with the
+    # element function's row update, given its sum of squares.
     if l2:
+        r = rows[j]
         for c in range(block.shape[1]):
             hats[n, c] = block[n, c] + wd * var[r, c]
     n += 1
     if n < ROW_BLOCK and not last:
         return n
     _block_sums(hats if l2 else block, totals, n)
+    held = rows[j + 1 - n : j + 1]
     for k in range(n):
         _row_cpu(
             k,
@@ -159,16 +160,20 @@ def _table_rows(
     return 0
 
 
+#: Each worker's scratch rows: the block of summed gradient rows, ĝ's block (l2) and the block's sums of
+#: squares (ROW_BLOCK values, in as many rows as they need).
+_WORK_ROWS = f"{2 * ROW_BLOCK} + ({ROW_BLOCK} + row_len - 1) // row_len"
+
 _table_update = WholeRowUpdate(
     _table_rows,
     2,
     {
-        "held": f"np.empty({ROW_BLOCK}, np.int64)",
-        "hats": f"np.empty(({ROW_BLOCK}, row_len), grad.dtype)",
-        "totals": f"np.empty({ROW_BLOCK}, grad.dtype)",
+        "hats": f"work[{ROW_BLOCK} : {2 * ROW_BLOCK}]",
+        "totals": f"work[{2 * ROW_BLOCK} :].reshape(work.size - {2 * ROW_BLOCK} * row_len)[:{ROW_BLOCK}]",
         "flat_momentum": "momentum.reshape(momentum.size)",
     },
     ROW_BLOCK,
+    _WORK_ROWS,
 )
 
 
