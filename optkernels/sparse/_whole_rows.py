@@ -49,13 +49,18 @@ def {name}(_args, _dims, _steps, _data):
     if fetch_add(sync, 0, 1) == 0:
         call_cfunc(plan, (_args, _dims, _steps, _data))
     else:
-        # meanwhile, pull the gradient into the caches, WAIT_PREFETCH_ROWS rows at a time from a shared
-        # counter (no two threads fetch the same rows): the row loop then gathers it from cache
+        # meanwhile, pull into the caches, WAIT_PREFETCH_ROWS positions at a time from a shared counter (no
+        # two threads fetch the same positions), each position's gradient row and its index's state rows:
+        # scattered over the table, those are the row loop's slowest reads, which a waiting thread can
+        # start while the plan (compute over the indices only) leaves its memory system idle
         while fetch_add(sync, 1, 0) == 0:
             ahead = fetch_add(sync, 4, WAIT_PREFETCH_ROWS)
             for k in range(ahead, smaller(ahead + WAIT_PREFETCH_ROWS, n)):
                 for q in range(lines):
                     prefetch_read(grad, k, q * line)
+                r = indices[k]
+                if r >= 0 and (limit < 0 or r < limit):
+                    {prefetch_states}
     n_tasks = fetch_add(sync, 1, 0) - 1
     # this worker's scratch rows (packed memory: views of it carry no reference count, whose atomic
     # updates would order the row loop's memory accesses)
