@@ -206,6 +206,40 @@ def test_torch_drop_in_refuses_what_its_rows_cannot_take():
     assert torch.equal(p, before)
 
 
+def test_torch_drop_in_short_table_step_equals_the_full_step(monkeypatch):
+    """The table step's short path (one CPU table, sparse gradient, state made, no hooks) gives the full
+    step's bits, is taken only then (a step hook sends the step down the full path), and refuses an
+    out-of-range index before anything is written."""
+    torch = pytest.importorskip("torch")
+    import optkernels.torch as OT
+    from optkernels.torch._base import KernelOptimizer
+
+    rng = np.random.default_rng(3)
+    table = torch.from_numpy(rng.standard_normal((50, 8)).astype(np.float32))
+    short, full = torch.nn.Parameter(table.clone()), torch.nn.Parameter(table.clone())
+    opt_short = OT.RowWiseAdagrad([short], lr=0.1, weight_decay=0.01, weight_decay_mode="l2")
+    opt_full = OT.RowWiseAdagrad([full], lr=0.1, weight_decay=0.01, weight_decay_mode="l2")
+    hook_calls = []
+    opt_full.register_step_pre_hook(lambda *args: hook_calls.append(1))
+    full_steps = []
+    step = KernelOptimizer._step
+    monkeypatch.setattr(KernelOptimizer, "_step", lambda self, *a: full_steps.append(self) or step(self, *a))
+    for _ in range(3):
+        idx = torch.from_numpy(rng.integers(0, 50, 40))
+        values = torch.from_numpy(rng.standard_normal((40, 8)).astype(np.float32))
+        short.grad = torch.sparse_coo_tensor(idx[None], values, (50, 8), check_invariants=True)
+        full.grad = torch.sparse_coo_tensor(idx[None], values.clone(), (50, 8), check_invariants=True)
+        opt_short.step()
+        opt_full.step()
+    assert torch.equal(short, full) and torch.equal(opt_short.state[short]["sum"], opt_full.state[full]["sum"])
+    assert len(hook_calls) == 3 and full_steps.count(opt_full) == 3 and full_steps.count(opt_short) == 1
+    before, sums = short.detach().clone(), opt_short.state[short]["sum"].clone()
+    short.grad = torch.sparse_coo_tensor(torch.tensor([[3, 50]]), torch.ones(2, 8), (50, 8), check_invariants=False)
+    with pytest.raises(IndexError):
+        opt_short.step()
+    assert torch.equal(short, before) and torch.equal(opt_short.state[short]["sum"], sums)
+
+
 @pytest.mark.parametrize("mode,max_norm", [("none", 0.0), ("l2", 0.0), ("decoupled", 0.4)])
 def test_many_distinct_rows_match_the_reference(mode, max_norm):
     """Enough distinct rows that the CPU row loop updates them in blocks (and blocks' tails): the same bits

@@ -4,17 +4,28 @@ rows merged by the kernel, deterministically)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
 from . import _views
-from ._base import KernelOptimizer, _contiguous, _Work
+from ._base import (
+    KernelOptimizer,
+    _contiguous,
+    _global_post_hooks,
+    _global_pre_hooks,
+    _profiler_enabled,
+    _Work,
+)
 from ._sparse import row_sparse
 
 __all__ = ["RowWiseAdagrad"]
+
+#: Parameter dtypes of the short step (:meth:`RowWiseAdagrad._table_step`): the kernel's own, no copies.
+_TABLE_DTYPES = (torch.float32, torch.float64)
 
 
 class RowWiseAdagrad(KernelOptimizer):
@@ -50,6 +61,65 @@ class RowWiseAdagrad(KernelOptimizer):
         max_norm: float = 0.0,
     ):
         super().__init__(params, check_rowwise_hyper(lr, eps, weight_decay, weight_decay_mode, max_norm))
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One update of every parameter that has a gradient; returns ``closure()``'s loss (or None). The
+        common step of an embedding table (see :meth:`_table_step`) takes a short path, the rest
+        :class:`KernelOptimizer`'s step."""
+        if closure is None and self._table_step():
+            return None
+        return super().step(closure)
+
+    vars(step)["hooked"] = True  # torch.optim.Optimizer.__init__ then leaves it unwrapped, as the base's
+
+    def _table_step(self) -> bool:
+        """The step of one float32/float64 CPU table with a row-sparse COO gradient (``sparse_dim`` 1, as
+        ``nn.Embedding(sparse=True)`` gives) and its ``sum`` state already made, in one group, without
+        hooks, profiler or gradient scaler: the kernel called with views of the tensors after the checks
+        of the full step, in a few attribute reads (between training steps the caches are cold, where the
+        full step's general sorting costs about as much as a tenth of the update). True if done; False,
+        nothing written, for anything else: the full step then decides (and words the errors)."""
+        if len(self.param_groups) != 1 or _profiler_enabled() or _global_pre_hooks or _global_post_hooks:
+            return False
+        if self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks:
+            return False
+        attributes = self.__dict__  # torch.amp.GradScaler's attributes (see KernelOptimizer._unscale)
+        if attributes.get("found_inf") is not None or attributes.get("grad_scale") is not None:
+            return False
+        group = self.param_groups[0]
+        params = group["params"]
+        if len(params) != 1 or group.get("differentiable") or group.get("capturable"):
+            return False
+        p = params[0]
+        g = p.grad
+        if g is None or g.layout is not torch.sparse_coo or p.layout is not torch.strided:
+            return False
+        dtype = p.dtype
+        if dtype not in _TABLE_DTYPES or p.device.type != "cpu" or not p.is_contiguous():
+            return False
+        if g.dtype != dtype or g.device != p.device or g.shape != p.shape or g.sparse_dim() != 1:
+            return False
+        h = self.state.get(p, {}).get("sum")
+        if not (
+            isinstance(h, torch.Tensor)
+            and h.dtype == dtype
+            and h.device == p.device
+            and h.shape == p.shape[:1]
+            and h.is_contiguous()
+        ):
+            return False
+        indices, values = g._indices()[0], g._values()
+        if not (indices.is_contiguous() and values.is_contiguous()):
+            return False
+        self._check_hyper(group)
+        rowwise_adagrad(
+            p.detach().numpy(),
+            h.detach().numpy(),
+            values.detach().numpy(),
+            indices.numpy(),
+            **self._hyper(group),
+        )
+        return True
 
     def _kernel(self, group: dict) -> tuple:
         return None, ("sum",)
