@@ -85,10 +85,10 @@ def test_torch_adam_bfloat16_loop_is_vectorised():
     scalars = scalars[:-3] + T.torch_tail_scalars(70000, 2, 32)
     kinds = ("bf16",) * 4 + (None,) * len(scalars)
     flags = tuple((4 + k, s) for k, s in enumerate(scalars) if s is True or s is False)
-    loop = numba.njit(parallel=True, cache=False, error_model="numpy")(
+    loop = numba.njit(cache=False, error_model="numpy")(    # the chunked entry, compiled afresh
         _elementwise._fused_split_driver(T._torch_adam.py_func, kinds, flags).py_func)
     bits = np.full(64, 0x3F80, np.uint16)                          # bfloat16 1.0
-    loop(bits.size, _elementwise._workspace(4), bits, bits.copy(), bits.copy(), bits.copy(), *scalars)
+    loop(False, 1, bits.size, 1, bits, bits.copy(), bits.copy(), bits.copy(), *scalars)
     assert bits[0] != 0x3F80, "the loop did not update var"
     asm = loop.inspect_asm(loop.signatures[0])
     assert re.search(r"\bv?sqrtps\b", asm) and re.search(r"\bv?divps\b", asm), "no packed sqrtps/divps"
