@@ -1004,8 +1004,8 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
     arrays of ``kinds`` and the constant ``flags``: the scalars' positions only in an all-bfloat16 call (a
     NaN scalar is passed as the default NaN there); the workspace is :data:`_NO_WORKSPACE` where the driver is
     the fused loop's chunked launch (called as ``driver(parallel, n, *arguments)``), :data:`_SPLIT_WORKSPACE`
-    where it is the split fused loop (called as ``driver(n, parts, *arguments)``), None where it is the scratch loop (it takes
-    :func:`_workspace`). Kept with the drivers, per kinds and flags."""
+    where it is the split fused loop (called as ``driver(n, parts, *arguments)``), None where it is the
+    scratch loop (it takes :func:`_workspace`). Kept with the drivers, per kinds and flags."""
     drivers = ew.__dict__.setdefault("_half_drivers", {})
     key = ("plan", device, kinds, sr, flags)
     plan = drivers.get(key)
