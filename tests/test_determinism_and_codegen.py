@@ -88,11 +88,37 @@ def test_torch_adam_bfloat16_loop_is_vectorised():
     loop = numba.njit(parallel=True, cache=False, error_model="numpy")(
         _elementwise._fused_split_driver(T._torch_adam.py_func, kinds, flags).py_func)
     bits = np.full(64, 0x3F80, np.uint16)                          # bfloat16 1.0
-    loop(bits.size, _elementwise._workspace(4), bits, bits.copy(), bits.copy(), bits.copy(), *scalars)
+    loop(bits.size, 2, bits, bits.copy(), bits.copy(), bits.copy(), *scalars)   # in two parts
     assert bits[0] != 0x3F80, "the loop did not update var"
     asm = loop.inspect_asm(loop.signatures[0])
     assert re.search(r"\bv?sqrtps\b", asm) and re.search(r"\bv?divps\b", asm), "no packed sqrtps/divps"
     assert not re.search(r"\bv?(sqrt|div)[sp]d\b|cvtu?qq2pd", asm), "bfloat16 loop promoted to float64"
+
+
+def test_torch_adam_bfloat16_parts_give_the_same_bits():
+    """The bfloat16 loop split around torch's tails runs one part per thread: cut into 1, 2, 3 or 7 parts
+    (bounds inside torch's chunks, next to and inside their tails), every array ends with the same bits."""
+    from optkernels.kernels import _elementwise
+    from optkernels.kernels import torch_rules as T
+
+    n = 70001
+    scalars = T.adam_scalars(np.dtype(np.float32), 3, 1e-3, 0.9, 0.999, 1e-8, 0.0, False, False)
+    scalars = scalars[:-3] + T.torch_tail_scalars(n, 3, 32)
+    kinds = ("bf16",) * 4 + (None,) * len(scalars)
+    flags = tuple((4 + k, s) for k, s in enumerate(scalars) if s is True or s is False)
+    loop = _elementwise._fused_split_driver(T._torch_adam.py_func, kinds, flags)
+    rng = np.random.default_rng(2)
+    start = [(rng.standard_normal(n) * 0.1).astype(np.float32).view(np.uint32) >> 16 for _ in range(4)]
+    start[2] = start[2] & 0x7FFF                                    # exp_avg_sq: non-negative
+    ends = []
+    for parts in (1, 2, 3, 7):
+        arrays = [a.astype(np.uint16) for a in start]
+        loop(n, parts, *arrays, *scalars)
+        ends.append(arrays)
+    assert not np.array_equal(ends[0][0], start[0]), "the loop did not update var"
+    for parts, arrays in zip((2, 3, 7), ends[1:]):
+        for name, a, b in zip(("var", "exp_avg", "exp_avg_sq"), ends[0], arrays):
+            assert np.array_equal(a, b), f"{name}: {parts} parts differ from one"
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checks x86 instructions")

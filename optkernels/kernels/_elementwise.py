@@ -742,7 +742,7 @@ def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple 
 def _fused_split_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
     """The fused loop split around torch's scalar tails (:data:`_CPU_FUSED_SPLIT`) where the rewritten
     element function tests them (``_torch_tail.tail_variants``); None otherwise. Called as
-    ``driver(n, workspace, *arguments)`` (the workspace is ignored)."""
+    ``driver(n, parts, *arguments)``: ``parts`` equal parts, one per thread of the calling thread's count."""
     parts = _fused_parts(py_func, kinds, flags)
     if parts is None:
         return None
@@ -790,12 +790,13 @@ def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable
     return None if fused is None else _chunks.entry(fused[0], salt=fused[1])
 
 
-# The fused loop of an element function that tests torch's scalar tail (``_torch_tail.torch_tail``): each
-# block of elements is split where torch's tails begin and end, the body variant of the element
-# function runs over the rest and the tail variant over the tails (``_torch_tail.tail_variants``), so the
-# vector loop carries no per-element test (and, with an unsigned index, no test for a negative one). The
-# tails (at most 2 × vector width − 1 elements per torch thread) run in a function of their own: a parfor body
-# into which the element function is inlined twice fails one of Numba's checks (NumbaIRAssumptionWarning).
+# The fused loop of an element function that tests torch's scalar tail (``_torch_tail.torch_tail``): the
+# elements are cut into one equal part per thread (bounds on multiples of :data:`SPLIT_ALIGN`), each part is
+# split where torch's tails begin and end, the body variant of the element function runs over the rest and
+# the tail variant over the tails (``_torch_tail.tail_variants``), so the vector loop carries no per-element
+# test (and, with an unsigned index, no test for a negative one). The tails (at most 2 × vector width − 1
+# elements per torch thread) run in a function of their own: a parfor body into which the element function
+# is inlined twice fails one of Numba's checks (NumbaIRAssumptionWarning).
 _CPU_FUSED_SPLIT = """
 def {name}_tail(_lo, _hi, {args}):
     for _j in range(uint64(_lo), uint64(_hi)):
@@ -803,10 +804,10 @@ def {name}_tail(_lo, _hi, {args}):
 
 {name}_tail = njit(**options)({name}_tail)
 
-def {name}(n, _workspace, {args}):
-    for _b in prange((n + {block} - 1) // {block}):
-        _i = _b * {block}
-        _hi = min(_i + {block}, n)
+def {name}(n, _parts, {args}):
+    for _b in prange(_parts):
+        _i = min(n, (_b * n // _parts + {align} - 1) // {align} * {align})
+        _hi = min(n, ((_b + 1) * n // _parts + {align} - 1) // {align} * {align})
         while _i < _hi:
             _end = _hi
             _in_tail = _i >= {tail_from}
@@ -826,10 +827,9 @@ def {name}(n, _workspace, {args}):
             _i = _end
 """
 
-#: Elements per block of the split loop's parallel range (each thread takes a run of whole blocks): small
-#: enough to balance two threads within a few percent at 10⁵ elements, large enough that a block's split
-#: costs nothing next to its elements.
-SPLIT_BLOCK = 2048
+#: The split loop's parts begin and end on multiples of this many elements (whole cache lines of a half
+#: array: no two threads store into one line).
+SPLIT_ALIGN = 64
 
 
 def _split_driver(
@@ -849,12 +849,12 @@ def _split_driver(
         tail_source,
         inspect.getsource(_lowp_module()),
         ", ".join(call_args),
-        str(SPLIT_BLOCK),
+        str(SPLIT_ALIGN),
     )
     name = f"{body_name[: -len('_body')]}_split_{digest}"
     source = _CPU_FUSED_SPLIT.format(
         name=name,
-        block=SPLIT_BLOCK,
+        align=SPLIT_ALIGN,
         args=", ".join(params),
         call_args=", ".join(call_args),
         tail_from=tail_from,
@@ -926,9 +926,12 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
             views[k] = type(a)(np.nan)
     extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
-        with parallel_launch(), _SerialBelow(n, _weight(workspace)):
+        with parallel_launch(), _SerialBelow(n, _weight(workspace)) as threads:
             if workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
                 driver(parallel_allowed(), n, *views)
+                return
+            if workspace is _SPLIT_WORKSPACE:  # the split fused loop: one part per thread
+                for_this_process(driver)(n, threads, *views)
                 return
             if workspace is None:
                 workspace = _workspace(len(half))
@@ -984,9 +987,12 @@ class HalfLauncher:
             a = args[k]
             if a != a:
                 args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
-        with parallel_launch(), _SerialBelow(n, self._weight):
+        with parallel_launch(), _SerialBelow(n, self._weight) as threads:
             if self._workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
                 self._driver(parallel_allowed(), n, *args)
+                return True
+            if self._workspace is _SPLIT_WORKSPACE:  # the split fused loop: one part per thread
+                for_this_process(self._driver)(n, threads, *args)
                 return True
             workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
             for_this_process(self._driver)(n, workspace, *args)
@@ -998,8 +1004,8 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
     arrays of ``kinds`` and the constant ``flags``: the scalars' positions only in an all-bfloat16 call (a
     NaN scalar is passed as the default NaN there); the workspace is :data:`_NO_WORKSPACE` where the driver is
     the fused loop's chunked launch (called as ``driver(parallel, n, *arguments)``), :data:`_SPLIT_WORKSPACE`
-    where it is the split fused loop (which ignores it), None where it is the scratch loop (it takes
-    :func:`_workspace`). Kept with the drivers, per kinds and flags."""
+    where it is the split fused loop (called as ``driver(n, parts, *arguments)``), None where it is the
+    scratch loop (it takes :func:`_workspace`). Kept with the drivers, per kinds and flags."""
     drivers = ew.__dict__.setdefault("_half_drivers", {})
     key = ("plan", device, kinds, sr, flags)
     plan = drivers.get(key)
@@ -1024,7 +1030,7 @@ def _weight(workspace: np.ndarray | None) -> int:
 
 #: The workspace of a fused launch: a placeholder marking it (a chunked launch, which takes none).
 _NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
-#: The workspace of a split fused loop (a parallel loop that takes one and ignores it).
+#: The workspace of a split fused loop: a placeholder marking it (the loop takes its part count instead).
 _SPLIT_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
 _UINT16 = np.dtype(np.uint16)
 _HALF_KINDS = ("f16", "bf16")
