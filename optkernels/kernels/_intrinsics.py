@@ -495,3 +495,151 @@ def scalar_lookups(typingctx, data, base, count, table):
     ):
         raise TypingError("scalar_lookups takes (float32 or uint32 array, int, int, uint32 array)")
     return types.void(data, base, count, table), _scalar_lookups_codegen
+
+
+#: Allow :func:`search_block` where the compiling target has AVX-512F (tests set False to compile the
+#: portable loops; the decision is taken when a function is compiled).
+REGISTER_SEARCH = True
+#: 32-bit words of a :func:`search_block` table: the candidates of its 8 steps, in 19 registers of 16.
+SEARCH_WORDS = 304
+# (first register, registers) of the candidates of step 2^s, s = 7 .. 0
+_SEARCH_STEPS = ((0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 2), (7, 4), (11, 8))
+
+
+def _register_search_here(context: Any) -> bool:
+    """Whether code compiled now by ``context`` may use :func:`search_block` (see :data:`REGISTER_SEARCH`)."""
+    from numba.core.cpu import CPUContext
+
+    if not (REGISTER_SEARCH and _X86 and isinstance(context, CPUContext)):
+        return False
+    return "+avx512f" in _target_features().split(",")
+
+
+@intrinsic
+def register_search(typingctx):
+    """Whether :func:`search_block` searches in registers in the function being compiled (a constant: the
+    branch it guards is folded away)."""
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(1), int(_register_search_here(context)))
+
+    return types.boolean(), codegen
+
+
+def search_candidates(thresholds: np.ndarray) -> np.ndarray:
+    """The :data:`SEARCH_WORDS` int32 words :func:`search_block` reads for 255 ascending int32
+    ``thresholds``: per step ``2^s`` (s = 7 .. 0) the candidates ``thresholds[j·2^(s+1) + 2^s − 1]`` for
+    ``j < 2^(7−s)``, each step's in whole registers of 16 (the first one's repeated, the short ones padded)."""
+    t = np.asarray(thresholds, np.int32)
+    if t.shape != (255,):
+        raise ValueError(f"thresholds must have 255 values, got shape {t.shape}")
+    words = np.zeros(SEARCH_WORDS, np.int32)
+    for s, (register, _) in zip(range(7, -1, -1), _SEARCH_STEPS):
+        candidates = t[(1 << s) - 1 :: 1 << (s + 1)]
+        if s == 7:
+            candidates = np.repeat(candidates, 16)
+        words[16 * register : 16 * register + candidates.size] = candidates
+    return words
+
+
+# One step of the search: k1 = key > candidate; prefix = 2·prefix + 1 there, 2·prefix elsewhere (one
+# masked subtraction of -1: LLVM would rebuild the select from the mask as a vector and shift it).
+_STEP_ASM = "vpcmpgtd $2, $1, %k1\n\tvpaddd $3, $3, $0\n\tvpsubd $4, $0, $0 {%k1}"
+
+
+def _search_codegen(context, builder, signature, args):
+    from llvmlite import binding
+
+    out_type, out_base_type, values_type, base_type, _, table_type, table_base_type, _ = signature.args
+    if not _register_search_here(context):  # never reached: callers test register_search() first
+        return context.get_dummy_value()
+    out = _element_pointer(context, builder, out_type, args[0], args[1], out_base_type)
+    values = _element_pointer(context, builder, values_type, args[2], args[3], base_type)
+    table = _element_pointer(context, builder, table_type, args[5], args[6], table_base_type)
+    top = args[4]
+    nan_low = context.cast(builder, args[7], signature.args[7], types.boolean)
+    if nan_low.type != ir.IntType(1):
+        nan_low = builder.icmp_unsigned("!=", nan_low, ir.Constant(nan_low.type, 0))
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    ints, floats = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
+    table = builder.bitcast(table, i32.as_pointer())
+    registers = [builder.load(_vector_at(builder, table, 16 * r, ints), align=4) for r in range(19)]
+    permute = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ints, [ints, ints]), "llvm.x86.avx512.permvar.si.512"
+    )
+    permute2 = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ints, [ints, ints, ints]), "llvm.x86.avx512.vpermi2var.d.512"
+    )
+
+    def splat(value):
+        return ir.Constant(ints, [value] * 16)
+
+    tops = builder.insert_element(ir.Constant(floats, None), top, i32(0))
+    tops = builder.shuffle_vector(tops, tops, _mask([0] * 16))
+    lowest = splat(-(2**31))
+    byte16 = ir.VectorType(ir.IntType(8), 16)
+    ones = splat(-1)
+    binding.initialize_native_asmparser()  # inline assembly needs it (idempotent)
+    step_type = ir.FunctionType(ints, [ints] * 4)
+    for chunk in range(0, LOOKUP_BLOCK, 16):
+        x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
+        bits = builder.bitcast(x, ints)
+        # the float order as signed integers: negative values' magnitude bits flipped
+        key = builder.xor(bits, builder.and_(builder.ashr(bits, splat(31)), splat(0x7FFFFFFF)))
+        key = builder.select(nan_low, builder.select(builder.fcmp_unordered("uno", x, x), lowest, key), key)
+        # prefix: the code's bits decided so far (2·prefix + 1 where the key is above the candidate), which
+        # is also the index of the next step's candidate in its registers
+        prefix = builder.asm(
+            step_type, _STEP_ASM, "=&v,v,v,v,v,~{k1}", [key, registers[0], splat(0), ones], False
+        )
+        for register, count in _SEARCH_STEPS[1:]:
+            if count == 1:
+                candidate = builder.call(permute, [registers[register], prefix])
+            else:
+                pairs = [
+                    builder.call(
+                        permute2, [registers[register + 2 * k], prefix, registers[register + 2 * k + 1]]
+                    )
+                    for k in range(count // 2)
+                ]
+                while len(pairs) > 1:  # the prefix's bits 5 (and 6) pick among pairs of registers
+                    bit = builder.icmp_unsigned(
+                        "!=", builder.and_(prefix, splat(32 * len(pairs) // 2)), splat(0)
+                    )
+                    pairs = [
+                        builder.select(bit, pairs[k + len(pairs) // 2], pairs[k])
+                        for k in range(len(pairs) // 2)
+                    ]
+                candidate = pairs[0]
+            prefix = builder.asm(
+                step_type, _STEP_ASM, "=&v,v,v,v,v,~{k1}", [key, candidate, prefix, ones], False
+            )
+        builder.store(builder.trunc(prefix, byte16), _vector_at(builder, out, chunk, byte16), align=1)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def search_block(typingctx, out, out_base, values, base, top, table, table_base, nan_low):
+    """``out[out_base + k]`` = the number of thresholds ``t_i`` (255 ascending int32) below ``key(x)``,
+    ``x = values[base + k] / top``, for k < :data:`LOOKUP_BLOCK` (256): ``key`` the float32's bits as a
+    signed integer, a negative value's magnitude bits flipped (so that keys order as the floats, -0.0 just
+    below +0.0, NaNs beyond the infinities by their sign); with ``nan_low`` true a NaN's key is the lowest
+    (its count 0). A binary search of 8 steps held in registers, each step's candidates picked by
+    permutes (``vpermd``, ``vpermt2d``) from the table's :func:`search_candidates` at
+    ``table[table_base:table_base + 304]``: no table loads per element. ``out`` uint8, ``values`` float32,
+    ``table`` int32 (1-D, contiguous), ``top`` a float32; only where :func:`register_search` is true
+    (elsewhere it does nothing)."""
+    arrays = (out, values, table)
+    if not (
+        all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in arrays)
+        and out.dtype == types.uint8
+        and values.dtype == types.float32
+        and table.dtype == types.int32
+        and all(isinstance(i, types.Integer) for i in (out_base, base, table_base))
+        and top == types.float32
+        and isinstance(nan_low, types.Boolean)
+    ):
+        raise TypingError(
+            "search_block takes (uint8 array, int, float32 array, int, float32, int32 array, int, bool)"
+        )
+    return types.void(out, out_base, values, base, top, table, table_base, nan_low), _search_codegen
