@@ -326,25 +326,18 @@ def test_nearest_code_at_both_ends_of_every_cpu_bucket(signed):
     assert np.array_equal(out, ref._nearest(x, code))
 
 
-@pytest.mark.parametrize("signed", [True, False])
-def test_dynamic_search_is_exact_on_every_float32(signed):
-    # nearest_dynamic(x) = dynamic_start(x) + one midpoint step, exact iff j = dynamic_start(x) <= t <= j + 1
-    # with t the nearest code (ties to the even index). j and t are non-decreasing step functions of the
-    # float32 x (j: a composition of rounded monotone operations, decades meeting at equal codes), so both
-    # are constant between consecutive change points of either: checking t - j in {0, 1} at every change
-    # point and its neighbours checks it for every float32. t changes at the midpoints; j's change points
-    # are found by bisection over the bit patterns of |x| (monotone), then mirrored.
-    from optkernels.kernels.quantization import dynamic_start, nearest_dynamic, search_tables
+def _dynamic_check_points(signed):
+    """Sorted float32 values where dynamic_start(x) or the nearest code t may change, with their neighbours:
+    j and t are non-decreasing step functions of the float32 x (j: a composition of rounded monotone
+    operations, decades meeting at equal codes), so both are constant between consecutive change points of
+    either. t changes at the midpoints; j's change points are found by bisection over the bit patterns of
+    |x| (monotone), then mirrored. Also both zeros, the infinities and NaNs of both signs."""
+    from optkernels.kernels.quantization import dynamic_start
 
     @numba.njit
     def starts(x, out):
         for i in range(x.size):
             out[i] = dynamic_start(x[i], signed)
-
-    @numba.njit
-    def nearest_all(x, mids, out):
-        for i in range(x.size):
-            out[i] = nearest_dynamic(x[i], mids, signed)
 
     def start(x):
         out = np.zeros(x.size, np.int64)
@@ -364,13 +357,59 @@ def test_dynamic_search_is_exact_on_every_float32(signed):
     mids = (code[:-1] + code[1:]) * f32(0.5)
     near = np.concatenate([mids, np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2))])
     x = np.concatenate([_bits(change), -_bits(change), near, -near, _bits([0x7FC00000, 0xFFC00000])])
-    x = np.sort(x)
+    return np.sort(x), start
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dynamic_search_is_exact_on_every_float32(signed):
+    # nearest_dynamic(x) = dynamic_start(x) + one midpoint step, exact iff j = dynamic_start(x) <= t <= j + 1
+    # with t the nearest code (ties to the even index), checked at every change point of either.
+    from optkernels.kernels.quantization import nearest_dynamic, search_tables
+
+    @numba.njit
+    def nearest_all(x, mids, out):
+        for i in range(x.size):
+            out[i] = nearest_dynamic(x[i], mids, signed)
+
+    x, start = _dynamic_check_points(signed)
+    code = dynamic_map(signed)
     j, t = start(x), ref._nearest(x, code).astype(np.int64)
     assert (np.diff(j[:-2]) >= 0).all()                     # non-decreasing (NaNs sorted last)
     assert ((t - j >= 0) & (t - j <= 1)).all()
     out = np.zeros(x.size, np.int64)
     nearest_all(x, search_tables(code, "cpu")[0], out)
     assert np.array_equal(out, t)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_register_dynamic_search_at_every_change_point(signed):
+    # search_dynamic_block: the start of dynamic_start (its decade from the binade's tables; negative keys,
+    # -0.0 and -NaN included, mirrored; NaN as inf) and one threshold of the keys' search (state 1: the
+    # sign fix folded in), at every change point of the start or the code (as above) and top 1 and 0.5.
+    from optkernels.kernels._intrinsics import byte_permutes, register_search, search_dynamic_block
+    from optkernels.kernels.quantization import register_search_tables
+
+    @numba.njit(error_model="numpy")
+    def search(out, values, top, keys, nan_low):
+        for b in range(values.size // 256):
+            search_dynamic_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+        return register_search() and byte_permutes()
+
+    code = dynamic_map(signed)
+    keys = register_search_tables(code, signed)
+    assert keys[304:307].tolist() == [1, 0 if signed else 1, 1]
+    x, _ = _dynamic_check_points(signed)
+    x = x[(np.abs(x) <= 1) | np.isnan(x)]                     # s/top with top = max |s|
+    for top in (f32(1.0), f32(0.5)):
+        s = np.resize(x * top, -(-x.size // 256) * 256).astype(f32)
+        out = np.zeros(s.size, np.uint8)
+        if not search(out, s.copy(), top, keys, not signed):
+            pytest.skip("no AVX-512 VBMI: search_dynamic_block is not compiled on this CPU (the step keeps "
+                        "its loops)")
+        want = ref._nearest(s / top, code).astype(np.int32)
+        if signed:
+            want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
+        assert np.array_equal(out, (want % 256).astype(np.uint8)), top
 
 
 @pytest.mark.parametrize("which", ["dense", "zero signs"])

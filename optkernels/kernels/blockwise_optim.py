@@ -20,7 +20,7 @@ import numpy as np
 from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import _JIT_OPTIONS, ZERO, elementwise, scalar_math
-from ._intrinsics import register_search, scalar_lookups, search_block
+from ._intrinsics import byte_permutes, register_search, scalar_lookups, search_block, search_dynamic_block
 from ._lowp import f32_bits, f32_from_bits
 from ._upcast import via_float32
 from .quantization import (
@@ -34,6 +34,7 @@ from .quantization import (
     nearest_code,
     nearest_code_fixed,
     nearest_code_slow,
+    registers_dynamic,
     registers_exact,
     scratch_block_elementwise,
     search_tables,
@@ -210,10 +211,17 @@ def _requantize(
     :func:`.quantization.bucket_code` (and the sign fix). A full block of a table the start table cannot
     search (the binary search) is searched in registers where the CPU allows
     (:func:`._intrinsics.search_block` with the table's ``keys[key_base:]``, the sign fix folded in where
-    ``signed``, then only for a finite ``top`` > 0). The same codes."""
+    ``signed``, then only for a finite ``top`` > 0), and so is a full block of a dynamic map where the CPU
+    also has AVX-512 VBMI (:func:`._intrinsics.search_dynamic_block`: a start from the value's decade, one
+    threshold looked up by byte permutes; it leaves keys in ``scratch[base:base + 256]``). The same
+    codes."""
     mode = _search_mode(start, negatives, signed, top)
-    if mode == 0 and count == BLOCK and register_search() and registers_exact(keys, key_base):
-        if not signed or (top > ZERO and top < INF):
+    registers = count == BLOCK and register_search() and registers_exact(keys, key_base)
+    if registers and (not signed or (top > ZERO and top < INF)):
+        if byte_permutes() and registers_dynamic(keys, key_base):
+            search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
+            return
+        if mode == 0:
             search_block(out, first, scratch, base, top, keys, key_base, not signed)
             return
     if count != BLOCK or mode == 0:

@@ -23,6 +23,8 @@ from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
 from ._intrinsics import (
+    DYNAMIC_LINES,
+    DYNAMIC_PLANES,
     LOOKUP_BLOCK,
     SEARCH_WORDS,
     byte_permutes,
@@ -420,10 +422,12 @@ def sign_split(code: Any) -> int:
     return _sign_split(host.tobytes())
 
 
-REGISTER_WORDS = 320
+REGISTER_WORDS = 768
 """int32 words of one table for :func:`._intrinsics.search_block` (:func:`register_search_tables`): its
 :data:`._intrinsics.SEARCH_WORDS` candidates, then 1 if they are exact (else 0), then 1 if NaN must be
-taken as the lowest key (no sign fix), padding."""
+taken as the lowest key (no sign fix), then 1 if :func:`._intrinsics.search_dynamic_block` serves the
+table (a dynamic map), padding, its decade lines at :data:`._intrinsics.DYNAMIC_LINES` and its thresholds'
+byte planes at :data:`._intrinsics.DYNAMIC_PLANES`."""
 SEARCH_FLAG = SEARCH_WORDS
 """The word of a :func:`register_search_tables` table saying whether it is exact."""
 
@@ -481,7 +485,35 @@ def _host_register_tables(code_bytes: bytes, sign_fix: bool) -> np.ndarray:
     words[:SEARCH_FLAG] = search_candidates(thresholds.astype(np.int32))
     words[SEARCH_FLAG] = 1
     words[SEARCH_FLAG + 1] = 0 if sign_fix else 1
+    kind = _map_kind(code_bytes)
+    if kind:
+        words[SEARCH_FLAG + 2] = 1
+        words[DYNAMIC_LINES : DYNAMIC_LINES + 129] = _decade_words(kind == SIGNED_DYNAMIC)
+        padded = np.append(thresholds.astype(np.int32), np.int32(2**31 - 1))
+        words[DYNAMIC_PLANES:] = byte_planes(padded.view(np.float32)).view(np.int32)
     words.flags.writeable = False
+    return words
+
+
+def _decade_words(signed: bool) -> np.ndarray:
+    """The words of :func:`._intrinsics.search_dynamic_block`'s decade lines: per binade index ``e & 31``
+    (``e`` = 100 .. 127, the biased exponent of ``|x|`` clamped) the decades below the binade and the start
+    of the decade inside it (NaN if none); per decade :func:`_decade_lines`' ``A, B`` (float32 bits),
+    ``C`` (int) and ``N`` (float32); then the mirror ``M`` (a negative key's start is ``max(M − j, 0)``)."""
+    words = np.zeros(129, np.int32)
+    below = np.zeros(32, np.int32)
+    start = np.full(32, np.nan, np.float32)
+    decade_binades = [int(d.view(np.uint32)) >> 23 for d in DECADES]
+    for e in range(100, 128):
+        below[e & 31] = sum(b < e for b in decade_binades)
+        inside = [d for d, b in zip(DECADES, decade_binades) if b == e]
+        if inside:
+            start[e & 31] = inside[0]
+    lines = SIGNED_LINES if signed else UNSIGNED_LINES
+    words[:32], words[32:64] = below, start.view(np.int32)
+    for k, dtype in enumerate((np.float32, np.float32, np.int32, np.float32)):
+        words[64 + 16 * k : 64 + 16 * k + 7] = np.array([line[k] for line in lines]).astype(dtype).view(np.int32)
+    words[128] = 253 if signed else -1
     return words
 
 
@@ -512,6 +544,13 @@ def step_register_tables(qmap1: Any, qmap2: Any) -> np.ndarray:
         for q in (qmap1, qmap2)
     ]
     return _step_register_tables(hosts[0].tobytes(), hosts[1].tobytes())
+
+
+@table_math
+def registers_dynamic(keys, key_base):
+    """Whether :func:`._intrinsics.search_dynamic_block` serves the :func:`register_search_tables` at
+    ``keys[key_base:]`` (a dynamic map)."""
+    return keys[key_base + SEARCH_FLAG + 2] == 1
 
 
 @table_math
