@@ -527,7 +527,12 @@ def test_full_block_requantization_matches_the_reference(case):
     # block of a map too dense for the start tables the register search where the CPU has it: all against
     # the reference's nearest code and sign fix, on s/top at every midpoint, its neighbours, both zeros,
     # NaNs of both signs and values beyond the table; top finite, zero and infinite.
-    from optkernels.kernels.quantization import REGISTER_WORDS, search_tables, sign_split, step_register_tables
+    from optkernels.kernels.quantization import (
+        REGISTER_WORDS,
+        search_tables,
+        sign_split,
+        step_register_tables,
+    )
 
     @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
     def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed, keys, key_base):
