@@ -32,6 +32,13 @@
   word. A vector gather fetches about one element per cycle on some processors (AMD Zen 4), while their
   load ports take three scalar loads a cycle; LLVM would turn a plain loop of such loads back into
   gathers, so on x86-64 each table load is an inline-assembly ``mov``.
+* :func:`register_search`, :func:`search_block` and :func:`search_dynamic_block`: the nearest code of 256
+  values ``s/top`` without table loads per value. ``search_block``: a binary search of 8 steps over 255
+  integer thresholds held in AVX-512 registers (``vpermd``/``vpermt2d`` pick each step's candidates), for
+  any ascending table. ``search_dynamic_block``: for bitsandbytes' dynamic maps, a start from the value's
+  decade (register permutes of per-binade tables) and one threshold looked up by ``vpermi2b`` byte
+  permutes. Used only where :func:`register_search` (AVX-512F; the second also :func:`byte_permutes`) is
+  true, decided when compiling.
 """
 
 from __future__ import annotations
@@ -554,6 +561,25 @@ def search_candidates(thresholds: np.ndarray) -> np.ndarray:
     return words
 
 
+def _flag(context: Any, builder: Any, value: Any, value_type: Any) -> Any:
+    """A boolean argument as an LLVM ``i1``."""
+    flag = context.cast(builder, value, value_type, types.boolean)
+    if flag.type != ir.IntType(1):
+        flag = builder.icmp_unsigned("!=", flag, ir.Constant(flag.type, 0))
+    return flag
+
+
+def _search_key(builder: Any, x: Any, nan_low: Any) -> tuple:
+    """``(bits, key)`` of 16 float32 ``x``: the key is the bits as signed integers with a negative value's
+    magnitude bits flipped (the float order), a NaN's the lowest where ``nan_low``."""
+    ints = ir.VectorType(_I32, 16)
+    bits = builder.bitcast(x, ints)
+    sign = builder.ashr(bits, ir.Constant(ints, [31] * 16))
+    key = builder.xor(bits, builder.and_(sign, ir.Constant(ints, [0x7FFFFFFF] * 16)))
+    nan_key = builder.select(builder.fcmp_unordered("uno", x, x), ir.Constant(ints, [-(2**31)] * 16), key)
+    return bits, builder.select(nan_low, nan_key, key)
+
+
 # One step of the search: k1 = key > candidate; prefix = 2·prefix + 1 there, 2·prefix elsewhere (one
 # masked subtraction of -1: LLVM would rebuild the select from the mask as a vector and shift it).
 _STEP_ASM = "vpcmpgtd $2, $1, %k1\n\tvpaddd $3, $3, $0\n\tvpsubd $4, $0, $0 {%k1}"
@@ -569,9 +595,7 @@ def _search_codegen(context, builder, signature, args):
     values = _element_pointer(context, builder, values_type, args[2], args[3], base_type)
     table = _element_pointer(context, builder, table_type, args[5], args[6], table_base_type)
     top = args[4]
-    nan_low = context.cast(builder, args[7], signature.args[7], types.boolean)
-    if nan_low.type != ir.IntType(1):
-        nan_low = builder.icmp_unsigned("!=", nan_low, ir.Constant(nan_low.type, 0))
+    nan_low = _flag(context, builder, args[7], signature.args[7])
     i32, f32 = ir.IntType(32), ir.FloatType()
     ints, floats = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
     table = builder.bitcast(table, i32.as_pointer())
@@ -588,17 +612,13 @@ def _search_codegen(context, builder, signature, args):
 
     tops = builder.insert_element(ir.Constant(floats, None), top, i32(0))
     tops = builder.shuffle_vector(tops, tops, _mask([0] * 16))
-    lowest = splat(-(2**31))
     byte16 = ir.VectorType(ir.IntType(8), 16)
     ones = splat(-1)
     binding.initialize_native_asmparser()  # inline assembly needs it (idempotent)
     step_type = ir.FunctionType(ints, [ints] * 4)
     for chunk in range(0, LOOKUP_BLOCK, 16):
         x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
-        bits = builder.bitcast(x, ints)
-        # the float order as signed integers: negative values' magnitude bits flipped
-        key = builder.xor(bits, builder.and_(builder.ashr(bits, splat(31)), splat(0x7FFFFFFF)))
-        key = builder.select(nan_low, builder.select(builder.fcmp_unordered("uno", x, x), lowest, key), key)
+        _, key = _search_key(builder, x, nan_low)
         # prefix: the code's bits decided so far (2·prefix + 1 where the key is above the candidate), which
         # is also the index of the next step's candidate in its registers
         prefix = builder.asm(
@@ -671,9 +691,7 @@ def _dynamic_codegen(context, builder, signature, args):
     values = _element_pointer(context, builder, values_type, args[2], args[3], base_type)
     table = _element_pointer(context, builder, table_type, args[5], args[6], table_base_type)
     top = args[4]
-    nan_low = context.cast(builder, args[7], signature.args[7], types.boolean)
-    if nan_low.type != ir.IntType(1):
-        nan_low = builder.icmp_unsigned("!=", nan_low, ir.Constant(nan_low.type, 0))
+    nan_low = _flag(context, builder, args[7], signature.args[7])
     i8, i32, f32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
     ints, floats = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
     bytes16, bytes64 = ir.VectorType(i8, 16), ir.VectorType(i8, _CHUNK)
@@ -724,11 +742,7 @@ def _dynamic_codegen(context, builder, signature, args):
     zero_f = splat(0.0, floats)
     for chunk in range(0, LOOKUP_BLOCK, 16):
         x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
-        bits = builder.bitcast(x, ints)
-        key = builder.xor(bits, builder.and_(builder.ashr(bits, splat(31)), splat(0x7FFFFFFF)))
-        key = builder.select(
-            nan_low, builder.select(builder.fcmp_unordered("uno", x, x), splat(-(2**31)), key), key
-        )
+        bits, key = _search_key(builder, x, nan_low)
         builder.store(key, _vector_at(builder, keys, chunk, ints), align=4)
         a = builder.bitcast(builder.and_(bits, splat(0x7FFFFFFF)), floats)
         a = builder.select(builder.fcmp_ordered("<", a, infinity), a, infinity)  # NaN as inf

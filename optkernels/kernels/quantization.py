@@ -512,7 +512,9 @@ def _decade_words(signed: bool) -> np.ndarray:
     lines = SIGNED_LINES if signed else UNSIGNED_LINES
     words[:32], words[32:64] = below, start.view(np.int32)
     for k, dtype in enumerate((np.float32, np.float32, np.int32, np.float32)):
-        words[64 + 16 * k : 64 + 16 * k + 7] = np.array([line[k] for line in lines]).astype(dtype).view(np.int32)
+        words[64 + 16 * k : 64 + 16 * k + 7] = (
+            np.array([line[k] for line in lines]).astype(dtype).view(np.int32)
+        )
     words[128] = 253 if signed else -1
     return words
 
