@@ -326,25 +326,18 @@ def test_nearest_code_at_both_ends_of_every_cpu_bucket(signed):
     assert np.array_equal(out, ref._nearest(x, code))
 
 
-@pytest.mark.parametrize("signed", [True, False])
-def test_dynamic_search_is_exact_on_every_float32(signed):
-    # nearest_dynamic(x) = dynamic_start(x) + one midpoint step, exact iff j = dynamic_start(x) <= t <= j + 1
-    # with t the nearest code (ties to the even index). j and t are non-decreasing step functions of the
-    # float32 x (j: a composition of rounded monotone operations, decades meeting at equal codes), so both
-    # are constant between consecutive change points of either: checking t - j in {0, 1} at every change
-    # point and its neighbours checks it for every float32. t changes at the midpoints; j's change points
-    # are found by bisection over the bit patterns of |x| (monotone), then mirrored.
-    from optkernels.kernels.quantization import dynamic_start, nearest_dynamic, search_tables
+def _dynamic_check_points(signed):
+    """Sorted float32 values where dynamic_start(x) or the nearest code t may change, with their neighbours:
+    j and t are non-decreasing step functions of the float32 x (j: a composition of rounded monotone
+    operations, decades meeting at equal codes), so both are constant between consecutive change points of
+    either. t changes at the midpoints; j's change points are found by bisection over the bit patterns of
+    |x| (monotone), then mirrored. Also both zeros, the infinities and NaNs of both signs."""
+    from optkernels.kernels.quantization import dynamic_start
 
     @numba.njit
     def starts(x, out):
         for i in range(x.size):
             out[i] = dynamic_start(x[i], signed)
-
-    @numba.njit
-    def nearest_all(x, mids, out):
-        for i in range(x.size):
-            out[i] = nearest_dynamic(x[i], mids, signed)
 
     def start(x):
         out = np.zeros(x.size, np.int64)
@@ -364,13 +357,59 @@ def test_dynamic_search_is_exact_on_every_float32(signed):
     mids = (code[:-1] + code[1:]) * f32(0.5)
     near = np.concatenate([mids, np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2))])
     x = np.concatenate([_bits(change), -_bits(change), near, -near, _bits([0x7FC00000, 0xFFC00000])])
-    x = np.sort(x)
+    return np.sort(x), start
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dynamic_search_is_exact_on_every_float32(signed):
+    # nearest_dynamic(x) = dynamic_start(x) + one midpoint step, exact iff j = dynamic_start(x) <= t <= j + 1
+    # with t the nearest code (ties to the even index), checked at every change point of either.
+    from optkernels.kernels.quantization import nearest_dynamic, search_tables
+
+    @numba.njit
+    def nearest_all(x, mids, out):
+        for i in range(x.size):
+            out[i] = nearest_dynamic(x[i], mids, signed)
+
+    x, start = _dynamic_check_points(signed)
+    code = dynamic_map(signed)
     j, t = start(x), ref._nearest(x, code).astype(np.int64)
     assert (np.diff(j[:-2]) >= 0).all()                     # non-decreasing (NaNs sorted last)
     assert ((t - j >= 0) & (t - j <= 1)).all()
     out = np.zeros(x.size, np.int64)
     nearest_all(x, search_tables(code, "cpu")[0], out)
     assert np.array_equal(out, t)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_register_dynamic_search_at_every_change_point(signed):
+    # search_dynamic_block: the start of dynamic_start (its decade from the binade's tables; negative keys,
+    # -0.0 and -NaN included, mirrored; NaN as inf) and one threshold of the keys' search (state 1: the
+    # sign fix folded in), at every change point of the start or the code (as above) and top 1 and 0.5.
+    from optkernels.kernels._intrinsics import byte_permutes, register_search, search_dynamic_block
+    from optkernels.kernels.quantization import register_search_tables
+
+    @numba.njit(error_model="numpy")
+    def search(out, values, top, keys, nan_low):
+        for b in range(values.size // 256):
+            search_dynamic_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+        return register_search() and byte_permutes()
+
+    code = dynamic_map(signed)
+    keys = register_search_tables(code, signed)
+    assert keys[304:307].tolist() == [1, 0 if signed else 1, 1]
+    x, _ = _dynamic_check_points(signed)
+    x = x[(np.abs(x) <= 1) | np.isnan(x)]                     # s/top with top = max |s|
+    for top in (f32(1.0), f32(0.5)):
+        s = np.resize(x * top, -(-x.size // 256) * 256).astype(f32)
+        out = np.zeros(s.size, np.uint8)
+        if not search(out, s.copy(), top, keys, not signed):
+            pytest.skip("no AVX-512 VBMI: search_dynamic_block is not compiled on this CPU (the step keeps "
+                        "its loops)")
+        want = ref._nearest(s / top, code).astype(np.int32)
+        if signed:
+            want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
+        assert np.array_equal(out, (want % 256).astype(np.uint8)), top
 
 
 @pytest.mark.parametrize("which", ["dense", "zero signs"])
@@ -477,24 +516,38 @@ def test_scalar_lookups_give_the_table_entries():
     assert np.array_equal(floats[1:41].view(np.uint32), table[index[:40]]) and floats[[0, 41]].tolist() == [1, 2]
 
 
-@pytest.mark.parametrize("case", ["signed, sign fix in the table", "unsigned", "signed, sign fix after the search"])
+DENSE = np.unique(np.concatenate([np.linspace(-1e-6, 1e-6, 100), np.linspace(0.5, 0.5005, 100),
+                                  np.linspace(-1, 1, 56)]).astype(f32))
+
+
+@pytest.mark.parametrize("case", ["signed, sign fix in the table", "unsigned", "signed, sign fix after the search",
+                                  "dense, signed", "dense, unsigned"])
 def test_full_block_requantization_matches_the_reference(case):
-    # A full block takes the three-loop search (scalar table loads), a partial one the single loop: both
-    # against the reference's nearest code and sign fix, on s/top at every midpoint, its neighbours, both
-    # zeros, NaNs of both signs and values beyond the table; top finite, zero and infinite.
-    from optkernels.kernels.quantization import search_tables, sign_split
+    # A full block takes the three-loop search (scalar table loads), a partial one the single loop, a full
+    # block of a map too dense for the start tables the register search where the CPU has it: all against
+    # the reference's nearest code and sign fix, on s/top at every midpoint, its neighbours, both zeros,
+    # NaNs of both signs and values beyond the table; top finite, zero and infinite.
+    from optkernels.kernels.quantization import (
+        REGISTER_WORDS,
+        search_tables,
+        sign_split,
+        step_register_tables,
+    )
 
     @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
-    def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed):
-        bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768)
+    def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed, keys, key_base):
+        bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768, keys,
+                       key_base)
 
-    signed = case != "unsigned"
-    code = dynamic_map(signed)
+    signed = case != "unsigned" and case != "dense, unsigned"
+    code = DENSE if case.startswith("dense") else dynamic_map(signed)
+    keys = step_register_tables(code, code)
+    key_base = 0 if signed else REGISTER_WORDS
     mids = (code[:-1] + code[1:]) * f32(0.5)
     rng = np.random.default_rng(9)
     pool = np.concatenate([mids, np.nextafter(mids, f32(2)), np.nextafter(mids, f32(-2)), -mids,
                            _bits([0, 0x80000000, 0x7FC00000, 0xFFC00000]), f32([1.5, -1.5, 1.0, -1.0])])
-    tables = search_tables(code, "cpu", sign_fix=case.endswith("in the table"))  # else fixed after
+    tables = search_tables(code, "cpu", sign_fix=case.endswith("in the table") or case == "dense, signed")
     negatives = sign_split(code) if signed else -1
     for top in (f32(1.0), f32(0.0), f32(np.inf), f32(3.0)):
         for count in (256, 255):
@@ -503,10 +556,49 @@ def test_full_block_requantization_matches_the_reference(case):
             scratch[:256] = x * top if top not in (0, np.inf) else x
             s = scratch[:256].copy()
             out = np.zeros(260, np.uint8)
-            requantize(out, 2, scratch, count, top, code, *tables, negatives, signed)
+            requantize(out, 2, scratch, count, top, code, *tables, negatives, signed, keys, key_base)
             with np.errstate(all="ignore"):
                 q = s / top
             want = ref._nearest(q, code).astype(np.int32)
             if signed:
                 want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
             assert np.array_equal(out[2:2 + count], (want % 256).astype(np.uint8)[:count]), (top, count)
+
+
+@pytest.mark.parametrize("table", ["signed", "unsigned", "dense"])
+@pytest.mark.parametrize("sign_fix", [True, False])
+def test_register_search_at_every_threshold(table, sign_fix):
+    # search_block counts the thresholds below the key of x = s/top: exact iff every threshold is right,
+    # so x at each threshold key and the keys beside it (both signs), both zeros, the infinities and NaNs
+    # of both signs, against the reference's nearest code (and the state-1 sign fix); top 1 and 3.
+    from optkernels.kernels._intrinsics import register_search, search_block
+    from optkernels.kernels.quantization import _from_keys, register_search_tables
+
+    @numba.njit(error_model="numpy")
+    def search(out, values, top, keys, nan_low):
+        for b in range(values.size // 256):
+            search_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+        return register_search()
+
+    code = {"signed": dynamic_map(True), "unsigned": dynamic_map(False), "dense": DENSE}[table]
+    keys = register_search_tables(code, sign_fix)
+    if table == "unsigned" and sign_fix:  # -0.0 would go to 255 and +0.0 to 0: not monotone, not used
+        assert keys[304] == 0
+        return
+    assert keys[304] == 1 and keys[305] == (0 if sign_fix else 1)
+    first = keys[np.r_[0, 16:18, 32:36, 48:56, 64:80, 80:112, 112:176, 176:304]]  # every threshold once
+    near = np.concatenate([first - 1, first, first + 1]).astype(np.int64)
+    specials = _bits([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x3F800001, 0xBF800001])
+    for top in (f32(1.0), f32(3.0)):
+        x = np.concatenate([_from_keys(np.clip(near, -2**31, 2**31 - 1)), specials])
+        x = x[np.abs(x * top) < np.inf] if top != 1 else x
+        s = np.resize(x * top if top != 1 else x, -(-x.size // 256) * 256).astype(f32)
+        out = np.zeros(s.size, np.uint8)
+        if not search(out, s, top, keys, not sign_fix):
+            pytest.skip("no AVX-512F: search_block is not compiled on this CPU (the step keeps its loops)")
+        with np.errstate(all="ignore"):
+            q = s / top
+        want = ref._nearest(q, code).astype(np.int32)
+        if sign_fix:
+            want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
+        assert np.array_equal(out, (want % 256).astype(np.uint8)), (table, sign_fix, top)

@@ -32,6 +32,13 @@
   word. A vector gather fetches about one element per cycle on some processors (AMD Zen 4), while their
   load ports take three scalar loads a cycle; LLVM would turn a plain loop of such loads back into
   gathers, so on x86-64 each table load is an inline-assembly ``mov``.
+* :func:`register_search`, :func:`search_block` and :func:`search_dynamic_block`: the nearest code of 256
+  values ``s/top`` without table loads per value. ``search_block``: a binary search of 8 steps over 255
+  integer thresholds held in AVX-512 registers (``vpermd``/``vpermt2d`` pick each step's candidates), for
+  any ascending table. ``search_dynamic_block``: for bitsandbytes' dynamic maps, a start from the value's
+  decade (register permutes of per-binade tables) and one threshold looked up by ``vpermi2b`` byte
+  permutes. Used only where :func:`register_search` (AVX-512F; the second also :func:`byte_permutes`) is
+  true, decided when compiling.
 """
 
 from __future__ import annotations
@@ -370,6 +377,45 @@ def _unpack_mask(first: int, lane: int) -> Any:
     )
 
 
+def _plane_lookup(builder: Any, quarters: list, codes: Any, vector: Any) -> list:
+    """The 4 registers of 16 32-bit values (type ``vector``) ``table[codes[16q .. 16q + 15]]``, q < 4, for 64
+    byte ``codes``: ``quarters[b][q]`` holds byte b (little-endian) of entries 64q .. 64q + 63 of the
+    256-entry table. Two ``vpermi2b`` and a select per byte plane, then in-lane unpacks."""
+    byte = ir.IntType(8)
+    bytes64 = ir.VectorType(byte, _CHUNK)
+    permute = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(bytes64, [bytes64] * 3), "llvm.x86.avx512.vpermi2var.qi.512"
+    )
+    # The bytes of the 4 planes become 32-bit values by in-lane unpacks (bytes, then 16-bit pairs), which
+    # leave value k of register q holding element 16·lane + 4·q + i (k = 4·lane + i); the codes are put in
+    # that order first, so that register q holds elements 16q .. 16q + 15 in order.
+    order = _mask([16 * q + 4 * lane + i for lane in range(4) for q in range(4) for i in range(4)])
+    bytes_low, bytes_high = _unpack_mask(0, 16), _unpack_mask(8, 16)
+    words = [_unpack_mask(0, 8), _unpack_mask(4, 8)]
+    zero = ir.Constant(bytes64, [0] * _CHUNK)
+    codes = builder.shuffle_vector(codes, ir.Constant(bytes64, None), order)
+    upper = builder.icmp_signed("<", codes, zero)  # index bit 7: entries 128 .. 255
+    planes_out = []
+    for b in range(4):
+        low = builder.call(permute, [quarters[b][0], codes, quarters[b][1]])  # index bits 0-6
+        high = builder.call(permute, [quarters[b][2], codes, quarters[b][3]])
+        planes_out.append(builder.select(upper, high, low))
+    pairs = [
+        builder.bitcast(
+            builder.shuffle_vector(planes_out[b], planes_out[b + 1], half),
+            ir.VectorType(ir.IntType(16), 32),
+        )
+        for half in (bytes_low, bytes_high)
+        for b in (0, 2)
+    ]  # bytes 0-1 and 2-3 of elements 0-7 of each lane, then of 8-15
+    return [
+        builder.bitcast(
+            builder.shuffle_vector(pairs[2 * (q // 2)], pairs[2 * (q // 2) + 1], words[q % 2]), vector
+        )
+        for q in range(4)
+    ]
+
+
 def _lookup_codegen(context, builder, signature, args):
     out_type, out_base_type, index_type, first_type, planes_type, plane_base_type, _ = signature.args
     if not _byte_permutes_here(context):  # never reached: callers test byte_permutes() first
@@ -385,41 +431,14 @@ def _lookup_codegen(context, builder, signature, args):
         [builder.load(_vector_at(builder, planes, 256 * b + _CHUNK * q, bytes64), align=1) for q in range(4)]
         for b in range(4)
     ]
-    permute = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(bytes64, [bytes64] * 3), "llvm.x86.avx512.vpermi2var.qi.512"
-    )
     floats16 = ir.VectorType(f32, 16)
     splat = builder.insert_element(ir.Constant(floats16, None), scale, i32(0))
     splat = builder.shuffle_vector(splat, splat, _mask([0] * 16))
-    # The bytes of the 4 planes become float32 values by in-lane unpacks (bytes, then 16-bit pairs), which
-    # leave value k of register q holding element 16·lane + 4·q + i (k = 4·lane + i); the codes are put in
-    # that order first, so that register q holds elements 16q .. 16q + 15 in order.
-    order = _mask([16 * q + 4 * lane + i for lane in range(4) for q in range(4) for i in range(4)])
-    bytes_low, bytes_high = _unpack_mask(0, 16), _unpack_mask(8, 16)
-    words = [_unpack_mask(0, 8), _unpack_mask(4, 8)]
-    zero = ir.Constant(bytes64, [0] * _CHUNK)
     for chunk in range(0, LOOKUP_BLOCK, _CHUNK):
         codes = builder.load(_vector_at(builder, index, chunk, bytes64), align=1)
-        codes = builder.shuffle_vector(codes, ir.Constant(bytes64, None), order)
-        upper = builder.icmp_signed("<", codes, zero)  # index bit 7: entries 128 .. 255
-        planes_out = []
-        for b in range(4):
-            low = builder.call(permute, [quarters[b][0], codes, quarters[b][1]])  # index bits 0-6
-            high = builder.call(permute, [quarters[b][2], codes, quarters[b][3]])
-            planes_out.append(builder.select(upper, high, low))
-        pairs = [
-            builder.bitcast(
-                builder.shuffle_vector(planes_out[b], planes_out[b + 1], half),
-                ir.VectorType(ir.IntType(16), 32),
-            )
-            for half in (bytes_low, bytes_high)
-            for b in (0, 2)
-        ]  # bytes 0-1 and 2-3 of elements 0-7 of each lane, then of 8-15
-        for q in range(4):
-            low_pair, high_pair = pairs[2 * (q // 2)], pairs[2 * (q // 2) + 1]
-            values = builder.bitcast(builder.shuffle_vector(low_pair, high_pair, words[q % 2]), floats16)
+        for q, value in enumerate(_plane_lookup(builder, quarters, codes, floats16)):
             builder.store(
-                builder.fmul(values, splat), _vector_at(builder, out, chunk + 16 * q, floats16), align=4
+                builder.fmul(value, splat), _vector_at(builder, out, chunk + 16 * q, floats16), align=4
             )
     return context.get_dummy_value()
 
@@ -495,3 +514,295 @@ def scalar_lookups(typingctx, data, base, count, table):
     ):
         raise TypingError("scalar_lookups takes (float32 or uint32 array, int, int, uint32 array)")
     return types.void(data, base, count, table), _scalar_lookups_codegen
+
+
+#: Allow :func:`search_block` where the compiling target has AVX-512F (tests set False to compile the
+#: portable loops; the decision is taken when a function is compiled).
+REGISTER_SEARCH = True
+#: 32-bit words of a :func:`search_block` table: the candidates of its 8 steps, in 19 registers of 16.
+SEARCH_WORDS = 304
+# (first register, registers) of the candidates of step 2^s, s = 7 .. 0
+_SEARCH_STEPS = ((0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 2), (7, 4), (11, 8))
+
+
+def _register_search_here(context: Any) -> bool:
+    """Whether code compiled now by ``context`` may use :func:`search_block` (see :data:`REGISTER_SEARCH`)."""
+    from numba.core.cpu import CPUContext
+
+    if not (REGISTER_SEARCH and _X86 and isinstance(context, CPUContext)):
+        return False
+    return "+avx512f" in _target_features().split(",")
+
+
+@intrinsic
+def register_search(typingctx):
+    """Whether :func:`search_block` searches in registers in the function being compiled (a constant: the
+    branch it guards is folded away)."""
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(1), int(_register_search_here(context)))
+
+    return types.boolean(), codegen
+
+
+def search_candidates(thresholds: np.ndarray) -> np.ndarray:
+    """The :data:`SEARCH_WORDS` int32 words :func:`search_block` reads for 255 ascending int32
+    ``thresholds``: per step ``2^s`` (s = 7 .. 0) the candidates ``thresholds[j·2^(s+1) + 2^s − 1]`` for
+    ``j < 2^(7−s)``, each step's in whole registers of 16 (the first one's repeated, the short ones padded)."""
+    t = np.asarray(thresholds, np.int32)
+    if t.shape != (255,):
+        raise ValueError(f"thresholds must have 255 values, got shape {t.shape}")
+    words = np.zeros(SEARCH_WORDS, np.int32)
+    for s, (register, _) in zip(range(7, -1, -1), _SEARCH_STEPS):
+        candidates = t[(1 << s) - 1 :: 1 << (s + 1)]
+        if s == 7:
+            candidates = np.repeat(candidates, 16)
+        words[16 * register : 16 * register + candidates.size] = candidates
+    return words
+
+
+def _flag(context: Any, builder: Any, value: Any, value_type: Any) -> Any:
+    """A boolean argument as an LLVM ``i1``."""
+    flag = context.cast(builder, value, value_type, types.boolean)
+    if flag.type != ir.IntType(1):
+        flag = builder.icmp_unsigned("!=", flag, ir.Constant(flag.type, 0))
+    return flag
+
+
+def _search_key(builder: Any, x: Any, nan_low: Any) -> tuple:
+    """``(bits, key)`` of 16 float32 ``x``: the key is the bits as signed integers with a negative value's
+    magnitude bits flipped (the float order), a NaN's the lowest where ``nan_low``."""
+    ints = ir.VectorType(_I32, 16)
+    bits = builder.bitcast(x, ints)
+    sign = builder.ashr(bits, ir.Constant(ints, [31] * 16))
+    key = builder.xor(bits, builder.and_(sign, ir.Constant(ints, [0x7FFFFFFF] * 16)))
+    nan_key = builder.select(builder.fcmp_unordered("uno", x, x), ir.Constant(ints, [-(2**31)] * 16), key)
+    return bits, builder.select(nan_low, nan_key, key)
+
+
+# One step of the search: k1 = key > candidate; prefix = 2·prefix + 1 there, 2·prefix elsewhere (one
+# masked subtraction of -1: LLVM would rebuild the select from the mask as a vector and shift it).
+_STEP_ASM = "vpcmpgtd $2, $1, %k1\n\tvpaddd $3, $3, $0\n\tvpsubd $4, $0, $0 {%k1}"
+
+
+def _search_codegen(context, builder, signature, args):
+    from llvmlite import binding
+
+    out_type, out_base_type, values_type, base_type, _, table_type, table_base_type, _ = signature.args
+    if not _register_search_here(context):  # never reached: callers test register_search() first
+        return context.get_dummy_value()
+    out = _element_pointer(context, builder, out_type, args[0], args[1], out_base_type)
+    values = _element_pointer(context, builder, values_type, args[2], args[3], base_type)
+    table = _element_pointer(context, builder, table_type, args[5], args[6], table_base_type)
+    top = args[4]
+    nan_low = _flag(context, builder, args[7], signature.args[7])
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    ints, floats = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
+    table = builder.bitcast(table, i32.as_pointer())
+    registers = [builder.load(_vector_at(builder, table, 16 * r, ints), align=4) for r in range(19)]
+    permute = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ints, [ints, ints]), "llvm.x86.avx512.permvar.si.512"
+    )
+    permute2 = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ints, [ints, ints, ints]), "llvm.x86.avx512.vpermi2var.d.512"
+    )
+
+    def splat(value):
+        return ir.Constant(ints, [value] * 16)
+
+    tops = builder.insert_element(ir.Constant(floats, None), top, i32(0))
+    tops = builder.shuffle_vector(tops, tops, _mask([0] * 16))
+    byte16 = ir.VectorType(ir.IntType(8), 16)
+    ones = splat(-1)
+    binding.initialize_native_asmparser()  # inline assembly needs it (idempotent)
+    step_type = ir.FunctionType(ints, [ints] * 4)
+    for chunk in range(0, LOOKUP_BLOCK, 16):
+        x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
+        _, key = _search_key(builder, x, nan_low)
+        # prefix: the code's bits decided so far (2·prefix + 1 where the key is above the candidate), which
+        # is also the index of the next step's candidate in its registers
+        prefix = builder.asm(
+            step_type, _STEP_ASM, "=&v,v,v,v,v,~{k1}", [key, registers[0], splat(0), ones], False
+        )
+        for register, count in _SEARCH_STEPS[1:]:
+            if count == 1:
+                candidate = builder.call(permute, [registers[register], prefix])
+            else:
+                pairs = [
+                    builder.call(
+                        permute2, [registers[register + 2 * k], prefix, registers[register + 2 * k + 1]]
+                    )
+                    for k in range(count // 2)
+                ]
+                while len(pairs) > 1:  # the prefix's bits 5 (and 6) pick among pairs of registers
+                    bit = builder.icmp_unsigned(
+                        "!=", builder.and_(prefix, splat(32 * len(pairs) // 2)), splat(0)
+                    )
+                    pairs = [
+                        builder.select(bit, pairs[k + len(pairs) // 2], pairs[k])
+                        for k in range(len(pairs) // 2)
+                    ]
+                candidate = pairs[0]
+            prefix = builder.asm(
+                step_type, _STEP_ASM, "=&v,v,v,v,v,~{k1}", [key, candidate, prefix, ones], False
+            )
+        builder.store(builder.trunc(prefix, byte16), _vector_at(builder, out, chunk, byte16), align=1)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def search_block(typingctx, out, out_base, values, base, top, table, table_base, nan_low):
+    """``out[out_base + k]`` = the number of thresholds ``t_i`` (255 ascending int32) below ``key(x)``,
+    ``x = values[base + k] / top``, for k < :data:`LOOKUP_BLOCK` (256): ``key`` the float32's bits as a
+    signed integer, a negative value's magnitude bits flipped (so that keys order as the floats, -0.0 just
+    below +0.0, NaNs beyond the infinities by their sign); with ``nan_low`` true a NaN's key is the lowest
+    (its count 0). A binary search of 8 steps held in registers, each step's candidates picked by
+    permutes (``vpermd``, ``vpermt2d``) from the table's :func:`search_candidates` at
+    ``table[table_base:table_base + 304]``: no table loads per element. ``out`` uint8, ``values`` float32,
+    ``table`` int32 (1-D, contiguous), ``top`` a float32; only where :func:`register_search` is true
+    (elsewhere it does nothing)."""
+    arrays = (out, values, table)
+    if not (
+        all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in arrays)
+        and out.dtype == types.uint8
+        and values.dtype == types.float32
+        and table.dtype == types.int32
+        and all(isinstance(i, types.Integer) for i in (out_base, base, table_base))
+        and top == types.float32
+        and isinstance(nan_low, types.Boolean)
+    ):
+        raise TypingError(
+            "search_block takes (uint8 array, int, float32 array, int, float32, int32 array, int, bool)"
+        )
+    return types.void(out, out_base, values, base, top, table, table_base, nan_low), _search_codegen
+
+
+#: Where a :func:`search_dynamic_block` table keeps its decade lines (``dlo``, ``bnd`` per binade, then
+#: ``A``, ``B``, ``C``, ``N`` per decade and the mirror ``M``) and its thresholds' byte planes, in 32-bit
+#: words from the table's start.
+DYNAMIC_LINES, DYNAMIC_PLANES = 320, 512
+
+
+def _dynamic_codegen(context, builder, signature, args):
+    out_type, out_base_type, values_type, base_type, _, table_type, table_base_type, _ = signature.args
+    if not (_register_search_here(context) and _byte_permutes_here(context)):  # callers test first
+        return context.get_dummy_value()
+    out = _element_pointer(context, builder, out_type, args[0], args[1], out_base_type)
+    values = _element_pointer(context, builder, values_type, args[2], args[3], base_type)
+    table = _element_pointer(context, builder, table_type, args[5], args[6], table_base_type)
+    top = args[4]
+    nan_low = _flag(context, builder, args[7], signature.args[7])
+    i8, i32, f32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
+    ints, floats = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
+    bytes16, bytes64 = ir.VectorType(i8, 16), ir.VectorType(i8, _CHUNK)
+    words = builder.bitcast(table, i32.as_pointer())
+    keys = builder.bitcast(values, i32.as_pointer())
+
+    def load(offset, vector):
+        return builder.load(
+            _vector_at(builder, builder.bitcast(words, vector.element.as_pointer()), offset, vector), align=4
+        )
+
+    def splat(value, vector=ints):
+        return ir.Constant(vector, [value] * 16)
+
+    def function(name, *operands):
+        return cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(operands[0], list(operands)), name
+        )
+
+    lines = DYNAMIC_LINES
+    dlo = [load(lines + 16 * k, ints) for k in range(2)]
+    bnd = [load(lines + 32 + 16 * k, floats) for k in range(2)]
+    slope, offset, base_code, count = (
+        load(lines + 64 + 16 * k, v) for k, v in enumerate((floats, floats, ints, floats))
+    )
+    mirror = builder.load(builder.gep(words, [ir.IntType(64)(lines + 128)]), align=4)
+    mirror = builder.shuffle_vector(
+        builder.insert_element(ir.Constant(ints, None), mirror, i32(0)),
+        ir.Constant(ints, None),
+        _mask([0] * 16),
+    )
+    permute2_i = function("llvm.x86.avx512.vpermi2var.d.512", ints, ints, ints)
+    permute2_f = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(floats, [floats, ints, floats]), "llvm.x86.avx512.vpermi2var.ps.512"
+    )
+    permute_i = function("llvm.x86.avx512.permvar.si.512", ints, ints)
+    permute_f = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(floats, [floats, ints]), "llvm.x86.avx512.permvar.sf.512"
+    )
+    planes = builder.bitcast(builder.gep(words, [ir.IntType(64)(DYNAMIC_PLANES)]), i8.as_pointer())
+    quarters = [
+        [builder.load(_vector_at(builder, planes, 256 * b + _CHUNK * q, bytes64), align=1) for q in range(4)]
+        for b in range(4)
+    ]
+    tops = builder.insert_element(ir.Constant(floats, None), top, i32(0))
+    tops = builder.shuffle_vector(tops, tops, _mask([0] * 16))
+    infinity = splat(math.inf, floats)
+    zero_f = splat(0.0, floats)
+    for chunk in range(0, LOOKUP_BLOCK, 16):
+        x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
+        bits, key = _search_key(builder, x, nan_low)
+        builder.store(key, _vector_at(builder, keys, chunk, ints), align=4)
+        a = builder.bitcast(builder.and_(bits, splat(0x7FFFFFFF)), floats)
+        a = builder.select(builder.fcmp_ordered("<", a, infinity), a, infinity)  # NaN as inf
+        magnitude = builder.bitcast(a, ints)
+        low, high = splat(100 << 23), splat(127 << 23)
+        magnitude = builder.select(builder.icmp_signed(">", magnitude, low), magnitude, low)
+        magnitude = builder.select(builder.icmp_signed("<", magnitude, high), magnitude, high)
+        binade = builder.lshr(magnitude, splat(23))  # 100 .. 127: its low 5 bits index the binade tables
+        decade = builder.call(permute2_i, [dlo[0], binade, dlo[1]])
+        above = builder.fcmp_ordered(">=", a, builder.call(permute2_f, [bnd[0], binade, bnd[1]]))
+        decade = builder.add(decade, builder.zext(above, ints))
+        u = builder.fsub(
+            builder.fmul(a, builder.call(permute_f, [slope, decade])),
+            builder.call(permute_f, [offset, decade]),
+        )
+        u = builder.select(builder.fcmp_ordered(">", u, zero_f), u, zero_f)
+        n = builder.call(permute_f, [count, decade])
+        u = builder.select(builder.fcmp_ordered("<", u, n), u, n)
+        j = builder.add(builder.call(permute_i, [base_code, decade]), builder.fptosi(u, ints))
+        mirrored = builder.sub(mirror, j)
+        mirrored = builder.select(builder.icmp_signed(">", mirrored, splat(0)), mirrored, splat(0))
+        j = builder.select(builder.icmp_signed("<", key, splat(0)), mirrored, j)
+        builder.store(builder.trunc(j, bytes16), _vector_at(builder, out, chunk, bytes16), align=1)
+    for chunk in range(0, LOOKUP_BLOCK, _CHUNK):
+        start = builder.load(_vector_at(builder, out, chunk, bytes64), align=1)
+        found = _plane_lookup(builder, quarters, start, ints)
+        up = [
+            builder.icmp_signed(
+                ">", builder.load(_vector_at(builder, keys, chunk + 16 * q, ints), align=4), found[q]
+            )
+            for q in range(4)
+        ]
+        halves = [builder.shuffle_vector(up[2 * h], up[2 * h + 1], _mask(list(range(32)))) for h in range(2)]
+        up = builder.shuffle_vector(halves[0], halves[1], _mask(list(range(64))))
+        builder.store(
+            builder.add(start, builder.zext(up, bytes64)), _vector_at(builder, out, chunk, bytes64), align=1
+        )
+    return context.get_dummy_value()
+
+
+@intrinsic
+def search_dynamic_block(typingctx, out, out_base, values, base, top, table, table_base, nan_low):
+    """:func:`search_block`'s result for a table of piecewise-linear decades (bitsandbytes' dynamic maps)
+    from its ``table`` words (``.quantization.register_search_tables``): per value, the decade of
+    ``|x|`` (its binade's decade, one more at or above the decade start inside the binade: permutes of
+    the binade tables) and that decade's line give a start ``j`` with ``j <= count <= j + 1`` (mirrored
+    for negative keys), then one threshold ``t_j`` looked up by byte permutes (``vpermi2b``) settles it.
+    Writes the keys over ``values[base:base + 256]``. Only where :func:`register_search` and
+    :func:`byte_permutes` are true (elsewhere it does nothing)."""
+    arrays = (out, values, table)
+    if not (
+        all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in arrays)
+        and out.dtype == types.uint8
+        and values.dtype == types.float32
+        and table.dtype == types.int32
+        and all(isinstance(i, types.Integer) for i in (out_base, base, table_base))
+        and top == types.float32
+        and isinstance(nan_low, types.Boolean)
+    ):
+        raise TypingError(
+            "search_dynamic_block takes (uint8 array, int, float32 array, int, float32, int32 array, int, bool)"
+        )
+    return types.void(out, out_base, values, base, top, table, table_base, nan_low), _dynamic_codegen

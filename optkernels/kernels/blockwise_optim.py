@@ -20,12 +20,13 @@ import numpy as np
 from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import _JIT_OPTIONS, ZERO, elementwise, scalar_math
-from ._intrinsics import scalar_lookups
+from ._intrinsics import byte_permutes, register_search, scalar_lookups, search_block, search_dynamic_block
 from ._lowp import f32_bits, f32_from_bits
 from ._upcast import via_float32
 from .quantization import (
     NEG_INF,
     NEG_MAX,
+    REGISTER_WORDS,
     bucket_code,
     bucket_key,
     check_code,
@@ -33,11 +34,14 @@ from .quantization import (
     nearest_code,
     nearest_code_fixed,
     nearest_code_slow,
+    registers_dynamic,
+    registers_exact,
     scratch_block_elementwise,
     search_tables,
     sign_bit,
     sign_fix_baked,
     sign_split,
+    step_register_tables,
     table_lookup,
     table_math,
     table_planes,
@@ -163,11 +167,14 @@ def _search_mode(start, negatives, signed, top):
     return mode
 
 
-def _requantize_loops(out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare):
+def _requantize_loops(
+    out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base
+):
     """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
     ``s / top``, sign-fixed where ``signed`` (by :func:`_search_mode`; a block of zeros or infinities takes
     the binary search). Indices are unsigned (no wrap-around selects: the loop loads and stores
-    contiguously and is vectorised, the table lookups as gathers). The CUDA twin of :func:`_requantize`."""
+    contiguously and is vectorised, the table lookups as gathers). The CUDA twin of :func:`_requantize`
+    (``keys``, ``key_base`` unused)."""
     mode = _search_mode(start, negatives, signed, top)
     if mode == 2:
         for k in range(count):
@@ -194,16 +201,32 @@ _requantize_loops_cpu = table_math(_requantize_loops)
 
 
 @table_math(device=_requantize_loops)
-def _requantize(out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare):
+def _requantize(
+    out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base
+):
     """:func:`_requantize_loops`; a full block searched by the start table takes three loops instead, so
     that its table lookups are scalar loads (:func:`._intrinsics.scalar_lookups`) rather than gathers:
     ``x = s / top`` (kept in ``scratch[base + k]``, NaN as -inf where the sign fix is not in the table)
     and its :func:`.quantization.bucket_key` (as bits in ``scratch[spare + k]``), the lookups, then
-    :func:`.quantization.bucket_code` (and the sign fix). The same codes."""
+    :func:`.quantization.bucket_code` (and the sign fix). A full block of a table the start table cannot
+    search (the binary search) is searched in registers where the CPU allows
+    (:func:`._intrinsics.search_block` with the table's ``keys[key_base:]``, the sign fix folded in where
+    ``signed``, then only for a finite ``top`` > 0), and so is a full block of a dynamic map where the CPU
+    also has AVX-512 VBMI (:func:`._intrinsics.search_dynamic_block`: a start from the value's decade, one
+    threshold looked up by byte permutes; it leaves keys in ``scratch[base:base + 256]``). The same
+    codes."""
     mode = _search_mode(start, negatives, signed, top)
+    registers = count == BLOCK and register_search() and registers_exact(keys, key_base)
+    if registers and (not signed or (top > ZERO and top < INF)):
+        if byte_permutes() and registers_dynamic(keys, key_base):
+            search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
+            return
+        if mode == 0:
+            search_block(out, first, scratch, base, top, keys, key_base, not signed)
+            return
     if count != BLOCK or mode == 0:
         _requantize_loops_cpu(
-            out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare
+            out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base
         )
         return
     keep = 1 if mode == 2 or not signed else 0  # x replaces s (no sign fix of s's sign left to do)
@@ -282,6 +305,7 @@ def _block_8bit(
     start1,
     mids2,
     start2,
+    keys,
     negatives,
     size,
     first,
@@ -395,15 +419,30 @@ def _block_8bit(
     # Pass 2: the new absmax, then the codes (one vectorised loop per state).
     top1 = _abs_max(scratch, sm1, count, top1)
     a1[b] = top1
-    _requantize(c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare)
+    _requantize(c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0)
     if two:
         top2 = _abs_max(scratch, sv, count, top2)
         a2[b] = top2
-        _requantize(c2, start, scratch, sv, count, top2, q2, mids2, start2, negatives, False, spare)
+        _requantize(
+            c2,
+            start,
+            scratch,
+            sv,
+            count,
+            top2,
+            q2,
+            mids2,
+            start2,
+            negatives,
+            False,
+            spare,
+            keys,
+            REGISTER_WORDS,
+        )
     if algo == ADEMAMIX:
         top3 = _abs_max(scratch, sm2, count, top3)
         a3[b] = top3
-        _requantize(c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True, spare)
+        _requantize(c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True, spare, keys, 0)
 
 
 @scratch_block_elementwise
@@ -424,6 +463,7 @@ def _update_8bit(
     start1,
     mids2,
     start2,
+    keys,
     negatives,
     size,
     algo,
@@ -454,6 +494,7 @@ def _update_8bit(
             start1,
             mids2,
             start2,
+            keys,
             negatives,
             size,
             first,
@@ -481,6 +522,7 @@ def _update_8bit(
             start1,
             mids2,
             start2,
+            keys,
             negatives,
             size,
             first,
@@ -787,6 +829,7 @@ def optimizer_update_8bit_blockwise(
             table_planes(q1, q2) if device == "cpu" else _dummy(device, np.uint8),
             *search_tables(q1, device, sign_fix=True),
             *search_tables(q2, device),
+            step_register_tables(q1, q2) if device == "cpu" else _dummy(device, np.int32),
             sign_split(q1),
             n,
             algo,

@@ -22,7 +22,16 @@ import numpy as np
 from . import _cuda
 from ._checks import HALF_DTYPES, _array_facts, _flatten, plain_array
 from ._elementwise import _JIT_OPTIONS, Elementwise, _generate
-from ._intrinsics import LOOKUP_BLOCK, byte_permutes, byte_planes, lookup_block
+from ._intrinsics import (
+    DYNAMIC_LINES,
+    DYNAMIC_PLANES,
+    LOOKUP_BLOCK,
+    SEARCH_WORDS,
+    byte_permutes,
+    byte_planes,
+    lookup_block,
+    search_candidates,
+)
 from ._lowp import f32_bits
 from ._threading import for_this_process, parallel_launch
 
@@ -411,6 +420,145 @@ def sign_split(code: Any) -> int:
     it (true of an ascending table without -0.0 after +0.0); else -1 (cached per table)."""
     host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
     return _sign_split(host.tobytes())
+
+
+REGISTER_WORDS = 768
+"""int32 words of one table for :func:`._intrinsics.search_block` (:func:`register_search_tables`): its
+:data:`._intrinsics.SEARCH_WORDS` candidates, then 1 if they are exact (else 0), then 1 if NaN must be
+taken as the lowest key (no sign fix), then 1 if :func:`._intrinsics.search_dynamic_block` serves the
+table (a dynamic map), padding, its decade lines at :data:`._intrinsics.DYNAMIC_LINES` and its thresholds'
+byte planes at :data:`._intrinsics.DYNAMIC_PLANES`."""
+SEARCH_FLAG = SEARCH_WORDS
+"""The word of a :func:`register_search_tables` table saying whether it is exact."""
+
+
+def _keys(x: np.ndarray) -> np.ndarray:
+    """``search_block``'s int64 keys of float32 values: the bits as a signed integer, a negative value's
+    magnitude bits flipped (the float order, -0.0 just below +0.0, NaNs beyond the infinities)."""
+    bits = np.asarray(x, np.float32).view(np.int32).astype(np.int64)
+    return np.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def _from_keys(keys: np.ndarray) -> np.ndarray:
+    k = np.asarray(keys, np.int64)
+    return np.where(k < 0, k ^ 0x7FFFFFFF, k).astype(np.int32).view(np.float32)
+
+
+def _nearest_host(x: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """The nearest code of each float32 ``x`` (ties to the even index, NaN → 0), from the midpoints."""
+    mids = ((code[:-1] + code[1:]) * HALF).astype(np.float32)
+    below = np.searchsorted(mids, x, side="left")  # midpoints < x
+    tie = (below < 255) & (x == mids[np.minimum(below, 254)]) & (below % 2 == 1)
+    return np.where(x != x, 0, below + tie).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=16)
+def _host_register_tables(code_bytes: bytes, sign_fix: bool) -> np.ndarray:
+    code = np.frombuffer(code_bytes, np.float32)
+    words = np.zeros(REGISTER_WORDS, np.int32)
+    with np.errstate(invalid="ignore"):
+        mids = ((code[:-1] + code[1:]) * HALF).astype(np.float32)
+    if not (np.diff(mids) >= 0).all() or np.isnan(mids).any():
+        return words  # not exact: the flag stays 0
+    # Breakpoints: every key where the result may change (at and beside each midpoint's keys, both
+    # zeros, the infinities, the NaNs); the result is constant from one breakpoint to the next.
+    edges = np.concatenate([_keys(mids), _keys(-np.abs(mids)), _keys(np.abs(mids))])
+    special = _keys(np.array([0.0, -0.0, np.inf, -np.inf], np.float32))
+    ends = np.array([-(2**31), 2**31 - 1], np.int64)
+    points = np.concatenate([edges - 1, edges, edges + 1, special - 1, special, special + 1, ends])
+    points = np.unique(np.clip(points, -(2**31), 2**31 - 1))
+    x = _from_keys(points)
+    result = _nearest_host(x, code)
+    if sign_fix:
+        fix = np.signbit(code[result]) != np.signbit(x)
+        result = np.where(fix, np.where(x > 0, result + 1, result - 1), result) % 256
+    else:  # a NaN is taken as the lowest key (its result 0); others must be monotone
+        keep = x == x
+        points, result = points[keep], result[keep]
+    if not (np.diff(result) >= 0).all():
+        return words
+    # threshold k: the largest key whose result is <= k (the key before the first one above k)
+    first_above = np.searchsorted(result, np.arange(255), side="right")
+    thresholds = np.where(
+        first_above < points.size, points[np.minimum(first_above, points.size - 1)] - 1, 2**31 - 1
+    )
+    words[:SEARCH_FLAG] = search_candidates(thresholds.astype(np.int32))
+    words[SEARCH_FLAG] = 1
+    words[SEARCH_FLAG + 1] = 0 if sign_fix else 1
+    kind = _map_kind(code_bytes)
+    if kind:
+        words[SEARCH_FLAG + 2] = 1
+        words[DYNAMIC_LINES : DYNAMIC_LINES + 129] = _decade_words(kind == SIGNED_DYNAMIC)
+        padded = np.append(thresholds.astype(np.int32), np.int32(2**31 - 1))
+        words[DYNAMIC_PLANES:] = byte_planes(padded.view(np.float32)).view(np.int32)
+    words.flags.writeable = False
+    return words
+
+
+def _decade_words(signed: bool) -> np.ndarray:
+    """The words of :func:`._intrinsics.search_dynamic_block`'s decade lines: per binade index ``e & 31``
+    (``e`` = 100 .. 127, the biased exponent of ``|x|`` clamped) the decades below the binade and the start
+    of the decade inside it (NaN if none); per decade :func:`_decade_lines`' ``A, B`` (float32 bits),
+    ``C`` (int) and ``N`` (float32); then the mirror ``M`` (a negative key's start is ``max(M − j, 0)``)."""
+    words = np.zeros(129, np.int32)
+    below = np.zeros(32, np.int32)
+    start = np.full(32, np.nan, np.float32)
+    decade_binades = [int(d.view(np.uint32)) >> 23 for d in DECADES]
+    for e in range(100, 128):
+        below[e & 31] = sum(b < e for b in decade_binades)
+        inside = [d for d, b in zip(DECADES, decade_binades) if b == e]
+        if inside:
+            start[e & 31] = inside[0]
+    lines = SIGNED_LINES if signed else UNSIGNED_LINES
+    words[:32], words[32:64] = below, start.view(np.int32)
+    for k, dtype in enumerate((np.float32, np.float32, np.int32, np.float32)):
+        words[64 + 16 * k : 64 + 16 * k + 7] = (
+            np.array([line[k] for line in lines]).astype(dtype).view(np.int32)
+        )
+    words[128] = 253 if signed else -1
+    return words
+
+
+def register_search_tables(code: Any, sign_fix: bool = False) -> np.ndarray:
+    """The :data:`REGISTER_WORDS` int32 words of the table ``code`` for :func:`._intrinsics.search_block`
+    (cached per table): the thresholds of the nearest-code search (ties to the even index) as keys, with
+    bitsandbytes' state-1 sign fix folded in where ``sign_fix`` (exact for ``x = s/absmax``, ``absmax``
+    finite and > 0); the flag word after the candidates is 0 where the search cannot be exact (a table
+    whose results are not monotone in the key)."""
+    host = np.ascontiguousarray(code if isinstance(code, np.ndarray) else _cuda.to_host(code), np.float32)
+    return _host_register_tables(host.tobytes(), bool(sign_fix))
+
+
+@functools.lru_cache(maxsize=16)
+def _step_register_tables(signed_bytes: bytes, unsigned_bytes: bytes) -> np.ndarray:
+    tables = np.concatenate(
+        [_host_register_tables(signed_bytes, True), _host_register_tables(unsigned_bytes, False)]
+    )
+    tables.flags.writeable = False
+    return tables
+
+
+def step_register_tables(qmap1: Any, qmap2: Any) -> np.ndarray:
+    """The :func:`register_search_tables` of an 8-bit step's maps, one after the other (cached): state 1's
+    map with the sign fix at 0, state 2's without at :data:`REGISTER_WORDS`."""
+    hosts = [
+        np.ascontiguousarray(q if isinstance(q, np.ndarray) else _cuda.to_host(q), np.float32)
+        for q in (qmap1, qmap2)
+    ]
+    return _step_register_tables(hosts[0].tobytes(), hosts[1].tobytes())
+
+
+@table_math
+def registers_dynamic(keys, key_base):
+    """Whether :func:`._intrinsics.search_dynamic_block` serves the :func:`register_search_tables` at
+    ``keys[key_base:]`` (a dynamic map)."""
+    return keys[key_base + SEARCH_FLAG + 2] == 1
+
+
+@table_math
+def registers_exact(keys, key_base):
+    """Whether the :func:`register_search_tables` at ``keys[key_base:]`` search exactly (their flag)."""
+    return keys[key_base + SEARCH_FLAG] == 1
 
 
 def _sign_bit_copysign(x):
