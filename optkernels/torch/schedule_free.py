@@ -100,10 +100,6 @@ class _ScheduleFree(KernelOptimizer):
                 or group.get("capturable")
             ):
                 return False
-            guard = plan.guard
-            found = guard.addresses(group["params"])
-            if found is None:
-                return False
             k = group["k"]
             lr_t, lr_max, weight_sum, c = schedule_free_weight(
                 k,
@@ -116,12 +112,19 @@ class _ScheduleFree(KernelOptimizer):
             )
             dtype, _positions, tensors, _members = plan.cpu[0]
             scalars = self._kernel_scalars(group, dtype, lr_t, c, k + 1)  # raises before any write
-            launches.append((plan.key[1][0], tensors, found[guard.n :], scalars))
+            launches.append((plan.guard, plan.key[1][0], group["params"], tensors, scalars))
             entries.append(dict(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k + 1))
-        # nothing is written above this line
-        for kernel, tensors, grads, scalars in launches:
-            tensors.addresses[-1, :] = grads
-            kernel.launch_many("cpu", tensors, *scalars)
+        if len(launches) == 1:  # the guard's check and the launch in one compiled call
+            guard, kernel, params, tensors, scalars = launches[0]
+            if not guard.launch(kernel, params, tensors, scalars):
+                return False
+        else:  # every group checked before any launches
+            found = [guard.addresses(params) for guard, _kernel, params, _tensors, _scalars in launches]
+            if any(f is None for f in found):
+                return False
+            for (guard, kernel, _params, tensors, scalars), ptrs in zip(launches, found):
+                tensors.addresses[-1, :] = ptrs[guard.n :]
+                kernel.launch_many("cpu", tensors, *scalars)
         for group, entry in zip(groups, entries):
             group.update(entry)
         return True
