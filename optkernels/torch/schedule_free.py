@@ -22,6 +22,7 @@ from ..kernels.schedule_free import (
 from ..optimizers.schedule_free import NOT_IN_TRAIN_MODE
 from . import _views
 from ._base import KernelOptimizer, _Plan
+from ._fields import Guard
 
 __all__ = ["AdamWScheduleFree", "SGDScheduleFree"]
 
@@ -77,7 +78,7 @@ class _ScheduleFree(KernelOptimizer):
         self._steady = _steady_plans(self)
         return loss
 
-    def _steady_step(self, steady: list) -> bool:
+    def _steady_step(self, steady: list[tuple[dict, _Plan, Guard]]) -> bool:
         """The step of an optimizer whose every group is one guarded launch (:func:`_steady_plans`), when
         each guard finds its tensors as its plan was built for: the same checks, scalars and launch as the
         full step, without its per-group sorting. False (nothing written) where anything differs: the full
@@ -92,7 +93,7 @@ class _ScheduleFree(KernelOptimizer):
             return False
         plans = self._plans
         launches, entries = [], []
-        for index, (group, plan) in enumerate(steady):
+        for index, (group, plan, guard) in enumerate(steady):
             if (
                 groups[index] is not group
                 or plans.get(index) is not plan
@@ -112,18 +113,21 @@ class _ScheduleFree(KernelOptimizer):
             )
             dtype, _positions, tensors, _members = plan.cpu[0]
             scalars = self._kernel_scalars(group, dtype, lr_t, c, k + 1)  # raises before any write
-            launches.append((plan.guard, plan.key[1][0], group["params"], tensors, scalars))
+            launches.append((guard, plan.key[1][0], group["params"], tensors, scalars))
             entries.append(dict(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k + 1))
         if len(launches) == 1:  # the guard's check and the launch in one compiled call
             guard, kernel, params, tensors, scalars = launches[0]
             if not guard.launch(kernel, params, tensors, scalars):
                 return False
         else:  # every group checked before any launches
-            found = [guard.addresses(params) for guard, _kernel, params, _tensors, _scalars in launches]
-            if any(f is None for f in found):
-                return False
-            for (guard, kernel, _params, tensors, scalars), ptrs in zip(launches, found):
-                tensors.addresses[-1, :] = ptrs[guard.n :]
+            found = []
+            for guard, _kernel, params, _tensors, _scalars in launches:
+                ptrs = guard.addresses(params)
+                if ptrs is None:
+                    return False
+                found.append(ptrs[guard.n :])
+            for (_guard, kernel, _params, tensors, scalars), grads in zip(launches, found):
+                tensors.addresses[-1, :] = grads
                 kernel.launch_many("cpu", tensors, *scalars)
         for group, entry in zip(groups, entries):
             group.update(entry)
@@ -166,10 +170,10 @@ class _ScheduleFree(KernelOptimizer):
             )
 
 
-def _steady_plans(opt: _ScheduleFree) -> list | None:
-    """``[(group, plan)]`` for every group of ``opt`` whose plan is one CPU launch table over all its
-    parameters, checked by a guard (:class:`._fields.Guard`), after a full step; None where any group's
-    is not (its steps then run in full)."""
+def _steady_plans(opt: _ScheduleFree) -> list[tuple[dict, _Plan, Guard]] | None:
+    """``[(group, plan, guard)]`` for every group of ``opt`` whose plan is one CPU launch table over all
+    its parameters, checked by a guard (:class:`._fields.Guard`), after a full step; None where any
+    group's is not (its steps then run in full)."""
     out = []
     for index, group in enumerate(opt.param_groups):
         plan = opt._plans.get(index)
@@ -182,7 +186,7 @@ def _steady_plans(opt: _ScheduleFree) -> list | None:
             or plan.key[1] != opt._kernel(group)
         ):
             return None
-        out.append((group, plan))
+        out.append((group, plan, plan.guard))
     return out or None
 
 
