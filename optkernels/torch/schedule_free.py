@@ -1,6 +1,10 @@
 """``AdamWScheduleFree`` and ``SGDScheduleFree``: facebookresearch's ``schedulefree`` classes (same
 arguments, defaults, group entries, state and ``train()``/``eval()``) over optkernels' Schedule-Free kernels
-(MODERN §11)."""
+(MODERN §11).
+
+After a full step whose groups were each one CPU launch table, the next steps are steady: a group's guard
+checks its tensors' fields, writes the gradients' addresses and launches the kernel in one compiled call;
+anything found changed runs the full step, before anything is written."""
 
 from __future__ import annotations
 
