@@ -464,3 +464,62 @@ def test_ademamix_loads_a_bitsandbytes_state_and_continues_its_run():
             ours.step()
     for a, b in zip(mine, params):
         _close(a, b, torch.float32, "param after resuming")
+
+
+def _schedule_free_events(cls, steady, monkeypatch):
+    """A Schedule-Free run through the events that change what a step sees (new gradient tensors, an lr
+    change, a frozen parameter, a transposed gradient, a refused sparse one, a group added, a state loaded),
+    with the steady step allowed or not; returns the parameters, the optimizer and the steady launches."""
+    from optkernels.torch import _fields
+    from optkernels.torch import schedule_free as sf_module
+
+    launched = []
+    launch = _fields.Guard.launch
+    monkeypatch.setattr(_fields.Guard, "launch", lambda *a: launched.append(launch(*a)) or launched[-1])
+    if not steady:
+        monkeypatch.setattr(sf_module, "_steady_plans", lambda opt: None)
+    rng = np.random.default_rng(7)
+    params = [torch.nn.Parameter(torch.tensor(rng.standard_normal(s), dtype=torch.float32))
+              for s in [(40, 900), (33,), (5, 7)]]
+    extra = torch.nn.Parameter(torch.tensor(rng.standard_normal(11), dtype=torch.float32))
+    opt = cls(params[:2] + params[2:], lr=0.05, weight_decay=0.01, warmup_steps=3)
+    opt.train()
+
+    def grads(skip=()):
+        for j, p in enumerate(params + ([extra] if len(opt.param_groups) > 1 else [])):
+            p.grad = None if j in skip else torch.tensor(rng.standard_normal(p.shape), dtype=torch.float32)
+
+    for k in range(12):
+        grads(skip=(1,) if k == 4 else ())
+        if k == 3:
+            opt.param_groups[0]["lr"] = 0.02
+        if k == 5:
+            params[2].grad = params[2].grad.t().contiguous().t()      # laid out as the transpose
+        if k == 6:
+            params[1].grad = params[1].grad.to_sparse()
+            with pytest.raises(RuntimeError, match="does not support sparse gradients"):
+                opt.step()
+            grads()
+        if k == 8:
+            opt.add_param_group({"params": [extra], "lr": 0.1})
+            grads()
+        if k == 10:
+            opt.load_state_dict(opt.state_dict())
+        opt.step()
+    return params + [extra], opt, launched
+
+
+@pytest.mark.parametrize("name", ["SGDScheduleFree", "AdamWScheduleFree"])
+def test_schedule_free_steady_steps_equal_full_steps(name, monkeypatch):
+    """The steady step (a group's guard check and launch in one compiled call) takes the steps where
+    nothing but the gradients' memory changed, the full step every other, and both leave the same bits."""
+    cls = getattr(okt, name)
+    with monkeypatch.context() as m:
+        p_full, full, none = _schedule_free_events(cls, False, m)
+    p_fast, fast, launched = _schedule_free_events(cls, True, monkeypatch)
+    assert none == [] and launched.count(True) >= 4, launched
+    for a, b in zip(p_fast, p_full):
+        assert torch.equal(a, b) and torch.equal(fast.state[a]["z"], full.state[b]["z"])
+    for g, h in zip(fast.param_groups, full.param_groups):
+        assert {k: v for k, v in g.items() if k != "params"} == {k: v for k, v in h.items() if k != "params"}
+    assert [g["k"] for g in fast.param_groups] == [12, 4]    # the refused step counted nowhere

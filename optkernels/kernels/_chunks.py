@@ -49,6 +49,17 @@ def {name}(_parallel, _count, {args}):
     run_chunks(_parallel, _count, {args})
 """
 
+# An entry whose launch runs only where a compiled check of its arguments, the prelude, returns -1 (what it
+# returns otherwise is returned, nothing launched).
+_GUARDED_ENTRY = """
+def {name}(_parallel, _count, _prelude_args, {args}):
+    _found = prelude(_prelude_args, {args})
+    if _found != -1:
+        return _found
+    run_chunks(_parallel, _count, {args})
+    return -1
+"""
+
 # The parts of a worker call, each an element loop over its slice of 0 .. n - 1.
 _PARTS = """
 def {name}(_first, _count, _n, _parts, {args}):
@@ -228,7 +239,9 @@ def _runner(parts: Callable, simplify: bool) -> Any:
     return run_chunks
 
 
-def entry(py_func: Callable, salt: str = "", cache: bool = True, views: bool = False) -> Any:
+def entry(
+    py_func: Callable, salt: str = "", cache: bool = True, views: bool = False, prelude: Any = None
+) -> Any:
     """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
     ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
     on first use; ``parallel``: False to run on the calling thread only).
@@ -237,9 +250,17 @@ def entry(py_func: Callable, salt: str = "", cache: bool = True, views: bool = F
     so that a changed generator never loads a stale cache entry. ``cache``: False for a fresh compile kept in
     memory only (whose assembly, part loop included, ``inspect_asm`` shows). ``views``: True where
     ``py_func`` makes arrays of its own (views of addresses): its part loop is then simplified before it is
-    linked (:func:`_simplify`, a little more compile time), else that loop stays scalar."""
+    linked (:func:`_simplify`, a little more compile time), else that loop stays scalar.
+
+    ``prelude``: a Numba function ``prelude(prelude_args, *arguments) -> int`` (it may fill arrays among
+    the arguments). The entry is then ``entry(parallel, n, prelude_args, *arguments) -> int``: the
+    prelude's value where it is not -1 (nothing launched), else -1 after the launch. Such an entry holds
+    the GIL (a prelude may read Python objects); its source's digest is part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
-    name = f"_chunked_{py_func.__name__}_{_digest(_ENTRY, _PARTS, _module_source(), salt, str(views))}"
+    template = _ENTRY if prelude is None else _GUARDED_ENTRY
+    if prelude is not None:
+        salt += inspect.getsource(prelude.py_func)
+    name = f"_chunked_{py_func.__name__}_{_digest(template, _PARTS, _module_source(), salt, str(views))}"
     parts = generate(_PARTS, f"{name}_parts", py_func, {"uint64": np.uint64, "element": element})
-    function = generate(_ENTRY, name, py_func, {"run_chunks": _runner(parts, views)})
-    return numba.njit(cache=cache, nogil=True, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)
+    function = generate(template, name, py_func, {"run_chunks": _runner(parts, views), "prelude": prelude})
+    return numba.njit(cache=cache, nogil=prelude is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

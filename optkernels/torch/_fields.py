@@ -118,6 +118,36 @@ def _check(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray) -
     return -1
 
 
+@numba.njit(cache=True)
+def _refill(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.ndarray, *scalars: Any) -> int:
+    """The prelude of a guarded launch (:meth:`Guard.launch`): :func:`_check` of ``check`` (the list's
+    address, the expected table, the offsets), the gradients' data addresses written into the last row of
+    ``addresses`` (the parameters' are those of its first row: each was checked equal to its expected
+    one). -1 when every tensor is as expected; else, as :func:`_check`, where it differs (the last row
+    then partly written)."""
+    params, expected, at = check
+    n = expected.shape[0] // 2
+    row = addresses[addresses.shape[0] - 1]
+    if _word(params, _LIST_SIZE, row) != n:
+        return -2
+    items = _word(params, _LIST_ITEMS, row)
+    for k in range(n):
+        obj = _word(items, k, row)
+        if obj != expected[k, _OBJECT]:
+            return k
+        impl = _word(obj, at[_CDATA], row)
+        if _fits(impl, expected[k], at, row) < 0:
+            return k
+        meta = _word(impl, at[_META], row)
+        if meta == 0:
+            return n + k
+        data = _fits(_word(meta, at[_GRAD], row), expected[n + k], at, row)
+        if data < 0:
+            return n + k
+        row[k] = data
+    return -1
+
+
 def _words(address: int, count: int) -> list[int]:
     out = np.empty(count, np.int64)
     _read(address, count, out)
@@ -302,6 +332,18 @@ class Guard:
         row[_NUMEL], row[_DIM] = shape_of.numel(), shape_of.dim()
         row[_SIZES : _SIZES + shape_of.dim()] = list(shape_of.shape)
         row[_STRIDES : _STRIDES + shape_of.dim()] = list(strides)
+
+    def launch(self, kernel: Any, params: list, tensors: Any, scalars: tuple) -> bool:
+        """One compiled call: the check of :meth:`addresses`, the gradients' addresses written into the
+        last row of ``tensors`` (a :class:`~optkernels.kernels._multi_tensor.TensorList` over these
+        parameters, in order, whose first row holds their addresses), and ``kernel``'s launch over
+        ``tensors`` with ``scalars`` (:meth:`~optkernels.kernels._elementwise.Elementwise.launch_many`).
+        True when it launched; False where anything differs (nothing launched; the caller then checks the
+        tensors through Python and refills the row)."""
+        if type(params) is not list:
+            return False
+        check = (id(params), self.table, self.at)
+        return kernel.launch_many_guarded(tensors, _refill, check, *scalars) == -1
 
     def addresses(self, params: list) -> np.ndarray | None:
         """The data addresses of the parameters of the group's list ``params`` then of their gradients (an

@@ -1,6 +1,10 @@
 """``AdamWScheduleFree`` and ``SGDScheduleFree``: facebookresearch's ``schedulefree`` classes (same
 arguments, defaults, group entries, state and ``train()``/``eval()``) over optkernels' Schedule-Free kernels
-(MODERN §11)."""
+(MODERN §11).
+
+After a full step whose groups were each one CPU launch table, the next steps are steady: a group's guard
+checks its tensors' fields, writes the gradients' addresses and launches the kernel in one compiled call;
+anything found changed runs the full step, before anything is written."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from ..kernels.schedule_free import (
 from ..optimizers.schedule_free import NOT_IN_TRAIN_MODE
 from . import _views
 from ._base import KernelOptimizer, _Plan
+from ._fields import Guard
 
 __all__ = ["AdamWScheduleFree", "SGDScheduleFree"]
 
@@ -52,6 +57,9 @@ class _ScheduleFree(KernelOptimizer):
     def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.param_groups[0]["train_mode"]:
             raise Exception(NOT_IN_TRAIN_MODE)
+        steady = self.__dict__.get("_steady")
+        if steady is not None and closure is None and self._steady_step(steady):
+            return None
         weights: dict[int, tuple] = {}
         self._weights = weights
         for group in self.param_groups:
@@ -71,7 +79,63 @@ class _ScheduleFree(KernelOptimizer):
         for group in self.param_groups:
             lr_t, _c, k1, lr_max, weight_sum = weights[id(group)]
             group.update(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k1)
+        self._steady = _steady_plans(self)
         return loss
+
+    def _steady_step(self, steady: list[tuple[dict, _Plan, Guard]]) -> bool:
+        """The step of an optimizer whose every group is one guarded launch (:func:`_steady_plans`), when
+        each guard finds its tensors as its plan was built for: the same checks, scalars and launch as the
+        full step, without its per-group sorting. False (nothing written) where anything differs: the full
+        step then runs."""
+        groups = self.param_groups
+        attributes = self.__dict__  # set by torch.amp.GradScaler: the full step honours them
+        if (
+            len(groups) != len(steady)
+            or attributes.get("found_inf") is not None
+            or attributes.get("grad_scale") is not None
+        ):
+            return False
+        plans = self._plans
+        launches, entries = [], []
+        for index, (group, plan, guard) in enumerate(steady):
+            if (
+                groups[index] is not group
+                or plans.get(index) is not plan
+                or group.get("differentiable")
+                or group.get("capturable")
+            ):
+                return False
+            k = group["k"]
+            lr_t, lr_max, weight_sum, c = schedule_free_weight(
+                k,
+                group["lr"],
+                group["warmup_steps"],
+                group["r"],
+                group["weight_lr_power"],
+                group["lr_max"],
+                group["weight_sum"],
+            )
+            dtype, _positions, tensors, _members = plan.cpu[0]
+            scalars = self._kernel_scalars(group, dtype, lr_t, c, k + 1)  # raises before any write
+            launches.append((guard, plan.key[1][0], group["params"], tensors, scalars))
+            entries.append(dict(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k + 1))
+        if len(launches) == 1:  # the guard's check and the launch in one compiled call
+            guard, kernel, params, tensors, scalars = launches[0]
+            if not guard.launch(kernel, params, tensors, scalars):
+                return False
+        else:  # every group checked before any launches
+            found = []
+            for guard, _kernel, params, _tensors, _scalars in launches:
+                ptrs = guard.addresses(params)
+                if ptrs is None:
+                    return False
+                found.append(ptrs[guard.n :])
+            for (_guard, kernel, _params, tensors, scalars), grads in zip(launches, found):
+                tensors.addresses[-1, :] = grads
+                kernel.launch_many("cpu", tensors, *scalars)
+        for group, entry in zip(groups, entries):
+            group.update(entry)
+        return True
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         lr_t, c, k1 = self._weights[id(group)][:3]
@@ -108,6 +172,26 @@ class _ScheduleFree(KernelOptimizer):
                 _views.view(z.to(p.device), kind, flat=True),
                 *lerp_scalars(dtype, weight),
             )
+
+
+def _steady_plans(opt: _ScheduleFree) -> list[tuple[dict, _Plan, Guard]] | None:
+    """``[(group, plan, guard)]`` for every group of ``opt`` whose plan is one CPU launch table over all
+    its parameters, checked by a guard (:class:`._fields.Guard`), after a full step; None where any
+    group's is not (its steps then run in full)."""
+    out = []
+    for index, group in enumerate(opt.param_groups):
+        plan = opt._plans.get(index)
+        if (
+            plan is None
+            or not plan.whole
+            or plan.guard is None
+            or len(plan.cpu) != 1
+            or plan.single
+            or plan.key[1] != opt._kernel(group)
+        ):
+            return None
+        out.append((group, plan, plan.guard))
+    return out or None
 
 
 class AdamWScheduleFree(_ScheduleFree):
