@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernels._elementwise import SERIAL_BELOW
-from ..kernels._threading import parallel_allowed, parallel_launch, thread_mask
+from ..kernels._elementwise import _SerialBelow
+from ..kernels._threading import parallel_allowed, parallel_launch
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
 from ._base import KernelOptimizer, _Plan
 from .adam import host_lr
@@ -139,8 +139,7 @@ _PLAIN = frozenset((bool, int, float, type(None)))
 
 class _PlainStep:
     """The short path of a plain SGD step (see the module docstring) over ``plan``, the one plan of
-    ``group``: one launch table of float32 or float64 CPU parameters, guarded, large enough for every
-    thread. Made by :meth:`of` after a generic step; :meth:`run` steps or returns False (nothing written)."""
+    ``group``: one launch table of float32 or float64 CPU parameters, guarded. Made by :meth:`of` after a generic step; :meth:`run` steps or returns False (nothing written)."""
 
     __slots__ = (
         "group",
@@ -152,7 +151,6 @@ class _PlainStep:
         "tensors",
         "grads",
         "entry",
-        "get_threads",
     )
 
     def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
@@ -163,7 +161,6 @@ class _PlainStep:
         self.scalars = optimizer._scalars(group, 1, dtype)
         self.grads = tensors.addresses[-1]  # the gradient row, written by the guard's check
         self.entry = _torch_sgd.many_chunked(tensors.addresses.shape[0])
-        self.get_threads = thread_mask()[0]
 
     @classmethod
     def of(cls, optimizer: SGD) -> _PlainStep | None:
@@ -188,7 +185,6 @@ class _PlainStep:
             or plan.copies
             or plan.key[1][0] is not _torch_sgd
             or not _torch_sgd.chunked_many
-            or plan.cpu[0][2].total < SERIAL_BELOW
             or plan.key[0] != tuple(map(id, group["params"]))
         ):
             return None
@@ -219,8 +215,8 @@ class _PlainStep:
             optimizer._fast_refused = self.plan
             return False
         tensors = self.tensors
-        with parallel_launch():
-            table = tensors.balanced(self.get_threads())
+        with parallel_launch(), _SerialBelow(tensors.total) as threads:
+            table = tensors.balanced(threads)
             self.entry(
                 parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
             )
