@@ -155,6 +155,7 @@ class _PlainStep:
 
     def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
         dtype, _, tensors, _ = plan.cpu[0]
+        assert plan.guard is not None  # (checked by of)
         self.group, self.plan, self.guard, self.tensors = group, plan, plan.guard, tensors
         self.hyper = _HYPER(group)
         self.lr = group["lr"]
