@@ -139,7 +139,8 @@ _PLAIN = frozenset((bool, int, float, type(None)))
 
 class _PlainStep:
     """The short path of a plain SGD step (see the module docstring) over ``plan``, the one plan of
-    ``group``: one launch table of float32 or float64 CPU parameters, guarded. Made by :meth:`of` after a generic step; :meth:`run` steps or returns False (nothing written)."""
+    ``group``: one launch table of float32 or float64 CPU parameters, guarded. Made by :meth:`of` after a
+    generic step; :meth:`run` steps or returns False (nothing written)."""
 
     __slots__ = (
         "group",
