@@ -220,7 +220,7 @@ LATE_CASES = {
 
 
 @pytest.mark.parametrize("case", list(LATE_CASES))
-@pytest.mark.parametrize("label", ["Adam", "SGD-momentum"])
+@pytest.mark.parametrize("label", ["Adam", "SGD-momentum", "SGD"])
 def test_change_after_steady_steps(label, case):
     """After steps over the same gradient objects (zeroed in place: the re-checks are skipped while nothing
     moved), a parameter or gradient changed at the same address or a new one: ours raises what torch raises

@@ -148,6 +148,18 @@ def _refill(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.nd
     return -1
 
 
+@numba.njit(cache=True)
+def _check_into(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray, grads: np.ndarray) -> int:
+    """:func:`_check`, and where it passes (-1) the gradients' data addresses copied into ``grads`` (a row of
+    a launch table); ``grads`` is not written otherwise."""
+    found = _check(params, expected, at, out)
+    if found == -1:
+        n = grads.shape[0]
+        for k in range(n):
+            grads[k] = out[n + k]
+    return found
+
+
 def _words(address: int, count: int) -> list[int]:
     out = np.empty(count, np.int64)
     _read(address, count, out)
@@ -319,6 +331,7 @@ class Guard:
                 raise ValueError("a tensor subclass: checked through Python")
             self._fill(k, p, p, p.stride(), id(p), p.data_ptr())
             self._fill(self.n + k, g, p, layouts[k], 0, -1)
+        self._scratch = np.empty(2 * self.n, np.int64)
 
     def _fill(
         self, k: int, t: torch.Tensor, shape_of: torch.Tensor, strides: tuple, obj: int, data: int
@@ -355,3 +368,12 @@ class Guard:
         if _check(id(params), self.table, self.at, out) != -1:
             return None
         return out
+
+    def gradients_into(self, params: list, grads: np.ndarray) -> bool:
+        """True when every tensor is as expected (as :meth:`addresses` checks them), the gradients' data
+        addresses then written into ``grads`` (an int64 array of one per parameter, such as the gradient row
+        of a launch table); False, ``grads`` untouched, otherwise. The check's scratch is kept in the guard
+        (one step at a time per guard, as a launch table is used)."""
+        return (
+            type(params) is list and _check_into(id(params), self.table, self.at, self._scratch, grads) == -1
+        )

@@ -1,14 +1,27 @@
 """torch's SGD over :mod:`optkernels.kernels.torch_rules`' element functions (torch's single-tensor op order
-and CPU rounding; the buffer's first step copies the gradient, as torch's clone does)."""
+and CPU rounding; the buffer's first step copies the gradient, as torch's clone does).
+
+Plain SGD (no momentum: no state) of one group of float32 or float64 CPU parameters is a step with nothing
+to prepare but the gradients' addresses, so after a generic step has built and guarded its plan, the next
+steps take a short path (:class:`_PlainStep`): the group's hyper-parameters compared with the ones the
+kernel's scalars were made from, one compiled check of every parameter and gradient that also writes the
+gradients' addresses into the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
+chunked entry called directly. Anything else (a closure, AMP's ``found_inf``/``grad_scale``, several
+groups, a changed hyper-parameter other than a float ``lr``, a tensor that differs from the plan's) takes
+the generic step, which checks, raises and routes as it always does.
+"""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..kernels._elementwise import _SerialBelow
+from ..kernels._threading import parallel_allowed, parallel_launch
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
 from ._base import KernelOptimizer, _Plan
 from .adam import host_lr
@@ -32,6 +45,8 @@ class SGD(KernelOptimizer):
     """
 
     counts_steps = False
+    _fast: _PlainStep | None = None  # the short path of plain steps, once a generic step made it possible
+    _fast_refused: Any = None  # the plan whose guard refused the short path (not retried with that plan)
     sparse_by_torch = True  # torch's SGD takes sparse gradients: its own step runs them
     optional_state = ("momentum_buffer",)  # torch starts a missing buffer from the gradient
 
@@ -76,6 +91,15 @@ class SGD(KernelOptimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
+    def _step(self, closure: Any = None) -> Any:
+        fast = self._fast
+        if fast is not None and closure is None and fast.run(self):
+            return None
+        self._fast = None
+        loss = super()._step(closure)
+        self._fast = _PlainStep.of(self)
+        return loss
+
     def _kernel(self, group: dict) -> tuple:
         if group["momentum"] == 0:
             return _torch_sgd, ()
@@ -104,3 +128,98 @@ class SGD(KernelOptimizer):
             (dtype, first, type(lr), lr, momentum, dampening, wd, nesterov, maximize),
             lambda: sgd_scalars(dtype, first, lr, momentum, dampening, wd, nesterov, maximize),
         )
+
+
+#: The hyper-parameters a plain step's scalars and plan were made for (``lr`` is compared apart).
+_HYPER = operator.itemgetter(
+    "momentum", "dampening", "weight_decay", "nesterov", "maximize", "differentiable", "foreach", "fused"
+)
+_PLAIN = frozenset((bool, int, float, type(None)))
+
+
+class _PlainStep:
+    """The short path of a plain SGD step (see the module docstring) over ``plan``, the one plan of
+    ``group``: one launch table of float32 or float64 CPU parameters, guarded. Made by :meth:`of` after a
+    generic step; :meth:`run` steps or returns False (nothing written)."""
+
+    __slots__ = (
+        "group",
+        "plan",
+        "guard",
+        "hyper",
+        "lr",
+        "scalars",
+        "tensors",
+        "grads",
+        "entry",
+    )
+
+    def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
+        dtype, _, tensors, _ = plan.cpu[0]
+        assert plan.guard is not None  # (checked by of)
+        self.group, self.plan, self.guard, self.tensors = group, plan, plan.guard, tensors
+        self.hyper = _HYPER(group)
+        self.lr = group["lr"]
+        self.scalars = optimizer._scalars(group, 1, dtype)
+        self.grads = tensors.addresses[-1]  # the gradient row, written by the guard's check
+        self.entry = _torch_sgd.many_chunked(tensors.addresses.shape[0])
+
+    @classmethod
+    def of(cls, optimizer: SGD) -> _PlainStep | None:
+        """The short path of ``optimizer``'s next steps, or None where its last step was not a plain step
+        that the short path repeats."""
+        groups = optimizer.param_groups
+        if len(groups) != 1:
+            return None
+        group = groups[0]
+        plan = optimizer._plans.get(0)
+        if (
+            plan is None
+            or plan is optimizer._fast_refused
+            or group["momentum"] != 0
+            or type(group["lr"]) is not float
+            or not all(type(v) in _PLAIN for v in _HYPER(group))
+            or group["differentiable"]
+            or not plan.whole
+            or plan.guard is None
+            or len(plan.cpu) != 1
+            or plan.single
+            or plan.copies
+            or plan.key[1][0] is not _torch_sgd
+            or not _torch_sgd.chunked_many
+            or plan.key[0] != tuple(map(id, group["params"]))
+        ):
+            return None
+        return cls(optimizer, group, plan)
+
+    def run(self, optimizer: SGD) -> bool:
+        """One step of the group as the generic step would make it (the same kernel, scalars and table),
+        or False where anything differs from what the short path was made for (nothing written)."""
+        group = self.group
+        attributes = optimizer.__dict__
+        if (
+            optimizer._plans.get(0) is not self.plan
+            or len(optimizer.param_groups) != 1
+            or optimizer.param_groups[0] is not group
+            or "found_inf" in attributes
+            or "grad_scale" in attributes
+            or _HYPER(group) != self.hyper
+        ):
+            return False
+        lr = group["lr"]
+        if lr is not self.lr:
+            if type(lr) is not float or not lr >= 0.0:
+                return False  # the generic step's checks judge it
+            if lr != self.lr:
+                self.scalars = optimizer._scalars(group, 1, self.tensors.dtype)
+            self.lr = lr
+        if not self.guard.gradients_into(group["params"], self.grads):
+            optimizer._fast_refused = self.plan
+            return False
+        tensors = self.tensors
+        with parallel_launch(), _SerialBelow(tensors.total) as threads:
+            table = tensors.balanced(threads)
+            self.entry(
+                parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
+            )
+        return True
