@@ -118,6 +118,8 @@ class Muon(Optimizer):
     loss_scale : float
         Default 1.0.
 
+    Notes
+    -----
     Slot ``momentum_buffer``.
     """
 

@@ -53,6 +53,8 @@ class RowWiseAdagrad(ArrayOptimizer):
     max_norm : float
         > 0: rows whose norm exceeds it after the update are scaled back to it. Default 0.0 (off).
 
+    Notes
+    -----
     ``step(grads)``: one gradient per parameter (None: skip), dense or a
     :class:`~optkernels.sparse.RowSparse` (duplicate indices summed first; only those rows change). State
     per parameter: ``sum``, one accumulator per row (float32 for float16/bfloat16 tables).

@@ -43,6 +43,8 @@ class TorchAdafactor(AdaFactor):
     maximize : bool
         Maximize the objective. Default False.
 
+    Notes
+    -----
     Slots (MindSpore :class:`AdaFactor`'s names): ``exp_avg_sq`` (a parameter of at most 1 dimension: torch's
     ``variance``), ``exp_avg_sq_row`` and ``exp_avg_sq_col`` (torch's ``row_var``/``col_var`` without their
     size-1 axis); scalar ``step``.

@@ -79,6 +79,8 @@ class NAdam(_TorchRule):
     comm : mpi4py communicator, optional
         Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
+    Notes
+    -----
     Slots ``exp_avg``, ``exp_avg_sq``; scalar ``mu_product``.
     """
 
@@ -170,6 +172,8 @@ class RAdam(_TorchRule):
     comm : mpi4py communicator, optional
         Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
+    Notes
+    -----
     Slots ``exp_avg``, ``exp_avg_sq``.
     """
 
@@ -236,6 +240,8 @@ class Adadelta(_TorchRule):
     comm : mpi4py communicator, optional
         Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
+    Notes
+    -----
     Slots ``square_avg``, ``acc_delta``.
     """
 
@@ -286,6 +292,8 @@ class ASGD(_TorchRule):
     comm : mpi4py communicator, optional
         Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
+    Notes
+    -----
     Slot ``ax`` (the average); scalars ``eta``, ``mu`` per learning rate.
     """
 
@@ -366,6 +374,8 @@ class Rprop(_TorchRule):
     comm : mpi4py communicator, optional
         Shards the state over the ranks (``optkernels.distributed``; bit-identical to one process).
 
+    Notes
+    -----
     Slots ``prev``, ``step_size``.
     """
 

@@ -72,6 +72,8 @@ class Adafactor(KernelOptimizer):
     maximize : bool
         Maximize the objective (False).
 
+    Notes
+    -----
     State: ``step``; ``variance`` (a parameter of at most 1 dimension) or ``row_var`` (shape ``(…, n, 1)``) and
     ``col_var`` (``(…, 1, m)``). A ``grad_scale``/``found_inf`` attribute raises torch's AssertionError.
     """

@@ -44,6 +44,8 @@ class RowWiseAdagrad(KernelOptimizer):
     max_norm : float
         > 0: the row-norm clip. Default 0.0.
 
+    Notes
+    -----
     State per parameter: ``sum``, float32 ``(p.shape[0],)`` (the parameter's dtype for float64). Dense
     gradients update every row; sparse COO gradients (sparse_dim 1) only their rows.
     """
