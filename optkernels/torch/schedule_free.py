@@ -64,15 +64,7 @@ class _ScheduleFree(KernelOptimizer):
         self._weights = weights
         for group in self.param_groups:
             k = group["k"]
-            lr_t, lr_max, weight_sum, c = schedule_free_weight(
-                k,
-                group["lr"],
-                group["warmup_steps"],
-                group["r"],
-                group["weight_lr_power"],
-                group["lr_max"],
-                group["weight_sum"],
-            )
+            lr_t, lr_max, weight_sum, c = _group_weight(group)
             weights[id(group)] = (lr_t, c, k + 1, lr_max, weight_sum)
         loss = super()._step(closure)
         # the groups' entries change only with a step that ran (a failed step changes nothing)
@@ -106,15 +98,7 @@ class _ScheduleFree(KernelOptimizer):
             ):
                 return False
             k = group["k"]
-            lr_t, lr_max, weight_sum, c = schedule_free_weight(
-                k,
-                group["lr"],
-                group["warmup_steps"],
-                group["r"],
-                group["weight_lr_power"],
-                group["lr_max"],
-                group["weight_sum"],
-            )
+            lr_t, lr_max, weight_sum, c = _group_weight(group)
             dtype, _positions, tensors, _members = plan.cpu[0]
             scalars = self._kernel_scalars(group, dtype, lr_t, c, k + 1)  # raises before any write
             launches.append((guard, plan.key[1][0], group["params"], tensors, scalars))
@@ -172,6 +156,19 @@ class _ScheduleFree(KernelOptimizer):
                 _views.view(z.to(p.device), kind, flat=True),
                 *lerp_scalars(dtype, weight),
             )
+
+
+def _group_weight(group: dict) -> tuple[float, float, float, float]:
+    """:func:`schedule_free_weight` of ``group``'s next step: ``(lr_t, lr_max, weight_sum, c)``."""
+    return schedule_free_weight(
+        group["k"],
+        group["lr"],
+        group["warmup_steps"],
+        group["r"],
+        group["weight_lr_power"],
+        group["lr_max"],
+        group["weight_sum"],
+    )
 
 
 def _steady_plans(opt: _ScheduleFree) -> list[tuple[dict, _Plan, Guard]] | None:
