@@ -661,20 +661,9 @@ def search_block(typingctx, out, out_base, values, base, top, table, table_base,
     ``table[table_base:table_base + 304]``: no table loads per element. ``out`` uint8, ``values`` float32,
     ``table`` int32 (1-D, contiguous), ``top`` a float32; only where :func:`register_search` is true
     (elsewhere it does nothing)."""
-    arrays = (out, values, table)
-    if not (
-        all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in arrays)
-        and out.dtype == types.uint8
-        and values.dtype == types.float32
-        and table.dtype == types.int32
-        and all(isinstance(i, types.Integer) for i in (out_base, base, table_base))
-        and top == types.float32
-        and isinstance(nan_low, types.Boolean)
-    ):
-        raise TypingError(
-            "search_block takes (uint8 array, int, float32 array, int, float32, int32 array, int, bool)"
-        )
-    return types.void(out, out_base, values, base, top, table, table_base, nan_low), _search_codegen
+    return _search_signature(
+        "search_block", out, out_base, values, base, top, table, table_base, nan_low
+    ), _search_codegen
 
 
 #: Where a :func:`search_dynamic_block` table keeps its decade lines (``dlo``, ``bnd`` per binade, then
@@ -792,6 +781,14 @@ def search_dynamic_block(typingctx, out, out_base, values, base, top, table, tab
     for negative keys), then one threshold ``t_j`` looked up by byte permutes (``vpermi2b``) settles it.
     Writes the keys over ``values[base:base + 256]``. Only where :func:`register_search` and
     :func:`byte_permutes` are true (elsewhere it does nothing)."""
+    return _search_signature(
+        "search_dynamic_block", out, out_base, values, base, top, table, table_base, nan_low
+    ), _dynamic_codegen
+
+
+def _search_signature(name, out, out_base, values, base, top, table, table_base, nan_low):
+    """The typing of :func:`search_block` and :func:`search_dynamic_block` (the same arguments):
+    their signature, or TypingError naming ``name``."""
     arrays = (out, values, table)
     if not (
         all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in arrays)
@@ -803,6 +800,6 @@ def search_dynamic_block(typingctx, out, out_base, values, base, top, table, tab
         and isinstance(nan_low, types.Boolean)
     ):
         raise TypingError(
-            "search_dynamic_block takes (uint8 array, int, float32 array, int, float32, int32 array, int, bool)"
+            f"{name} takes (uint8 array, int, float32 array, int, float32, int32 array, int, bool)"
         )
-    return types.void(out, out_base, values, base, top, table, table_base, nan_low), _dynamic_codegen
+    return types.void(out, out_base, values, base, top, table, table_base, nan_low)
