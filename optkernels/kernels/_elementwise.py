@@ -772,10 +772,13 @@ def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple 
     return namespace[element_name], call_args, digest
 
 
-def _fused_split_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
+def _fused_split_driver(
+    py_func: Callable, kinds: tuple, flags: tuple = (), cache: bool = True
+) -> Callable | None:
     """The fused loop split around torch's scalar tails (:data:`_CPU_FUSED_SPLIT`) where the rewritten
-    element function tests them (``_torch_tail.tail_variants``); None otherwise. Called as
-    ``driver(n, parts, *arguments)``: ``parts`` equal parts, one per thread of the calling thread's count."""
+    element function tests them (``_torch_tail.tail_variants``); None otherwise. A chunked entry, called as
+    ``driver(parallel, parts, n, parts, *arguments)``: ``n`` elements in ``parts`` equal parts (one per
+    thread of the calling thread's count). ``cache``: False for a fresh compile (:func:`._chunks.entry`)."""
     parts = _fused_parts(py_func, kinds, flags)
     if parts is None:
         return None
@@ -783,7 +786,7 @@ def _fused_split_driver(py_func: Callable, kinds: tuple, flags: tuple = ()) -> C
     split = _torch_tail_module().tail_variants(
         element_source, next(iter(inspect.signature(py_func).parameters))
     )
-    return None if split is None else _split_driver(py_func, namespace, split, params, call_args)
+    return None if split is None else _split_driver(py_func, namespace, split, params, call_args, cache)
 
 
 def _fused_function(py_func: Callable, kinds: tuple, flags: tuple, template: str, tag: str) -> tuple | None:
@@ -823,13 +826,13 @@ def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable
     return None if fused is None else _chunks.entry(fused[0], salt=fused[1])
 
 
-# The fused loop of an element function that tests torch's scalar tail (``_torch_tail.torch_tail``): the
-# elements are cut into one equal part per thread (bounds on multiples of :data:`SPLIT_ALIGN`), each part is
-# split where torch's tails begin and end, the body variant of the element function runs over the rest and
-# the tail variant over the tails (``_torch_tail.tail_variants``), so the vector loop carries no per-element
-# test (and, with an unsigned index, no test for a negative one). The tails (at most 2 × vector width − 1
-# elements per torch thread) run in a function of their own: a parfor body into which the element function
-# is inlined twice fails one of Numba's checks (NumbaIRAssumptionWarning).
+# The fused loop of an element function that tests torch's scalar tail (``_torch_tail.torch_tail``), as a
+# chunked launch (:mod:`._chunks`, no parfor) whose element is one part: the elements are cut into one equal
+# part per thread (bounds on multiples of :data:`SPLIT_ALIGN`), each part is split where torch's tails begin
+# and end, the body variant of the element function runs over the rest and the tail variant over the tails
+# (``_torch_tail.tail_variants``), so the vector loop carries no per-element test (and, with an unsigned
+# index, no test for a negative one). The tails (at most 2 × vector width − 1 elements per torch thread)
+# run in a function of their own, called rather than inlined a second time.
 _CPU_FUSED_SPLIT = """
 def {name}_tail(_lo, _hi, {args}):
     for _j in range(uint64(_lo), uint64(_hi)):
@@ -837,27 +840,26 @@ def {name}_tail(_lo, _hi, {args}):
 
 {name}_tail = njit(**options)({name}_tail)
 
-def {name}(n, _parts, {args}):
-    for _b in prange(_parts):
-        _i = min(n, (_b * n // _parts + {align} - 1) // {align} * {align})
-        _hi = min(n, ((_b + 1) * n // _parts + {align} - 1) // {align} * {align})
-        while _i < _hi:
-            _end = _hi
-            _in_tail = _i >= {tail_from}
-            if not _in_tail:
-                _chunk_end = {tail_from}
-                _tail_start = {tail_from}
-                if {chunk_tail} > 0:
-                    _chunk_end = (_i // {chunk} + 1) * {chunk}
-                    _tail_start = _chunk_end - {chunk_tail}
-                _in_tail = _i >= _tail_start
-                _end = min(_hi, _tail_start, {tail_from}) if not _in_tail else min(_hi, _chunk_end)
-            if _in_tail:
-                {name}_tail(_i, _end, {args})
-            else:
-                for _j in range(uint64(_i), uint64(_end)):
-                    body(_j, {call_args})
-            _i = _end
+def {name}(_part, _size, _shares, {args}):
+    _i = min(_size, (_part * _size // _shares + {align} - 1) // {align} * {align})
+    _hi = min(_size, ((_part + 1) * _size // _shares + {align} - 1) // {align} * {align})
+    while _i < _hi:
+        _end = _hi
+        _in_tail = _i >= {tail_from}
+        if not _in_tail:
+            _chunk_end = {tail_from}
+            _tail_start = {tail_from}
+            if {chunk_tail} > 0:
+                _chunk_end = (_i // {chunk} + 1) * {chunk}
+                _tail_start = _chunk_end - {chunk_tail}
+            _in_tail = _i >= _tail_start
+            _end = min(_hi, _tail_start, {tail_from}) if not _in_tail else min(_hi, _chunk_end)
+        if _in_tail:
+            {name}_tail(_i, _end, {args})
+        else:
+            for _j in range(uint64(_i), uint64(_end)):
+                body(_j, {call_args})
+        _i = _end
 """
 
 #: The split loop's parts begin and end on multiples of this many elements (whole cache lines of a half
@@ -866,10 +868,14 @@ SPLIT_ALIGN = 64
 
 
 def _split_driver(
-    py_func: Callable, namespace: dict, split: tuple, params: list, call_args: list
+    py_func: Callable, namespace: dict, split: tuple, params: list, call_args: list, cache: bool = True
 ) -> Callable:
-    """The fused CPU loop of ``py_func`` over its body and tail variants (see :data:`_CPU_FUSED_SPLIT`):
-    ``split`` is ``_torch_tail.tail_variants``' result, ``namespace`` the element function's globals."""
+    """The chunked entry of ``py_func``'s fused CPU loop over its body and tail variants (see
+    :data:`_CPU_FUSED_SPLIT`): ``entry(parallel, parts, n, parts, *arguments)``. ``split`` is
+    ``_torch_tail.tail_variants``' result, ``namespace`` the element function's globals.
+
+    The part function is simplified before it is linked (``_chunks.entry(views=True)``): the element
+    function's helpers are calls until then, and a loop holding a call is not vectorised."""
     body_source, tail_source, (tail_from, chunk, chunk_tail) = split
     filename = inspect.getfile(py_func)
     for source in (body_source, tail_source):
@@ -896,18 +902,14 @@ def _split_driver(
     )
     loop_namespace = {
         "__name__": py_func.__module__,
-        "prange": numba.prange,
         "uint64": np.uint64,
         "njit": numba.njit,
         "options": dict(cache=True, **_JIT_OPTIONS),
         "body": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[body_name]),
         "tail": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[tail_name]),
     }
-    exec(compile(source, filename, "exec"), loop_namespace)
-    function = loop_namespace[name]
-    function.__module__ = py_func.__module__
-    function.__qualname__ = name
-    return numba.njit(parallel=True, cache=True, **_JIT_OPTIONS)(function)
+    function = _chunks.define(name, source, py_func, loop_namespace)
+    return _chunks.entry(function, salt=source, cache=cache, views=True)
 
 
 def _torch_tail_module() -> Any:
@@ -963,8 +965,8 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
             if workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
                 driver(parallel_allowed(), n, *views)
                 return
-            if workspace is _SPLIT_WORKSPACE:  # the split fused loop: one part per thread
-                for_this_process(driver)(n, threads, *views)
+            if workspace is _SPLIT_WORKSPACE:  # the split fused loop, a chunked launch of one part per thread
+                driver(parallel_allowed(), threads, n, threads, *views)
                 return
             if workspace is None:
                 workspace = _workspace(len(half))
@@ -1024,8 +1026,10 @@ class HalfLauncher:
             if self._workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
                 self._driver(parallel_allowed(), n, *args)
                 return True
-            if self._workspace is _SPLIT_WORKSPACE:  # the split fused loop: one part per thread
-                for_this_process(self._driver)(n, threads, *args)
+            if (
+                self._workspace is _SPLIT_WORKSPACE
+            ):  # the split fused loop: a chunked launch, one part per thread
+                self._driver(parallel_allowed(), threads, n, threads, *args)
                 return True
             workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
             for_this_process(self._driver)(n, workspace, *args)
@@ -1037,8 +1041,8 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
     arrays of ``kinds`` and the constant ``flags``: the scalars' positions only in an all-bfloat16 call (a
     NaN scalar is passed as the default NaN there); the workspace is :data:`_NO_WORKSPACE` where the driver is
     the fused loop's chunked launch (called as ``driver(parallel, n, *arguments)``), :data:`_SPLIT_WORKSPACE`
-    where it is the split fused loop (called as ``driver(n, parts, *arguments)``), None where it is the
-    scratch loop (it takes :func:`_workspace`). Kept with the drivers, per kinds and flags."""
+    where it is the split fused loop's (``driver(parallel, parts, n, parts, *arguments)``), None where it is
+    the scratch loop (it takes :func:`_workspace`). Kept with the drivers, per kinds and flags."""
     drivers = ew.__dict__.setdefault("_half_drivers", {})
     key = ("plan", device, kinds, sr, flags)
     plan = drivers.get(key)
@@ -1063,7 +1067,7 @@ def _weight(workspace: np.ndarray | None) -> int:
 
 #: The workspace of a fused launch: a placeholder marking it (a chunked launch, which takes none).
 _NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
-#: The workspace of a split fused loop: a placeholder marking it (the loop takes its part count instead).
+#: The workspace of a split fused loop: a placeholder marking it (its entry takes its part count instead).
 _SPLIT_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
 _UINT16 = np.dtype(np.uint16)
 _HALF_KINDS = ("f16", "bf16")
