@@ -961,13 +961,10 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
             views[k] = type(a)(np.nan)
     extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
-        with parallel_launch(), _SerialBelow(n, _weight(workspace)) as threads:
-            if workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
-                driver(parallel_allowed(), n, *views)
-                return
-            if workspace is _SPLIT_WORKSPACE:  # the split fused loop, a chunked launch of one part per thread
-                driver(parallel_allowed(), threads, n, threads, *views)
-                return
+        if workspace is _NO_WORKSPACE or workspace is _SPLIT_WORKSPACE:
+            _launch_chunked(driver, workspace, n, views)
+            return
+        with parallel_launch(), _SerialBelow(n):
             if workspace is None:
                 workspace = _workspace(len(half))
             for_this_process(driver)(n, workspace, *views, *extra)
@@ -989,7 +986,7 @@ class HalfLauncher:
         Example arguments (arrays with their half dtypes, and scalars), as :meth:`Elementwise.launch` takes.
     """
 
-    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half", "_weight")
+    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half", "_chunked")
 
     def __init__(self, ew: Elementwise, args: tuple):
         kinds = _half_kinds(args)
@@ -1001,7 +998,7 @@ class HalfLauncher:
         self.flags = flags
         self._driver, half, scalars, self._workspace = _half_plan(ew, "cpu", kinds, False, flags)
         self._n_half = len(half)
-        self._weight = _weight(self._workspace)
+        self._chunked = self._workspace is _NO_WORKSPACE or self._workspace is _SPLIT_WORKSPACE
         self._nan_scalars = tuple(k for k in scalars if type(args[k]) in _FLOAT_SCALARS)
 
     def fits(self, args: tuple) -> bool:
@@ -1022,15 +1019,10 @@ class HalfLauncher:
             a = args[k]
             if a != a:
                 args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
-        with parallel_launch(), _SerialBelow(n, self._weight) as threads:
-            if self._workspace is _NO_WORKSPACE:  # the fused loop, a chunked launch
-                self._driver(parallel_allowed(), n, *args)
-                return True
-            if (
-                self._workspace is _SPLIT_WORKSPACE
-            ):  # the split fused loop: a chunked launch, one part per thread
-                self._driver(parallel_allowed(), threads, n, threads, *args)
-                return True
+        if self._chunked:
+            _launch_chunked(self._driver, self._workspace, n, args)
+            return True
+        with parallel_launch(), _SerialBelow(n):
             workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
             for_this_process(self._driver)(n, workspace, *args)
         return True
@@ -1060,9 +1052,20 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
     return plan
 
 
-def _weight(workspace: np.ndarray | None) -> int:
-    """The weight of one element (see :class:`_SerialBelow`) of a launch whose plan has ``workspace``."""
-    return SPLIT_ELEMENT_WEIGHT if workspace is _SPLIT_WORKSPACE else 1
+def _launch_chunked(driver: Callable, workspace: np.ndarray, n: int, args: Any) -> None:
+    """Launch a fused half loop's chunked entry over ``n`` elements: ``driver(parallel, n, *args)``, or for
+    a split loop (``workspace`` :data:`_SPLIT_WORKSPACE`) ``driver(parallel, parts, n, parts, *args)`` with
+    one part per thread of the calling thread's count. Below :data:`SERIAL_BELOW` float32 elements' worth
+    (an element of the split loop weighs :data:`SPLIT_ELEMENT_WEIGHT`) the entry runs on the calling
+    thread, as :class:`_SerialBelow` runs a parallel loop, without changing the thread count."""
+    split = workspace is _SPLIT_WORKSPACE
+    with parallel_launch():
+        parallel = n * (SPLIT_ELEMENT_WEIGHT if split else 1) >= SERIAL_BELOW and parallel_allowed()
+        if not split:
+            driver(parallel, n, *args)
+            return
+        parts = thread_mask()[0]() if parallel else 1
+        driver(parallel, parts, n, parts, *args)
 
 
 #: The workspace of a fused launch: a placeholder marking it (a chunked launch, which takes none).
