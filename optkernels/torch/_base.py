@@ -722,6 +722,7 @@ class KernelOptimizer(torch.optim.Optimizer):
                     chunks=tensors.chunks_without(others),
                     **pre,
                 )
+        half_scalars: dict = {}  # step -> the half launches' scalars, computed once per step value
         for entry in plan.single:
             k, kind, arrays, n, buffer = entry
             step = first if uniform else int(steps[k])
@@ -731,7 +732,9 @@ class KernelOptimizer(torch.optim.Optimizer):
             if (
                 kind == "cpu"
                 and prestep is None
-                and self._launch_half(plan, entry, group, raw, address, step, _grad_tail(params[k], given, k))
+                and self._launch_half(
+                    plan, entry, group, raw, address, step, _grad_tail(params[k], given, k), half_scalars
+                )
             ):
                 continue
             dtype = _views.FLOAT_DTYPES.get(params[k].dtype, _FLOAT32)
@@ -757,14 +760,24 @@ class KernelOptimizer(torch.optim.Optimizer):
             p.detach().copy_(copy)
 
     def _launch_half(
-        self, plan: _Plan, entry: tuple, group: dict, grad: torch.Tensor, address: int, step: int, tail: tuple
+        self,
+        plan: _Plan,
+        entry: tuple,
+        group: dict,
+        grad: torch.Tensor,
+        address: int,
+        step: int,
+        tail: tuple,
+        memo: dict,
     ) -> bool:
         """The step numbered ``step`` of ``plan``'s single ``entry`` where it is a float16/bfloat16 CPU
         parameter whose kernel takes torch's tail scalars (and no pre-step buffer): the same launch as
         ``kernel.launch`` makes, through a :class:`HalfLauncher` kept in the plan, with the parameter's and
         state's ``uint16`` views made once, and the gradient's (``grad``, whose data ``address`` is given)
         kept while its address stays. False (nothing done) for any other entry, or where the launcher
-        cannot serve the step (then ``kernel.launch`` does). ``tail``: torch's tails (:func:`_grad_tail`)."""
+        cannot serve the step (then ``kernel.launch`` does). ``tail``: torch's tails (:func:`_grad_tail`);
+        ``memo``: the group's scalars by step number, filled in during one step of the group (the tensors of
+        a group at one step share them)."""
         k, _, arrays, n, _ = entry
         kept = plan.half.get(k)
         if kept is None:
@@ -774,7 +787,10 @@ class KernelOptimizer(torch.optim.Optimizer):
         ew, bits, seen = kept[0], kept[1], kept[2]
         if ew is None:
             return False
-        scalars = self._scalars(group, step, _FLOAT32)[:-3] + tail
+        shared = memo.get(step)
+        if shared is None:
+            shared = memo[step] = self._scalars(group, step, _FLOAT32)[:-3]
+        scalars = shared + tail
         if seen is None or seen[0] != address:  # the gradient's bits, kept while its memory stays
             seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))
             if seen[0] is not None:
