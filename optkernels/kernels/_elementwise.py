@@ -304,13 +304,12 @@ _BASE_SOURCE = Elementwise._cpu_source
 class _SerialBelow:
     """Inside :func:`parallel_launch`: a parallel loop over fewer than :data:`SERIAL_BELOW` elements runs on
     the calling thread (this thread's Numba thread count set to 1, restored after), where a parallel
-    region's fork and join would cost more than the loop. ``weight``: float32 elements per element of the
-    loop (:data:`SPLIT_ELEMENT_WEIGHT` for the costlier ones)."""
+    region's fork and join would cost more than the loop."""
 
     __slots__ = ("n", "threads")
 
-    def __init__(self, n: int, weight: int = 1):
-        self.n = n * weight
+    def __init__(self, n: int):
+        self.n = n
         self.threads = 1
 
     def __enter__(self) -> int:
