@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from ._lowp import f32_bits, f32_from_bits
 
@@ -23,6 +24,23 @@ __all__ = ["torch_max_nan", "torch_nan"]
 
 _BF16_BODY, _BF16_TAIL = np.uint32(0xFFFF0000), np.uint32(0x7FC00000)
 _SIGN, _QUIET, _ALL_ONES = np.uint32(0x80000000), np.uint32(0x7FC00000), np.uint32(0xFFFFFFFF)
+
+
+@intrinsic
+def _is_nan_bits(typingctx, x):
+    """Whether the float32 ``x`` is a NaN, tested on its bits: ``(bits & 0x7FFFFFFF) > 0x7F800000`` (njit
+    only). The same answer as ``x != x``; vectorised, an integer AND and compare where that is a
+    floating-point compare (the vector loops of torch's bfloat16 rules are short of floating-point ports,
+    not of integer ones)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        magnitude = builder.and_(builder.bitcast(args[0], i32), ir.Constant(i32, 0x7FFFFFFF))
+        return builder.icmp_unsigned(">", magnitude, ir.Constant(i32, 0x7F800000))
+
+    return types.boolean(types.float32), codegen
 
 
 def torch_nan(x: Any, like: Any, tail: bool) -> Any:
@@ -38,11 +56,16 @@ def _torch_nan_compiled(x, like, tail):
     if like in (types.uint16, types.int8):  # bfloat16 (int8: in an all-bfloat16 call)
 
         def bf16(x, like, tail):
+            if not _is_nan_bits(x):
+                return x
+            return f32_from_bits(_BF16_TAIL if tail else _BF16_BODY)
+
+        def bf16_any(x, like, tail):  # a value of another type (not met in the half rules' float32 math)
             if x == x:
                 return x
             return f32_from_bits(_BF16_TAIL if tail else _BF16_BODY)
 
-        return bf16
+        return bf16 if x == types.float32 else bf16_any
     if like == types.int16:  # float16
 
         def f16(x, like, tail):
