@@ -11,7 +11,7 @@ import torch
 
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
-from . import _views
+from . import _memory, _views
 from ._base import (
     KernelOptimizer,
     _contiguous,
@@ -47,7 +47,9 @@ class RowWiseAdagrad(KernelOptimizer):
     Notes
     -----
     State per parameter: ``sum``, float32 ``(p.shape[0],)`` (the parameter's dtype for float64). Dense
-    gradients update every row; sparse COO gradients (sparse_dim 1) only their rows.
+    gradients update every row; sparse COO gradients (sparse_dim 1) only their rows. A CPU table of 4 MiB
+    or more (on Linux) is moved onto transparent huge pages when its state is made (up to 1 GiB: a copy
+    made once; larger tables are only advised), which changes no value.
     """
 
     sparse_grads = "yes"
@@ -147,6 +149,10 @@ class RowWiseAdagrad(KernelOptimizer):
         )
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
+        """The ``sum`` state of ``p``, zeros; a large CPU table is moved onto huge pages as its state is made
+        (:func:`._memory.advise_table`): each step reads and writes rows scattered over the table, each on
+        a page of its own, where 4 KiB pages cost a TLB miss and a page walk per row."""
+        _memory.advise_table(p)
         dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
         return torch.zeros(p.shape[:1], dtype=dtype, device=p.device)
 
