@@ -99,30 +99,29 @@ class RowWiseAdagrad(KernelOptimizer):
         if g is None or g.layout is not torch.sparse_coo or p.layout is not torch.strided:
             return False
         dtype = p.dtype
-        if dtype not in _TABLE_DTYPES or p.device.type != "cpu" or _views.device_kind(p) != "cpu":
-            return False  # (a CPU tensor takes the CUDA path under the test suite's simulated CUDA)
-        if not p.is_contiguous():
+        if dtype not in _TABLE_DTYPES or not _views.host_cpu(p) or not p.is_contiguous():
             return False
-        if g.dtype != dtype or g.device != p.device or g.shape != p.shape or g.sparse_dim() != 1:
+        if g.dtype != dtype or not g.is_cpu or g.shape != p.shape or g.sparse_dim() != 1:
             return False
         h = self.state.get(p, {}).get("sum")
         if not (
             isinstance(h, torch.Tensor)
             and h.dtype == dtype
-            and h.device == p.device
+            and h.is_cpu
             and h.shape == p.shape[:1]
             and h.is_contiguous()
         ):
             return False
-        indices, values = g._indices()[0], g._values()
-        if not (indices.is_contiguous() and values.is_contiguous()):
+        # the index row through NumPy (torch's indexing is the slowest of these reads)
+        indices, values = g._indices().numpy()[0], g._values()
+        if not (indices.flags.c_contiguous and values.is_contiguous()):
             return False
         self._check_hyper(group)
         rowwise_adagrad(
             p.detach().numpy(),
             h.detach().numpy(),
             values.detach().numpy(),
-            indices.numpy(),
+            indices,
             **self._hyper(group),
         )
         return True
