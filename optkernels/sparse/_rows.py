@@ -11,7 +11,7 @@ definition, with each distinct row's summed gradient computed on the fly:
   compiled), compiled once per update and dtypes as a plain function. The first worker to arrive builds the
   merge plan by calling the plan worker (:func:`~optkernels.sparse._plan.plan_worker`, compiled once for
   every update: range check, stable radix sort of the positions) with its own arguments, while the others
-  wake up and stream the gradient into the caches; the distinct rows are cut into runs of about equal cost
+  wake up and stream the gradient into the caches; the distinct rows are cut into runs of decreasing cost
   (:func:`~optkernels.sparse._plan.fill_balanced_tasks`),
   which the threads take from a shared atomic counter. For each row, its gradient rows are gathered and added
   into a row buffer in order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f``
