@@ -163,10 +163,12 @@ def test_rowwise_adagrad_moves_a_large_table_onto_huge_pages_changing_no_bits(mo
         with monkeypatch.context() as m:
             m.setattr(_memory, "placed", lambda p: False)
             b.step()
-    storage = advised.untyped_storage()
     assert [c[1:] for c in calls] == [(LARGE * 4, 14), (LARGE * 4, 25)]
-    assert all(c[0] == storage.data_ptr() for c in calls)
+    assert all(c[0] == advised.data_ptr() for c in calls)
     assert torch.equal(advised, plain) and not torch.equal(advised, table)
     assert torch.equal(a.state[advised]["sum"], b.state[plain]["sum"])
     calls.clear()
     assert not _memory.advise_table(torch.zeros(LARGE - 1)) and not calls
+    storage = torch.zeros(4 * LARGE)
+    _memory.advise_table(storage[LARGE : 2 * LARGE])  # a view: its own bytes, not its storage's
+    assert [c[:2] for c in calls] == [(storage.data_ptr() + LARGE * 4, LARGE * 4)] * 2

@@ -83,10 +83,11 @@ def zeros_like(p: torch.Tensor) -> torch.Tensor:
 
 
 def advise_table(p: torch.Tensor) -> bool:
-    """Ask Linux to keep ``p``'s memory on transparent huge pages (``madvise(MADV_HUGEPAGE)`` over its
-    storage's 2 MiB-aligned pages) and, for storage of at most :data:`COLLAPSE_BYTES`, to move it there now
-    (``MADV_COLLAPSE``, Linux 6.1 and later: a copy made once, here); values, layout and addresses do not
-    change. Only where :func:`placed` (large CPU tensors on Linux); nothing otherwise.
+    """Ask Linux to keep ``p``'s memory on transparent huge pages (``madvise(MADV_HUGEPAGE)`` over the
+    2 MiB-aligned pages of its bytes, or of its storage when it is not contiguous) and, for at most
+    :data:`COLLAPSE_BYTES`, to move it there now (``MADV_COLLAPSE``, Linux 6.1 and later: a copy made once,
+    here); values, layout and addresses do not change. Only where :func:`placed` (large CPU tensors on
+    Linux); nothing otherwise.
 
     Args:
         p: the table (a parameter read and written row by row at scattered rows).
@@ -96,8 +97,11 @@ def advise_table(p: torch.Tensor) -> bool:
     """
     if not placed(p):
         return False
-    storage = p.untyped_storage()
-    address, nbytes = storage.data_ptr(), storage.nbytes()
+    if p.is_contiguous():  # its own bytes (a view's storage may be far larger)
+        address, nbytes = p.data_ptr(), p.numel() * p.element_size()
+    else:
+        storage = p.untyped_storage()
+        address, nbytes = storage.data_ptr(), storage.nbytes()
     if not _madvise_huge(address, nbytes) or nbytes > COLLAPSE_BYTES:
         return False
     return _madvise_huge(address, nbytes, _MADV_COLLAPSE)
