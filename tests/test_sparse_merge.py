@@ -197,17 +197,3 @@ def test_sparse_kernels_work_without_numba_cuda():
                             cwd=root)
     assert result.returncode == 0, result.stderr
 
-
-def test_plan_tasks_decrease_for_the_row_loops_and_stay_equal_for_merge():
-    """16 distinct rows of one occurrence each, no per-row cost, 4 tasks: the row loops' plan cuts runs of
-    7, 5, 3, 1 rows ((2(n - t) - 1) / n² of 16), merge_duplicates' tasks 4 of 4; a Zipf-like head row
-    alone fills the first run of either."""
-    from optkernels.sparse._plan import fill_balanced_tasks
-
-    starts = np.arange(17, dtype=np.int64)
-    bounds = np.zeros(5, np.int64)
-    assert fill_balanced_tasks(starts, 16, bounds, 0, True) == 4
-    assert np.diff(bounds).tolist() == [7, 5, 3, 1]
-    assert fill_balanced_tasks(starts, 16, bounds, 0) == 4 and np.diff(bounds).tolist() == [4, 4, 4, 4]
-    head = np.concatenate([[0], 100 + np.arange(16)]).astype(np.int64)  # row 0: 100 occurrences
-    assert fill_balanced_tasks(head, 16, bounds, 0, True) == 4 and bounds[1] == 1 and bounds[4] == 16
