@@ -200,14 +200,28 @@ def row_loop_arguments(
     it) and counters (``space.sync``, see :data:`~optkernels.sparse._plan.SYNC_SLOTS`)."""
     workers = worker_count()
     n_scratch = workers * scratch_rows
-    row_bytes = grad.shape[1] * grad.itemsize
+    row_len, itemsize = grad.shape[1], grad.itemsize
     n = indices.shape[0]
-    space = reused_plan_space(n, workers * TASKS_PER_THREAD, n_scratch * row_bytes)
-    positions = position_example(n).dtype
-    scratch = array_fields(space.extra, (n_scratch, grad.shape[1]), grad.itemsize)
-    plan = plan_worker(indices.dtype, positions).address
+    space = reused_plan_space(n, workers * TASKS_PER_THREAD, n_scratch * row_len * itemsize)
+    key = (space.extra, n_scratch, row_len, itemsize, indices.dtype, n < 2**31)
+    fixed = _FIXED_ARGUMENTS.get(key)
+    if fixed is None:
+        if len(_FIXED_ARGUMENTS) >= 64:
+            _FIXED_ARGUMENTS.clear()
+        positions = position_example(n).dtype
+        scratch = array_fields(space.extra, (n_scratch, row_len), itemsize)
+        fixed = _FIXED_ARGUMENTS[key] = (positions, plan_worker(indices.dtype, positions).address, scratch)
+    positions, plan, scratch = fixed
     head = (*space.args(indices, limit, stop_at_bad, STATE_ROW_COST * n_states), plan, scratch)
     return head, positions, space
+
+
+#: The positions' dtype, the plan worker's address and the scratch rows' fields of
+#: :func:`row_loop_arguments`, which depend only on their key (the scratch's address and shape, the
+#: item size, the index dtype, the positions' size): a launch finds them in one look-up, where making
+#: them cost more with cold caches (between training steps). A stale entry (its memory since freed) is
+#: still right for a new workspace at the same address.
+_FIXED_ARGUMENTS: dict[tuple, tuple] = {}
 
 
 def launch_config(n: int) -> tuple[int, int]:
@@ -338,9 +352,9 @@ class RowUpdate:
                 call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
             )
             worker.launch(None, args)
-            bad = space.sync[3] - 1
+            bad = space.sync.item(3) - 1
             if bad >= 0:
-                raise call.out_of_range_error(int(bad))
+                raise call.out_of_range_error(bad)
             return
         n_rows = call.plan.rows.shape[0]
         if n_rows == 0 or call.row_len == 0:
