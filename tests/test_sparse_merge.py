@@ -196,4 +196,3 @@ def test_sparse_kernels_work_without_numba_cuda():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             cwd=root)
     assert result.returncode == 0, result.stderr
-
