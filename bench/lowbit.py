@@ -179,8 +179,20 @@ def rowwise_steps(suite: Suite, rows: int, dim: int, count: int, rounds: int) ->
     of_limit = paired_ratio(samples[ROWWISE_LIMIT], samples[ROWWISE_KERNEL])
     suite.note(f"lowbit: row-wise Adagrad's memory limit (its rows and bytes, no merge) is {limit:.2f}x torch's "
                f"sparse Adagrad (paired); the kernel on NumPy views runs at {of_limit:.0%} of the limit's speed")
-    if optional("fbgemm_gpu") is None:
-        suite.note("lowbit: fbgemm-gpu-cpu not installed, FBGEMM's CPU row-wise Adagrad not measured")
+    suite.note(f"lowbit: FBGEMM's CPU row-wise Adagrad not measured: {fbgemm_unavailable(torch)}")
+
+
+def fbgemm_unavailable(torch) -> str:
+    """Why FBGEMM's CPU row-wise Adagrad is not in the run: fbgemm-gpu-cpu is not installed, or it does not
+    load against this torch (each release is built against one torch: its training ops then miss libtorch
+    symbols, seen with 1.9.0 and the 2026.10.16 nightly against torch 2.13.0)."""
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except ImportError:
+        return "fbgemm-gpu-cpu not installed"
+    except OSError as error:
+        return f"fbgemm-gpu-cpu does not load against torch {torch.__version__} ({str(error)[:120]})"
+    return "no FBGEMM row in this bench yet (fbgemm-gpu-cpu loads: add its TBE row-wise Adagrad)"
 
 
 def rowwise_targets(rows: list[Row], verdict) -> list[str]:

@@ -147,3 +147,16 @@ def test_packed_arguments_arrive_as_given():
     out = np.zeros(8)
     run_parts(1, _echo, (table, True, np.int32(-7), np.float32(0.1), 2.5, -(2**40), out))
     assert out.tolist() == [3, 4, 5, 1, -7, float(np.float32(0.1)), 2.5, -(2.0**40)]
+
+
+def test_plan_tasks_decrease_for_the_row_loops_and_stay_equal_for_merge():
+    """16 distinct rows of one occurrence each, no per-row cost, 4 tasks: the row loops' plan cuts runs of
+    7, 5, 3, 1 rows ((2(n - t) - 1) / n² of 16), merge_duplicates' tasks 4 of 4; a Zipf-like head row
+    alone fills the first run of either."""
+    starts = np.arange(17, dtype=np.int64)
+    bounds = np.zeros(5, np.int64)
+    assert fill_balanced_tasks(starts, 16, bounds, 0, True) == 4
+    assert np.diff(bounds).tolist() == [7, 5, 3, 1]
+    assert fill_balanced_tasks(starts, 16, bounds, 0) == 4 and np.diff(bounds).tolist() == [4, 4, 4, 4]
+    head = np.concatenate([[0], 100 + np.arange(16)]).astype(np.int64)  # row 0: 100 occurrences
+    assert fill_balanced_tasks(head, 16, bounds, 0, True) == 4 and bounds[1] == 1 and bounds[4] == 16

@@ -136,3 +136,39 @@ def test_placed_only_where_safe(monkeypatch):
     monkeypatch.setattr(_memory.sys, "platform", "darwin")
     large = torch.zeros(LARGE)
     assert not _memory.placed(large) and _memory.zeros_like(large).untyped_storage().resizable()
+
+
+@linux_only
+def test_rowwise_adagrad_moves_a_large_table_onto_huge_pages_changing_no_bits(monkeypatch):
+    """RowWiseAdagrad advises a placed table's own storage (huge pages, then the collapse) once, as it makes
+    the state; the steps' bits are those of an unadvised table. A small table is not advised."""
+    calls = []
+    advise = _memory._madvise_huge
+
+    def recording(address, nbytes, advice=_memory._MADV_HUGEPAGE):
+        calls.append((address, nbytes, advice))
+        return advise(address, nbytes, advice)
+
+    monkeypatch.setattr(_memory, "_madvise_huge", recording)
+    rng = np.random.default_rng(4)
+    table = torch.from_numpy(rng.standard_normal((LARGE // 64, 64), dtype=np.float32))
+    advised, plain = torch.nn.Parameter(table.clone()), torch.nn.Parameter(table.clone())
+    a, b = okt.RowWiseAdagrad([advised], lr=0.1), okt.RowWiseAdagrad([plain], lr=0.1)
+    for _ in range(2):
+        idx = torch.from_numpy(rng.integers(0, LARGE // 64, 300))
+        values = torch.from_numpy(rng.standard_normal((300, 64), dtype=np.float32))
+        advised.grad = torch.sparse_coo_tensor(idx[None], values, advised.shape)
+        plain.grad = torch.sparse_coo_tensor(idx[None], values.clone(), plain.shape)
+        a.step()
+        with monkeypatch.context() as m:
+            m.setattr(_memory, "placed", lambda p: False)
+            b.step()
+    assert [c[1:] for c in calls] == [(LARGE * 4, 14), (LARGE * 4, 25)]
+    assert all(c[0] == advised.data_ptr() for c in calls)
+    assert torch.equal(advised, plain) and not torch.equal(advised, table)
+    assert torch.equal(a.state[advised]["sum"], b.state[plain]["sum"])
+    calls.clear()
+    assert not _memory.advise_table(torch.zeros(LARGE - 1)) and not calls
+    storage = torch.zeros(4 * LARGE)
+    _memory.advise_table(storage[LARGE : 2 * LARGE])  # a view: its own bytes, not its storage's
+    assert [c[:2] for c in calls] == [(storage.data_ptr() + LARGE * 4, LARGE * 4)] * 2

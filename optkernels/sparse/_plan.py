@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from ..kernels._intrinsics import fetch_add
+from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_write
 from ..kernels._workers import PackedWorker, array_fields, data_address, packed
 
 _JIT = dict(cache=True, error_model="numpy", fastmath=False)
@@ -55,11 +55,15 @@ def _first_out_of_range(indices, limit):
 
 
 @numba.njit(cache=True)
-def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
+def fill_balanced_tasks(starts, n_rows, bounds, row_cost, decreasing=False):
     """Cut the distinct rows ``0 .. n_rows - 1`` into at most ``len(bounds) - 1`` runs of about equal cost,
     a run's cost being its gradient rows (from ``starts``) plus ``row_cost`` per distinct row; write the
     boundaries into ``bounds[:n_tasks + 1]`` and return ``n_tasks`` (0 when there are no rows). A Zipf
-    batch's first few rows hold half its gradient rows, so equal numbers of rows would not balance."""
+    batch's first few rows hold half its gradient rows, so equal numbers of rows would not balance.
+
+    ``decreasing``: runs of linearly decreasing cost instead (run ``t`` of ``n`` about ``(2(n - t) - 1) /
+    n²`` of the total), for threads that take the runs in order from a shared counter: the last runs are
+    short, so the threads run out of work at about the same time."""
     bounds[0] = 0
     if n_rows == 0:
         return 0
@@ -69,7 +73,11 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost):
     total = (starts[n_rows] - starts[0]) + row_cost * n_rows
     j = 0
     for t in range(1, n_tasks):
-        target = total * t // n_tasks
+        if decreasing:
+            rest = n_tasks - t
+            target = total - total * rest * rest // (n_tasks * n_tasks)
+        else:
+            target = total * t // n_tasks
         while j < n_rows and (starts[j] - starts[0]) + row_cost * j < target:
             j += 1
         bounds[t] = j
@@ -101,8 +109,8 @@ PLAN_ARGS = "indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts
 
 def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, starts, bounds, row_cost, sync):
     """Write the merge plan of ``indices`` into the given buffers and cut its rows into at most
-    ``len(bounds) - 1`` tasks of about equal cost (:func:`fill_balanced_tasks`, ``row_cost`` per distinct
-    row); publish in ``sync`` (see :data:`SYNC_SLOTS`) the plan's length, the first bad position + 1 and,
+    ``len(bounds) - 1`` tasks of decreasing cost (:func:`fill_balanced_tasks`, ``row_cost`` per distinct
+    row: the row loops' threads take them in order); publish in ``sync`` (see :data:`SYNC_SLOTS`) the plan's length, the first bad position + 1 and,
     last, the number of tasks + 1 (1 when an index is bad: no tasks). The body of :func:`plan_worker`.
 
     The plan (see :class:`MergePlan`) is ``rows[:n_rows]``, ``starts[:n_rows + 1]``, ``order[:n_kept]``.
@@ -119,7 +127,20 @@ def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, sta
     n = indices.shape[0]
     kept = 0
     largest = 0
+    # The passes below write the positions (order, order_tmp: the sort's scattered writes), the rows and
+    # the starts; between steps those buffers are cold. The first pass, a read of the indices, prefetches
+    # them for writing, a line per position (order) or per 8 positions (rows, starts: 8-byte items).
+    positions_2d, spare_2d = order.reshape(1, n), order_tmp.reshape(1, n)
+    rows_2d, starts_2d = rows.reshape(1, n), starts.reshape(1, n + 1)
+    position_mask = CACHE_LINE_BYTES // order.itemsize - 1
+    row_mask = CACHE_LINE_BYTES // rows.itemsize - 1
     for k in range(n):
+        if (k & position_mask) == 0:
+            prefetch_write(positions_2d, 0, k)
+            prefetch_write(spare_2d, 0, k)
+        if (k & row_mask) == 0:
+            prefetch_write(rows_2d, 0, k)
+            prefetch_write(starts_2d, 0, k)
         x = np.int64(indices[k])
         if x >= 0 and (limit < 0 or x < limit):
             kept += 1
@@ -175,7 +196,7 @@ def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, sta
             n_rows += 1
             previous = x
     starts[n_rows] = kept
-    n_tasks = inline_fill_balanced_tasks(starts, n_rows, bounds, row_cost)
+    n_tasks = inline_fill_balanced_tasks(starts, n_rows, bounds, row_cost, True)
     fetch_add(sync, 5, n_rows)
     fetch_add(sync, 6, kept)
     fetch_add(sync, 1, n_tasks + 1)

@@ -11,7 +11,7 @@ definition, with each distinct row's summed gradient computed on the fly:
   compiled), compiled once per update and dtypes as a plain function. The first worker to arrive builds the
   merge plan by calling the plan worker (:func:`~optkernels.sparse._plan.plan_worker`, compiled once for
   every update: range check, stable radix sort of the positions) with its own arguments, while the others
-  wake up and stream the gradient into the caches; the distinct rows are cut into runs of about equal cost
+  wake up and stream the gradient into the caches; the distinct rows are cut into runs of decreasing cost
   (:func:`~optkernels.sparse._plan.fill_balanced_tasks`),
   which the threads take from a shared atomic counter. For each row, its gradient rows are gathered and added
   into a row buffer in order of appearance (``g = g_1; g += g_2; ...``, in the arrays' dtype), then ``f``
@@ -200,14 +200,28 @@ def row_loop_arguments(
     it) and counters (``space.sync``, see :data:`~optkernels.sparse._plan.SYNC_SLOTS`)."""
     workers = worker_count()
     n_scratch = workers * scratch_rows
-    row_bytes = grad.shape[1] * grad.itemsize
+    row_len, itemsize = grad.shape[1], grad.itemsize
     n = indices.shape[0]
-    space = reused_plan_space(n, workers * TASKS_PER_THREAD, n_scratch * row_bytes)
-    positions = position_example(n).dtype
-    scratch = array_fields(space.extra, (n_scratch, grad.shape[1]), grad.itemsize)
-    plan = plan_worker(indices.dtype, positions).address
+    space = reused_plan_space(n, workers * TASKS_PER_THREAD, n_scratch * row_len * itemsize)
+    key = (space.extra, n_scratch, row_len, itemsize, indices.dtype, n < 2**31)
+    fixed = _FIXED_ARGUMENTS.get(key)
+    if fixed is None:
+        if len(_FIXED_ARGUMENTS) >= 64:
+            _FIXED_ARGUMENTS.clear()
+        positions = position_example(n).dtype
+        scratch = array_fields(space.extra, (n_scratch, row_len), itemsize)
+        fixed = _FIXED_ARGUMENTS[key] = (positions, plan_worker(indices.dtype, positions).address, scratch)
+    positions, plan, scratch = fixed
     head = (*space.args(indices, limit, stop_at_bad, STATE_ROW_COST * n_states), plan, scratch)
     return head, positions, space
+
+
+#: The positions' dtype, the plan worker's address and the scratch rows' fields of
+#: :func:`row_loop_arguments`, which depend only on their key (the scratch's address and shape, the
+#: item size, the index dtype, the positions' size): a launch finds them in one look-up, where making
+#: them cost more with cold caches (between training steps). A stale entry (its memory since freed) is
+#: still right for a new workspace at the same address.
+_FIXED_ARGUMENTS: dict[tuple, tuple] = {}
 
 
 def launch_config(n: int) -> tuple[int, int]:
@@ -338,9 +352,9 @@ class RowUpdate:
                 call.indices, call.num_rows, not call.drop, call.rows_2d(), scalars
             )
             worker.launch(None, args)
-            bad = space.sync[3] - 1
+            bad = space.sync.item(3) - 1
             if bad >= 0:
-                raise call.out_of_range_error(int(bad))
+                raise call.out_of_range_error(bad)
             return
         n_rows = call.plan.rows.shape[0]
         if n_rows == 0 or call.row_len == 0:

@@ -114,7 +114,7 @@ def launch_cpu(
         indices, num_rows, not drop, n_states, arrays[0], update.work_rows(arrays[0].shape[1])
     )
     update.cpu_worker(indices.dtype, positions, arrays, scalars).launch(None, (*head, *arrays, *scalars))
-    return int(space.sync[3]) - 1
+    return space.sync.item(3) - 1
 
 
 @numba.njit(inline="always", **JIT_OPTIONS)

@@ -8,7 +8,9 @@ start at different offsets within a 4 KiB page (stores of one array and the next
 look alike to the processor's store-to-load check, which compares the address bits below 4 KiB: worst for
 arrays 48 or 64 bytes apart). :func:`zeros_like` gives a new large state tensor both: huge pages, and the
 parameter's offset within a page. Its values, dtype, device, shape and strides are those of
-``torch.zeros_like``.
+``torch.zeros_like``. :func:`advise_table` moves a large parameter that a step reads row by row at
+scattered places (an embedding table) onto huge pages: one TLB entry and page walk per 2 MiB instead of one
+per row.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 import numpy as np
 import torch
 
-__all__ = ["HUGE_PAGE_THRESHOLD", "zeros_like"]
+__all__ = ["COLLAPSE_BYTES", "HUGE_PAGE_THRESHOLD", "advise_table", "zeros_like"]
 
 #: NumPy's threshold for asking for huge pages (bytes): state tensors this large are placed by
 #: :func:`zeros_like`.
@@ -27,15 +29,21 @@ HUGE_PAGE_THRESHOLD = 1 << 22
 _HUGE_PAGE = 1 << 21
 _PAGE = 1 << 12
 _MADV_HUGEPAGE = 14
+_MADV_COLLAPSE = 25
+
+#: The largest table (bytes) :func:`advise_table` moves onto huge pages at once (the kernel copies
+#: it); larger ones are left to the kernel's background collapsing.
+COLLAPSE_BYTES = 1 << 30
 
 
-def _madvise_huge(address: int, nbytes: int) -> None:
-    """Ask for huge pages over the 2 MiB-aligned pages inside ``[address, address + nbytes)`` (ignored
-    where the kernel does not know the advice)."""
+def _madvise_huge(address: int, nbytes: int, advice: int = _MADV_HUGEPAGE) -> bool:
+    """Give ``advice`` (default: huge pages) over the 2 MiB-aligned pages inside ``[address, address +
+    nbytes)``; whether the kernel took it (it refuses an advice it does not know)."""
     lo = -(-address // _HUGE_PAGE) * _HUGE_PAGE
     hi = (address + nbytes) // _HUGE_PAGE * _HUGE_PAGE
-    if hi > lo:
-        ctypes.CDLL(None).madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_HUGEPAGE)
+    if hi <= lo:
+        return False
+    return ctypes.CDLL(None).madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), advice) == 0
 
 
 def placed(p: torch.Tensor) -> bool:
@@ -72,3 +80,28 @@ def zeros_like(p: torch.Tensor) -> torch.Tensor:
     _madvise_huge(memory.ctypes.data, nbytes)
     storage = torch.from_numpy(memory).untyped_storage()  # holds the NumPy array while it lives
     return torch.empty(0, dtype=p.dtype).set_(storage, 0, p.shape, strides).zero_()
+
+
+def advise_table(p: torch.Tensor) -> bool:
+    """Ask Linux to keep ``p``'s memory on transparent huge pages (``madvise(MADV_HUGEPAGE)`` over the
+    2 MiB-aligned pages of its bytes, or of its storage when it is not contiguous) and, for at most
+    :data:`COLLAPSE_BYTES`, to move it there now (``MADV_COLLAPSE``, Linux 6.1 and later: a copy made once,
+    here); values, layout and addresses do not change. Only where :func:`placed` (large CPU tensors on
+    Linux); nothing otherwise.
+
+    Args:
+        p: the table (a parameter read and written row by row at scattered rows).
+
+    Returns:
+        Whether the memory was moved onto huge pages now (False: not placed, too large, or refused).
+    """
+    if not placed(p):
+        return False
+    if p.is_contiguous():  # its own bytes (a view's storage may be far larger)
+        address, nbytes = p.data_ptr(), p.numel() * p.element_size()
+    else:
+        storage = p.untyped_storage()
+        address, nbytes = storage.data_ptr(), storage.nbytes()
+    if not _madvise_huge(address, nbytes) or nbytes > COLLAPSE_BYTES:
+        return False
+    return _madvise_huge(address, nbytes, _MADV_COLLAPSE)

@@ -67,6 +67,12 @@ def device_kind(t: torch.Tensor) -> str:
     raise TypeError(f"optkernels.torch runs on CPU and CUDA tensors, got a tensor on {t.device}")
 
 
+def host_cpu(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a CPU tensor that :func:`device_kind` calls ``'cpu'`` (not under
+    :func:`simulate_cuda`), in two attribute reads (no ``torch.device`` made)."""
+    return t.is_cpu and not _SIMULATED[0]
+
+
 def host_view(t: torch.Tensor) -> np.ndarray:
     """The NumPy array sharing ``t``'s memory (a CPU tensor; writes go to the tensor). A bfloat16 or float16
     tensor is seen through its 16-bit integers (torch exports no bfloat16 to NumPy) as ``ml_dtypes.bfloat16``
