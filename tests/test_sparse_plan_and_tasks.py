@@ -4,7 +4,7 @@ import numba
 import numpy as np
 import pytest
 
-from optkernels.kernels._intrinsics import fetch_add, prefetch_read, prefetch_write
+from optkernels.kernels._intrinsics import fetch_add, prefetch_read, prefetch_read_far, prefetch_write
 from optkernels.sparse._plan import RADIX_BITS, balanced_tasks, fill_balanced_tasks, plan_in_range, plan_merge
 
 
@@ -93,6 +93,7 @@ def _prefetch_everything(a, b):
     for i in range(a.shape[0]):
         for j in range(a.shape[1]):
             prefetch_read(a, i, j)
+            prefetch_read_far(a, np.int64(i), j)
             prefetch_write(b, np.int32(i), j)
     return a.sum() + b.sum()
 
@@ -108,6 +109,8 @@ def test_prefetch_changes_nothing():
 def test_intrinsics_reject_wrong_arguments():
     with pytest.raises(numba.core.errors.TypingError):
         numba.njit(lambda a: prefetch_read(a, 0, 0))(np.zeros(3))  # 1-D
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda a: prefetch_read_far(a, 0, 0.5))(np.zeros((3, 3)))  # float index
     with pytest.raises(numba.core.errors.TypingError):
         numba.njit(lambda a: fetch_add(a, 0, 1))(np.zeros(3, np.int32))  # not int64
 

@@ -3,7 +3,8 @@
 * :func:`prefetch_read` / :func:`prefetch_write`: a software prefetch (LLVM's ``llvm.prefetch``; on x86
   ``prefetcht0`` / ``prefetchw``) of the cache line holding ``a[i, j]`` of a 2-D array. It never faults and
   never changes a value: it only asks the memory system to start loading the line, so that a loop over
-  scattered rows overlaps their cache misses instead of waiting for each in turn.
+  scattered rows overlaps their cache misses instead of waiting for each in turn. :func:`prefetch_read_far`
+  (x86 ``prefetcht1``) loads the line into the caches below the first only, for lines needed further ahead.
 * :func:`fetch_add`: an atomic ``a[i] += value`` on an int64 array that returns the old value (LLVM's
   ``atomicrmw add``). The sparse row loops hand out their tasks with it: a thread that is late (woken from
   sleep, or sharing its core with another program) simply takes fewer tasks. Which thread runs a task never
@@ -63,7 +64,7 @@ CACHE_LINE_BYTES = 64
 _I32 = ir.IntType(32)
 
 
-def _prefetch_codegen(write: int):
+def _prefetch_codegen(write: int, locality: int = 3):
     def codegen(context, builder, signature, args):
         array_type = signature.args[0]
         array = context.make_array(array_type)(context, builder, args[0])
@@ -77,8 +78,9 @@ def _prefetch_codegen(write: int):
         function = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, _I32, _I32, _I32]), name
         )
-        # (address, read 0 / write 1, locality 3 = keep in all cache levels, data cache 1)
-        builder.call(function, [pointer, _I32(write), _I32(3), _I32(1)])
+        # (address, read 0 / write 1, locality: 3 = keep in all cache levels, 2 = not in the first, data
+        # cache 1)
+        builder.call(function, [pointer, _I32(write), _I32(locality), _I32(1)])
         return context.get_dummy_value()
 
     return codegen
@@ -99,6 +101,14 @@ def prefetch_read(typingctx, array, i, j):
     """Prefetch the cache line of ``array[i, j]`` (2-D array) for reading; no effect on values."""
     _check_2d(array, i, j)
     return types.void(array, i, j), _prefetch_codegen(0)
+
+
+@intrinsic
+def prefetch_read_far(typingctx, array, i, j):
+    """Prefetch the cache line of ``array[i, j]`` (2-D array) for reading into the caches below the first
+    (x86 ``prefetcht1``: no first-level miss buffer held while it is fetched); no effect on values."""
+    _check_2d(array, i, j)
+    return types.void(array, i, j), _prefetch_codegen(0, 2)
 
 
 @intrinsic

@@ -65,6 +65,13 @@ TASKS_PER_THREAD = 8
 PREFETCH_GRAD_ROWS = 16
 PREFETCH_STATE_ROWS = 4
 
+#: How many gradient rows and distinct rows ahead the whole-row loop (:mod:`._whole_rows`) also prefetches
+#: into the second-level cache only (``prefetch_read_far``): such a prefetch holds no first-level miss
+#: buffer, of which a core has a few dozen, so many more rows' misses are in flight; the near prefetches
+#: above then find their lines there.
+FAR_GRAD_ROWS = 128
+FAR_STATE_ROWS = 16
+
 #: While the first thread builds the merge plan, the others prefetch the gradient (the whole array, in its
 #: order: a stream the memory system serves faster than the scattered gathers of the row loop), this many
 #: rows per turn between looks at whether the plan is ready.

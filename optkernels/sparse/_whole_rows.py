@@ -18,10 +18,19 @@ import numba
 import numpy as np
 
 from ..kernels._elementwise import _digest
-from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
+from ..kernels._intrinsics import (
+    CACHE_LINE_BYTES,
+    call_cfunc,
+    fetch_add,
+    prefetch_read,
+    prefetch_read_far,
+    prefetch_write,
+)
 from ..kernels._workers import PackedWorker, loader, type_key
 from ._plan import PLAN_ARGS, plan_types, readonly_array
 from ._rows import (
+    FAR_GRAD_ROWS,
+    FAR_STATE_ROWS,
     JIT_OPTIONS,
     PREFETCH_GRAD_ROWS,
     PREFETCH_STATE_ROWS,
@@ -87,11 +96,18 @@ def {name}(_args, _dims, _steps, _data):
             if j + PREFETCH_STATE_ROWS < last:
                 r = rows[j + PREFETCH_STATE_ROWS]
                 {prefetch_states}
+                if j + FAR_STATE_ROWS < last:
+                    r = rows[j + FAR_STATE_ROWS]
+                    {prefetch_states_far}
             for k in range(starts[j], starts[j + 1]):
                 if k + PREFETCH_GRAD_ROWS < k_last:
                     ahead = order[k + PREFETCH_GRAD_ROWS]
                     for q in range(lines):
                         prefetch_read(grad, ahead, q * line)
+                    if k + FAR_GRAD_ROWS < k_last:
+                        ahead = order[k + FAR_GRAD_ROWS]
+                        for q in range(lines):
+                            prefetch_read_far(grad, ahead, q * line)
                 src = order[k]
                 if k == starts[j]:
                     for c in range(row_len):
@@ -126,6 +142,16 @@ def prefetch_row(array, r, line):
         c += line
 
 
+@numba.njit(inline="always", **JIT_OPTIONS)
+def prefetch_row_far(array, r, line):
+    """Prefetch every cache line of row ``r`` of the 2-D ``array`` for reading into the caches below the
+    first (``prefetch_read_far``; ``line`` elements a line)."""
+    c = 0
+    while c < array.shape[1]:
+        prefetch_read_far(array, r, c)
+        c += line
+
+
 def _cpu_source(
     fn: Any,
     states: list[str],
@@ -155,6 +181,10 @@ def _cpu_source(
         "PREFETCH_GRAD_ROWS": PREFETCH_GRAD_ROWS,
         "PREFETCH_STATE_ROWS": PREFETCH_STATE_ROWS,
         "WAIT_PREFETCH_ROWS": WAIT_PREFETCH_ROWS,
+        "prefetch_read_far": prefetch_read_far,
+        "FAR_GRAD_ROWS": FAR_GRAD_ROWS,
+        "FAR_STATE_ROWS": FAR_STATE_ROWS,
+        "prefetch_row_far": prefetch_row_far,
     }
     return generate(
         _CPU_ROWS,
@@ -163,6 +193,7 @@ def _cpu_source(
         namespace,
         plan_args=PLAN_ARGS,
         prefetch_states="; ".join(f"prefetch_row({s}, r, line)" for s in states),
+        prefetch_states_far="; ".join(f"prefetch_row_far({s}, r, line)" for s in states),
         row_update=row_update,
         scratch=scratch,
         block_rows=str(block_rows),
