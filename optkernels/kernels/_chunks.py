@@ -33,7 +33,7 @@ import hashlib
 import inspect
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -49,13 +49,15 @@ def {name}(_parallel, _count, {args}):
     run_chunks(_parallel, _count, {args})
 """
 
-# An entry whose launch runs only where a compiled check of its arguments, the prelude, returns -1 (what it
-# returns otherwise is returned, nothing launched).
+# An entry whose launch runs only where a compiled check of its leading arguments, the prelude, returns -1
+# (what it returns otherwise is returned, nothing launched); the element function's scalars are then rounded
+# from host values in the same call (see GuardedEntry).
 _GUARDED_ENTRY = """
-def {name}(_parallel, _count, _prelude_args, {args}):
-    _found = prelude(_prelude_args, {args})
+def {name}(_parallel, _count, {checked}, {host}, {lead}):
+    _found = prelude(({checked},), {lead})
     if _found != -1:
         return _found
+    {scalars}, = rounding(({host},), {like})
     run_chunks(_parallel, _count, {args})
     return -1
 """
@@ -239,8 +241,28 @@ def _runner(parts: Callable, simplify: bool) -> Any:
     return run_chunks
 
 
+class GuardedEntry(NamedTuple):
+    """How :func:`entry` makes a guarded entry: ``entry(parallel, n, *checked, *host, *lead)`` (``checked``,
+    ``host`` values of those counts; ``lead``: the first ``lead`` arguments of ``py_func``, the rest being
+    its scalars) runs ``found = prelude(checked, *lead)`` (a Numba function returning an int; it may fill
+    arrays among ``lead``) and returns ``found`` where it is not -1, nothing launched; else it launches
+    over ``(*lead, *rounding(host, lead[-1]))`` and returns -1. ``rounding`` (a Numba function) makes the
+    scalars from host values (such as float64 values rounded once to the dtype of the array ``lead[-1]``),
+    so that a step's Python side passes plain floats."""
+
+    prelude: Any
+    checked: int
+    rounding: Any
+    host: int
+    lead: int
+
+
 def entry(
-    py_func: Callable, salt: str = "", cache: bool = True, views: bool = False, prelude: Any = None
+    py_func: Callable,
+    salt: str = "",
+    cache: bool = True,
+    views: bool = False,
+    guard: GuardedEntry | None = None,
 ) -> Any:
     """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
     ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
@@ -252,15 +274,27 @@ def entry(
     ``py_func`` makes arrays of its own (views of addresses): its part loop is then simplified before it is
     linked (:func:`_simplify`, a little more compile time), else that loop stays scalar.
 
-    ``prelude``: a Numba function ``prelude(prelude_args, *arguments) -> int`` (it may fill arrays among
-    the arguments). The entry is then ``entry(parallel, n, prelude_args, *arguments) -> int``: the
-    prelude's value where it is not -1 (nothing launched), else -1 after the launch. Such an entry holds
-    the GIL (a prelude may read Python objects); its source's digest is part of the name."""
+    ``guard``: a :class:`GuardedEntry`; the entry then checks its arguments and rounds its scalars before it
+    launches, and returns an int. Such an entry holds the GIL (a prelude may read Python objects); the
+    prelude's and the rounding's sources are part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
-    template = _ENTRY if prelude is None else _GUARDED_ENTRY
-    if prelude is not None:
-        salt += inspect.getsource(prelude.py_func)
+    params = _params(py_func)
+    namespace: dict[str, Any] = {}
+    if guard is None:
+        template = _ENTRY
+    else:
+        template = _GUARDED_ENTRY.format(
+            name="{name}",
+            checked=", ".join(f"_g{k}" for k in range(guard.checked)),
+            host=", ".join(f"_h{k}" for k in range(guard.host)),
+            lead=", ".join(params[: guard.lead]),
+            like=params[guard.lead - 1],
+            scalars=", ".join(params[guard.lead :]),
+            args="{args}",
+        )
+        salt += inspect.getsource(guard.prelude.py_func) + inspect.getsource(guard.rounding.py_func)
+        namespace = {"prelude": guard.prelude, "rounding": guard.rounding}
     name = f"_chunked_{py_func.__name__}_{_digest(template, _PARTS, _module_source(), salt, str(views))}"
     parts = generate(_PARTS, f"{name}_parts", py_func, {"uint64": np.uint64, "element": element})
-    function = generate(template, name, py_func, {"run_chunks": _runner(parts, views), "prelude": prelude})
-    return numba.njit(cache=cache, nogil=prelude is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)
+    function = generate(template, name, py_func, {"run_chunks": _runner(parts, views), **namespace})
+    return numba.njit(cache=cache, nogil=guard is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)
