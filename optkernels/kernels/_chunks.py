@@ -24,6 +24,12 @@ own as Numba's ``compile_subroutine`` would). A part loop that makes arrays of i
 rows' views of addresses, ``entry(..., views=True)``) is first given a light optimisation of its own
 (:func:`_simplify`), without which it is not vectorised. Each element is computed by the same call of the element
 function as in any other loop, so the bits do not depend on the thread count or on how the range is cut.
+
+A guarded entry (:class:`GuardedEntry`) hands its indices out instead of cutting the range: part 0 takes
+them one by one from the front, the other parts from the back, each index claimed by an atomic add on one
+word (front count in its low 32 bits, back count in its high 32), until the two meet. A thread that starts
+late (woken from sleep, or sharing its core) then takes fewer indices, and the calling thread starts at
+once on the front, where the indices' data was last touched in a training step.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from numba import types
 from numba.core import cgutils, compiler
 from numba.extending import intrinsic
 
+from ._intrinsics import fetch_add
+
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
 _ENTRY = """
@@ -58,7 +66,7 @@ def {name}(_parallel, _count, {checked}, {host}, {lead}):
     if _found != -1:
         return _found
     {scalars}, = rounding(({host},), {like})
-    run_chunks(_parallel, _count, {args})
+    run_chunks(_parallel, _count, zeros(1, int64), {args})
     return -1
 """
 
@@ -70,6 +78,21 @@ def {name}(_first, _count, _n, _parts, {args}):
         _stop = (_p + 1) * _n // _parts
         for i in range(uint64(_start), uint64(_stop)):
             element(i, {args})
+"""
+
+# The parts of a guarded entry's worker call: indices claimed from both ends of 0 .. n - 1 (see the module
+# docstring; ``_claims``: one int64 word, zero at the launch).
+_CLAIMED_PARTS = """
+def {name}(_first, _count, _n, _parts, _claims, {args}):
+    for _p in range(_first, _first + _count):
+        _add = 1 if _p == 0 else 1 << 32
+        while True:
+            _k = fetch_add(_claims, 0, _add)
+            _front = _k & 0xFFFFFFFF
+            _back = _k >> 32
+            if _front + _back >= _n:
+                break
+            element(_front if _p == 0 else _n - 1 - _back, {args})
 """
 
 _BYTE_P = ir.IntType(8).as_pointer()
@@ -248,7 +271,8 @@ class GuardedEntry(NamedTuple):
     arrays among ``lead``) and returns ``found`` where it is not -1, nothing launched; else it launches
     over ``(*lead, *rounding(host, lead[-1]))`` and returns -1. ``rounding`` (a Numba function) makes the
     scalars from host values (such as float64 values rounded once to the dtype of the array ``lead[-1]``),
-    so that a step's Python side passes plain floats."""
+    so that a step's Python side passes plain floats. Its indices are claimed from both ends (see the
+    module docstring)."""
 
     prelude: Any
     checked: int
@@ -280,9 +304,11 @@ def entry(
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     params = _params(py_func)
     namespace: dict[str, Any] = {}
+    parts_template = _PARTS
     if guard is None:
         template = _ENTRY
     else:
+        parts_template = _CLAIMED_PARTS
         template = _GUARDED_ENTRY.format(
             name="{name}",
             checked=", ".join(f"_g{k}" for k in range(guard.checked)),
@@ -293,8 +319,20 @@ def entry(
             args="{args}",
         )
         salt += inspect.getsource(guard.prelude.py_func) + inspect.getsource(guard.rounding.py_func)
-        namespace = {"prelude": guard.prelude, "rounding": guard.rounding}
-    name = f"_chunked_{py_func.__name__}_{_digest(template, _PARTS, _module_source(), salt, str(views))}"
-    parts = generate(_PARTS, f"{name}_parts", py_func, {"uint64": np.uint64, "element": element})
+        namespace = {
+            "prelude": guard.prelude,
+            "rounding": guard.rounding,
+            "zeros": np.zeros,
+            "int64": np.int64,
+        }
+    name = (
+        f"_chunked_{py_func.__name__}_{_digest(template, parts_template, _module_source(), salt, str(views))}"
+    )
+    parts = generate(
+        parts_template,
+        f"{name}_parts",
+        py_func,
+        {"uint64": np.uint64, "element": element, "fetch_add": fetch_add},
+    )
     function = generate(template, name, py_func, {"run_chunks": _runner(parts, views), **namespace})
     return numba.njit(cache=cache, nogil=guard is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

@@ -238,14 +238,15 @@ class Elementwise:
         if not self.chunked_many or not tensors.total:
             return lambda checked, host: -3
         driver = self.many_guarded(tensors.addresses.shape[0], guard)
-        addresses, like, serial = tensors.addresses, tensors.like, tensors.total < SERIAL_BELOW
+        # the plain chunk table: its rows are claimed by the threads (no balanced table needed)
+        chunks, addresses, like = tensors.chunks, tensors.addresses, tensors.like
+        rows, serial = chunks.shape[0], tensors.total < SERIAL_BELOW
 
         def launch(checked: tuple, host: tuple) -> int:
-            with parallel_launch():
-                # as _SerialBelow runs a small list: on the calling thread, over the plain table
-                table = tensors.chunks if serial else tensors.balanced(thread_mask()[0]())
-                allowed = not serial and parallel_allowed()
-                return driver(allowed, table.shape[0], *checked, *host, table, addresses, like)
+            with parallel_launch():  # a small list runs on the calling thread, as _SerialBelow runs it
+                return driver(
+                    not serial and parallel_allowed(), rows, *checked, *host, chunks, addresses, like
+                )
 
         return launch
 
