@@ -363,3 +363,42 @@ def test_multi_tensor_adam_loop_is_vectorised(dtype, suffix, prologue):
     assert re.search(rf"\bv?div{suffix}\b", asm), f"no packed div{suffix} in the multi-tensor Adam loop"
     if dtype == np.float32:
         assert not re.search(r"\bv?(sqrt|div)[sp]d\b", asm), "float32 loop promoted to float64"
+
+
+@numba.njit
+def _prelude_returns(check, chunks, addresses, like):
+    return check[0]
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="this machine gives Numba only one thread")
+def test_guarded_launch_claims_each_row_once_with_one_and_two_threads(monkeypatch):
+    """A guarded launch (rows claimed by the threads from both ends, scalars rounded in the call from host
+    floats) gives the bits of one launch per tensor with its scalars rounded in Python; a prelude that
+    fails launches nothing."""
+    from optkernels.kernels._chunks import GuardedEntry
+    from optkernels.kernels.schedule_free import (
+        _schedule_free_sgd, schedule_free_sgd_host, schedule_free_sgd_scalars, sgd_rounding)
+
+    monkeypatch.setattr(_elementwise, "SERIAL_BELOW", 0)  # small lists too run on both threads
+    sizes = [1000, 0, 1, 333, 64, 17] + [130] * 30
+    arrays = _arrays(3, (), (), np.float32, sizes, seed=11)
+    host = schedule_free_sgd_host(0.05, 0.9, 0.01, 0.25)
+    scalars = schedule_free_sgd_scalars(np.float32, 0.05, 0.9, 0.01, 0.25)
+    expected = _per_tensor(_schedule_free_sgd, arrays, scalars)
+    assert not np.array_equal(expected[0][0], arrays[0][0])
+    previous = numba.get_num_threads()
+    for threads in (1, 2, 2):
+        got = [[a.copy() for a in row] for row in arrays]
+        tensors = MT.TensorList(sizes, np.float32, 3, chunk=64)   # 70 rows
+        for j, row in enumerate(got):
+            tensors.set_row(j, row)
+        guard = GuardedEntry(_prelude_returns, 1, sgd_rounding, 4, 3)
+        launch = _schedule_free_sgd.guarded_launcher(tensors, guard)
+        numba.set_num_threads(threads)
+        try:
+            assert launch((7,), host) == 7
+            _assert_same_bits(got, arrays, "failed prelude")
+            assert launch((-1,), host) == -1
+        finally:
+            numba.set_num_threads(previous)
+        _assert_same_bits(got, expected, f"{threads} threads")

@@ -24,6 +24,12 @@ own as Numba's ``compile_subroutine`` would). A part loop that makes arrays of i
 rows' views of addresses, ``entry(..., views=True)``) is first given a light optimisation of its own
 (:func:`_simplify`), without which it is not vectorised. Each element is computed by the same call of the element
 function as in any other loop, so the bits do not depend on the thread count or on how the range is cut.
+
+A guarded entry (:class:`GuardedEntry`) hands its indices out instead of cutting the range: part 0 takes
+them one by one from the front, the other parts from the back, each index claimed by an atomic add on one
+word (front count in its low 32 bits, back count in its high 32), until the two meet. A thread that starts
+late (woken from sleep, or sharing its core) then takes fewer indices, and the calling thread starts at
+once on the front, where the indices' data was last touched in a training step.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import hashlib
 import inspect
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -42,6 +48,8 @@ from numba import types
 from numba.core import cgutils, compiler
 from numba.extending import intrinsic
 
+from ._intrinsics import fetch_add
+
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
 _ENTRY = """
@@ -49,14 +57,16 @@ def {name}(_parallel, _count, {args}):
     run_chunks(_parallel, _count, {args})
 """
 
-# An entry whose launch runs only where a compiled check of its arguments, the prelude, returns -1 (what it
-# returns otherwise is returned, nothing launched).
+# An entry whose launch runs only where a compiled check of its leading arguments, the prelude, returns -1
+# (what it returns otherwise is returned, nothing launched); the element function's scalars are then rounded
+# from host values in the same call (see GuardedEntry).
 _GUARDED_ENTRY = """
-def {name}(_parallel, _count, _prelude_args, {args}):
-    _found = prelude(_prelude_args, {args})
+def {name}(_parallel, _count, {checked}, {host}, {lead}):
+    _found = prelude(({checked},), {lead})
     if _found != -1:
         return _found
-    run_chunks(_parallel, _count, {args})
+    {scalars}, = rounding(({host},), {like})
+    run_chunks(_parallel, _count, zeros(1, int64), {args})
     return -1
 """
 
@@ -68,6 +78,21 @@ def {name}(_first, _count, _n, _parts, {args}):
         _stop = (_p + 1) * _n // _parts
         for i in range(uint64(_start), uint64(_stop)):
             element(i, {args})
+"""
+
+# The parts of a guarded entry's worker call: indices claimed from both ends of 0 .. n - 1 (see the module
+# docstring; ``_claims``: one int64 word, zero at the launch).
+_CLAIMED_PARTS = """
+def {name}(_first, _count, _n, _parts, _claims, {args}):
+    for _p in range(_first, _first + _count):
+        _add = 1 if _p == 0 else 1 << 32
+        while True:
+            _k = fetch_add(_claims, 0, _add)
+            _front = _k & 0xFFFFFFFF
+            _back = _k >> 32
+            if _front + _back >= _n:
+                break
+            element(_front if _p == 0 else _n - 1 - _back, {args})
 """
 
 _BYTE_P = ir.IntType(8).as_pointer()
@@ -239,8 +264,29 @@ def _runner(parts: Callable, simplify: bool) -> Any:
     return run_chunks
 
 
+class GuardedEntry(NamedTuple):
+    """How :func:`entry` makes a guarded entry: ``entry(parallel, n, *checked, *host, *lead)`` (``checked``,
+    ``host`` values of those counts; ``lead``: the first ``lead`` arguments of ``py_func``, the rest being
+    its scalars) runs ``found = prelude(checked, *lead)`` (a Numba function returning an int; it may fill
+    arrays among ``lead``) and returns ``found`` where it is not -1, nothing launched; else it launches
+    over ``(*lead, *rounding(host, lead[-1]))`` and returns -1. ``rounding`` (a Numba function) makes the
+    scalars from host values (such as float64 values rounded once to the dtype of the array ``lead[-1]``),
+    so that a step's Python side passes plain floats. Its indices are claimed from both ends (see the
+    module docstring)."""
+
+    prelude: Any
+    checked: int
+    rounding: Any
+    host: int
+    lead: int
+
+
 def entry(
-    py_func: Callable, salt: str = "", cache: bool = True, views: bool = False, prelude: Any = None
+    py_func: Callable,
+    salt: str = "",
+    cache: bool = True,
+    views: bool = False,
+    guard: GuardedEntry | None = None,
 ) -> Any:
     """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
     ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
@@ -252,15 +298,41 @@ def entry(
     ``py_func`` makes arrays of its own (views of addresses): its part loop is then simplified before it is
     linked (:func:`_simplify`, a little more compile time), else that loop stays scalar.
 
-    ``prelude``: a Numba function ``prelude(prelude_args, *arguments) -> int`` (it may fill arrays among
-    the arguments). The entry is then ``entry(parallel, n, prelude_args, *arguments) -> int``: the
-    prelude's value where it is not -1 (nothing launched), else -1 after the launch. Such an entry holds
-    the GIL (a prelude may read Python objects); its source's digest is part of the name."""
+    ``guard``: a :class:`GuardedEntry`; the entry then checks its arguments and rounds its scalars before it
+    launches, and returns an int. Such an entry holds the GIL (a prelude may read Python objects); the
+    prelude's and the rounding's sources are part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
-    template = _ENTRY if prelude is None else _GUARDED_ENTRY
-    if prelude is not None:
-        salt += inspect.getsource(prelude.py_func)
-    name = f"_chunked_{py_func.__name__}_{_digest(template, _PARTS, _module_source(), salt, str(views))}"
-    parts = generate(_PARTS, f"{name}_parts", py_func, {"uint64": np.uint64, "element": element})
-    function = generate(template, name, py_func, {"run_chunks": _runner(parts, views), "prelude": prelude})
-    return numba.njit(cache=cache, nogil=prelude is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)
+    params = _params(py_func)
+    namespace: dict[str, Any] = {}
+    parts_template = _PARTS
+    if guard is None:
+        template = _ENTRY
+    else:
+        parts_template = _CLAIMED_PARTS
+        template = _GUARDED_ENTRY.format(
+            name="{name}",
+            checked=", ".join(f"_g{k}" for k in range(guard.checked)),
+            host=", ".join(f"_h{k}" for k in range(guard.host)),
+            lead=", ".join(params[: guard.lead]),
+            like=params[guard.lead - 1],
+            scalars=", ".join(params[guard.lead :]),
+            args="{args}",
+        )
+        salt += inspect.getsource(guard.prelude.py_func) + inspect.getsource(guard.rounding.py_func)
+        namespace = {
+            "prelude": guard.prelude,
+            "rounding": guard.rounding,
+            "zeros": np.zeros,
+            "int64": np.int64,
+        }
+    name = (
+        f"_chunked_{py_func.__name__}_{_digest(template, parts_template, _module_source(), salt, str(views))}"
+    )
+    parts = generate(
+        parts_template,
+        f"{name}_parts",
+        py_func,
+        {"uint64": np.uint64, "element": element, "fetch_add": fetch_add},
+    )
+    function = generate(template, name, py_func, {"run_chunks": _runner(parts, views), **namespace})
+    return numba.njit(cache=cache, nogil=guard is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

@@ -215,38 +215,40 @@ class Elementwise:
             driver = drivers[key] = _many_entry(self.py_func, n_arrays, prologue and prologue.py_func, True)
         return driver
 
-    def many_guarded(self, n_arrays: int, prelude: Callable) -> Callable:
-        """:meth:`many_chunked` (without a prologue) run only where ``prelude`` passes:
-        ``many_guarded(n_arrays, prelude)(parallel, rows, prelude_args, chunks, addresses, like, *scalars)``
-        returns ``prelude(prelude_args, chunks, addresses, like, *scalars)`` where that is not -1 (nothing
-        launched), else -1 after the launch (see :func:`._chunks.entry`)."""
+    def many_guarded(self, n_arrays: int, guard: _chunks.GuardedEntry) -> Callable:
+        """:meth:`many_chunked` (without a prologue) run only where ``guard.prelude`` passes, its scalars
+        rounded from host values in the same call (``guard.lead`` is 3: the loop's chunks, addresses and
+        ``like``): ``many_guarded(n_arrays, guard)(parallel, rows, *checked, *host, chunks, addresses,
+        like)`` (see :class:`._chunks.GuardedEntry`)."""
         drivers = self.__dict__.setdefault("_many_guarded", {})
-        key = (n_arrays, prelude)
+        key = (n_arrays, guard)
         driver = drivers.get(key)
         if driver is None:
             function, source = _many_function(self.py_func, n_arrays, None, True)
-            driver = drivers[key] = _chunks.entry(function, salt=source, views=True, prelude=prelude)
+            driver = drivers[key] = _chunks.entry(function, salt=source, views=True, guard=guard)
         return driver
 
-    def launch_many_guarded(self, tensors: Any, prelude: Callable, prelude_args: tuple, *scalars: Any) -> int:
-        """:meth:`launch_many` over the whole of ``tensors`` (no prologue) in one compiled call that first
-        runs ``prelude(prelude_args, chunks, addresses, like, *scalars)`` (a Numba function; it may fill
-        rows of ``tensors.addresses``) and launches only where it returns -1. Returns the prelude's value
-        (-1: launched). Element functions whose multi-tensor loop is a subclass's own: -3, nothing run."""
+    def guarded_launcher(self, tensors: Any, guard: _chunks.GuardedEntry) -> Callable[[tuple, tuple], int]:
+        """``launch(checked, host) -> int``: :meth:`launch_many` over the whole of ``tensors`` (no prologue)
+        in one compiled call (:meth:`many_guarded`) that first runs ``guard.prelude(checked, chunks,
+        addresses, like)`` (it may fill rows of ``tensors.addresses``), launches only where that returns -1,
+        with the scalars ``guard.rounding(host, like)``, and returns the prelude's value (-1: launched).
+        Everything but ``checked`` and ``host`` is looked up once, here. Element functions whose
+        multi-tensor loop is a subclass's own, or an empty list: it returns -3, nothing run."""
         if not self.chunked_many or not tensors.total:
-            return -3
-        driver = self.many_guarded(tensors.addresses.shape[0], prelude)
-        with parallel_launch(), _SerialBelow(tensors.total) as threads:
-            table = tensors.balanced(threads)
-            return driver(
-                parallel_allowed(),
-                table.shape[0],
-                prelude_args,
-                table,
-                tensors.addresses,
-                tensors.like,
-                *scalars,
-            )
+            return lambda checked, host: -3
+        driver = self.many_guarded(tensors.addresses.shape[0], guard)
+        # the plain chunk table: its rows are claimed by the threads (no balanced table needed)
+        chunks, addresses, like = tensors.chunks, tensors.addresses, tensors.like
+        rows, serial = chunks.shape[0], tensors.total < SERIAL_BELOW
+
+        def launch(checked: tuple, host: tuple) -> int:
+            with parallel_launch():  # a small list runs on the calling thread, as _SerialBelow runs it
+                return driver(
+                    not serial and parallel_allowed(), rows, *checked, *host, chunks, addresses, like
+                )
+
+        return launch
 
     def many_uncached(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
         """A fresh, uncached compilation of the multi-tensor loop (its assembly can be inspected)."""

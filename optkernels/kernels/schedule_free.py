@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_arrays, check_range, to_scalar
-from ._elementwise import elementwise
+from ._elementwise import elementwise, scalar_math
 from ._torch_lerp import lerp, lerp_scalars
 from .adam import Scalar
 
@@ -94,7 +94,8 @@ _PLAIN = (float, int)
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 
 
-def _common(dtype: Any, lr: Scalar, beta: Scalar, weight_decay: Scalar, c: Scalar, beta_name: str) -> tuple:
+def _host_head(lr: Scalar, beta: Scalar, weight_decay: Scalar, c: Scalar, beta_name: str) -> tuple:
+    """``(lr, lr·(beta·(1 − c) − 1), c, wd)`` as Python floats, after range checks."""
     if (
         type(lr) in _PLAIN
         and type(beta) in _PLAIN
@@ -115,8 +116,59 @@ def _common(dtype: Any, lr: Scalar, beta: Scalar, weight_decay: Scalar, c: Scala
         check_range(beta_name, b, 0.0, 1.0, high_open=True)
         check_range("weight_decay", wd, 0.0)
         check_range("c", c_, 0.0, 1.0)
+    return lr_, lr_ * (b * (1.0 - c_) - 1.0), c_, wd
+
+
+def _rounded(dtype: Any, host: tuple) -> tuple:
+    """The element function's scalars from host values ``(lr, y_step, c, *rest)``: each rounded once to
+    ``dtype``, ``c`` as :func:`lerp_scalars` (the compiled twins: :func:`sgd_rounding`,
+    :func:`adamw_rounding`)."""
     t = np.dtype(dtype).type
-    return (t(lr_), t(lr_ * (b * (1.0 - c_) - 1.0)), *lerp_scalars(dtype, c_)), t(wd)
+    lr, y_step, c, *rest = host
+    return (t(lr), t(y_step), *lerp_scalars(dtype, c), *(t(v) for v in rest))
+
+
+@scalar_math
+def _lerp_rounded(c, like):
+    t = like.dtype.type
+    w = t(c)
+    return w, t(1) - w, abs(w) < 0.5
+
+
+@scalar_math
+def sgd_rounding(host, like):
+    """:func:`schedule_free_sgd_scalars` from :func:`schedule_free_sgd_host`'s values, in compiled code
+    (the dtype of the array ``like``)."""
+    lr, y_step, c, weight_decay = host
+    t = like.dtype.type
+    return (t(lr), t(y_step)) + _lerp_rounded(c, like) + (t(weight_decay),)
+
+
+@scalar_math
+def adamw_rounding(host, like):
+    """:func:`schedule_free_adamw_scalars` from :func:`schedule_free_adamw_host`'s values, in compiled
+    code (the dtype of the array ``like``)."""
+    lr, y_step, c, beta2, one_minus_beta2, bias_correction2, epsilon, weight_decay = host
+    t = like.dtype.type
+    head = (t(lr), t(y_step)) + _lerp_rounded(c, like)
+    return head + (t(beta2), t(one_minus_beta2), t(bias_correction2), t(epsilon), t(weight_decay))
+
+
+def schedule_free_adamw_host(
+    lr: Scalar, beta1: Scalar, beta2: Scalar, epsilon: Scalar, weight_decay: Scalar, c: Scalar, step: Scalar
+) -> tuple:
+    """The AdamW element function's scalars as Python floats, after range checks: ``lr``, the y step
+    ``lr·(β1·(1 − c) − 1)``, ``c``, ``β2, 1 − β2, 1 − β2^step, ε, wd`` (each rounded once to the arrays'
+    dtype by :func:`schedule_free_adamw_scalars` or, in compiled code, :func:`adamw_rounding`)."""
+    lr_, y_step, c_, wd = _host_head(lr, beta1, weight_decay, c, "beta1")
+    b2, eps, t_ = (
+        float(to_scalar(name, value, _FLOAT64))
+        for name, value in (("beta2", beta2), ("epsilon", epsilon), ("step", step))
+    )
+    check_range("beta2", b2, 0.0, 1.0, high_open=True)
+    check_range("epsilon", eps, 0.0)
+    check_range("step", t_, 1.0)
+    return lr_, y_step, c_, b2, 1.0 - b2, 1.0 - b2**t_, eps, wd
 
 
 def schedule_free_adamw_scalars(
@@ -132,16 +184,14 @@ def schedule_free_adamw_scalars(
     """The AdamW element function's scalars in ``dtype``, after range checks: ``lr``, the y step
     ``lr·(β1·(1 − c) − 1)``, the lerp scalars of ``c``, ``β2, 1 − β2, 1 − β2^step, ε, wd`` (host values
     in float64, rounded once)."""
-    head, wd = _common(dtype, lr, beta1, weight_decay, c, "beta1")
-    b2, eps, t_ = (
-        float(to_scalar(name, value, _FLOAT64))
-        for name, value in (("beta2", beta2), ("epsilon", epsilon), ("step", step))
-    )
-    check_range("beta2", b2, 0.0, 1.0, high_open=True)
-    check_range("epsilon", eps, 0.0)
-    check_range("step", t_, 1.0)
-    t = np.dtype(dtype).type
-    return (*head, t(b2), t(1.0 - b2), t(1.0 - b2**t_), t(eps), wd)
+    return _rounded(dtype, schedule_free_adamw_host(lr, beta1, beta2, epsilon, weight_decay, c, step))
+
+
+def schedule_free_sgd_host(lr: Scalar, momentum: Scalar, weight_decay: Scalar, c: Scalar) -> tuple:
+    """The SGD element function's scalars as Python floats, after range checks: ``lr``, the y step
+    ``lr·(momentum·(1 − c) − 1)``, ``c``, ``wd`` (each rounded once to the arrays' dtype by
+    :func:`schedule_free_sgd_scalars` or, in compiled code, :func:`sgd_rounding`)."""
+    return _host_head(lr, momentum, weight_decay, c, "momentum")
 
 
 def schedule_free_sgd_scalars(
@@ -149,8 +199,7 @@ def schedule_free_sgd_scalars(
 ) -> tuple:
     """The SGD element function's scalars in ``dtype``, after range checks: ``lr``, the y step
     ``lr·(momentum·(1 − c) − 1)``, the lerp scalars of ``c``, ``wd``."""
-    head, wd = _common(dtype, lr, momentum, weight_decay, c, "momentum")
-    return (*head, wd)
+    return _rounded(dtype, schedule_free_sgd_host(lr, momentum, weight_decay, c))
 
 
 def schedule_free_adamw(

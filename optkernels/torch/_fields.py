@@ -28,13 +28,14 @@ without this module.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numba
 import numpy as np
 import torch
 
+from ..kernels._chunks import GuardedEntry
 from ..kernels._pointers import address_as_pointer
 
 __all__ = ["Guard", "layout"]
@@ -119,7 +120,7 @@ def _check(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray) -
 
 
 @numba.njit(cache=True)
-def _refill(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.ndarray, *scalars: Any) -> int:
+def _refill(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.ndarray) -> int:
     """The prelude of a guarded launch (:meth:`Guard.launch`): :func:`_check` of ``check`` (the list's
     address, the expected table, the offsets), the gradients' data addresses written into the last row of
     ``addresses`` (the parameters' are those of its first row: each was checked equal to its expected
@@ -346,17 +347,20 @@ class Guard:
         row[_SIZES : _SIZES + shape_of.dim()] = list(shape_of.shape)
         row[_STRIDES : _STRIDES + shape_of.dim()] = list(strides)
 
-    def launch(self, kernel: Any, params: list, tensors: Any, scalars: tuple) -> bool:
-        """One compiled call: the check of :meth:`addresses`, the gradients' addresses written into the
-        last row of ``tensors`` (a :class:`~optkernels.kernels._multi_tensor.TensorList` over these
-        parameters, in order, whose first row holds their addresses), and ``kernel``'s launch over
-        ``tensors`` with ``scalars`` (:meth:`~optkernels.kernels._elementwise.Elementwise.launch_many`).
+    def launcher(self, kernel: Any, tensors: Any, rounding: Any, host: int) -> Callable[[tuple, tuple], int]:
+        """The guarded launch of ``kernel`` (an element function) over ``tensors`` (a
+        :class:`~optkernels.kernels._multi_tensor.TensorList` over these parameters, in order, whose first
+        row holds their addresses) for :meth:`launch`: one compiled call makes the check of
+        :meth:`addresses`, writes the gradients' addresses into the last row of ``tensors``, rounds the
+        kernel's scalars from ``host`` float values (``rounding(host, like)``, a Numba function) and
+        launches (:meth:`~optkernels.kernels._elementwise.Elementwise.guarded_launcher`)."""
+        return kernel.guarded_launcher(tensors, GuardedEntry(_refill, 3, rounding, host, 3))
+
+    def launch(self, launcher: Callable[[tuple, tuple], int], params: list, host: tuple) -> bool:
+        """Run ``launcher`` (:meth:`launcher`) over the group's list ``params`` with the ``host`` values.
         True when it launched; False where anything differs (nothing launched; the caller then checks the
         tensors through Python and refills the row)."""
-        if type(params) is not list:
-            return False
-        check = (id(params), self.table, self.at)
-        return kernel.launch_many_guarded(tensors, _refill, check, *scalars) == -1
+        return type(params) is list and launcher((id(params), self.table, self.at), host) == -1
 
     def addresses(self, params: list) -> np.ndarray | None:
         """The data addresses of the parameters of the group's list ``params`` then of their gradients (an

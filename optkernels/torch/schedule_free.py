@@ -17,15 +17,18 @@ import torch
 from ..kernels._torch_lerp import lerp_scalars
 from ..kernels.schedule_free import (
     _lerp_towards,
+    _rounded,
     _schedule_free_adamw,
     _schedule_free_sgd,
-    schedule_free_adamw_scalars,
-    schedule_free_sgd_scalars,
+    adamw_rounding,
+    schedule_free_adamw_host,
+    schedule_free_sgd_host,
     schedule_free_weight,
+    sgd_rounding,
 )
 from ..optimizers.schedule_free import NOT_IN_TRAIN_MODE
 from . import _views
-from ._base import KernelOptimizer, _Plan
+from ._base import KernelOptimizer, _global_post_hooks, _global_pre_hooks, _Plan, _profiler_enabled
 from ._fields import Guard
 
 __all__ = ["AdamWScheduleFree", "SGDScheduleFree"]
@@ -39,7 +42,8 @@ class _ScheduleFree(KernelOptimizer):
     counts_steps = False
     numbered_steps = False
     _beta_of: Callable[[dict], float]
-    _kernel_scalars: Callable[[dict, np.dtype, float, float, int], tuple]  # (group, dtype, lr_t, c, k + 1)
+    _host_scalars: Callable[[dict, float, float, int], tuple]  # (group, lr_t, c, k + 1): Python floats
+    _rounding: tuple[Any, int]  # the compiled rounding of those (a Numba function), their count
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         if name == "z":
@@ -53,6 +57,28 @@ class _ScheduleFree(KernelOptimizer):
         if plan.private_steps is None:  # no step counter: every parameter launches at step 1
             plan.private_steps = np.ones(len(plan.params), np.int64)
         return plan.private_steps
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One update of every parameter that has a gradient, as the base class's ``step``; returns
+        ``closure()``'s loss (or None). A steady step (no closure, no step hooks, torch's profiler off) goes
+        straight to its compiled call."""
+        steady = self.__dict__.get("_steady")
+        if (
+            steady is not None
+            and closure is None
+            and not (
+                _global_pre_hooks
+                or self._optimizer_step_pre_hooks
+                or _global_post_hooks
+                or self._optimizer_step_post_hooks
+            )
+            and not _profiler_enabled()
+        ):
+            if not self.param_groups[0]["train_mode"]:
+                raise Exception(NOT_IN_TRAIN_MODE)
+            if self._steady_step(steady):
+                return None
+        return super().step(closure)
 
     def _step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.param_groups[0]["train_mode"]:
@@ -74,11 +100,11 @@ class _ScheduleFree(KernelOptimizer):
         self._steady = _steady_plans(self)
         return loss
 
-    def _steady_step(self, steady: list[tuple[dict, _Plan, Guard]]) -> bool:
+    def _steady_step(self, steady: list[tuple[dict, _Plan, Guard, Callable]]) -> bool:
         """The step of an optimizer whose every group is one guarded launch (:func:`_steady_plans`), when
         each guard finds its tensors as its plan was built for: the same checks, scalars and launch as the
-        full step, without its per-group sorting. False (nothing written) where anything differs: the full
-        step then runs."""
+        full step, without its per-group sorting; the scalars go to the compiled call as Python floats.
+        False (nothing written) where anything differs: the full step then runs."""
         groups = self.param_groups
         attributes = self.__dict__  # set by torch.amp.GradScaler: the full step honours them
         if (
@@ -89,7 +115,7 @@ class _ScheduleFree(KernelOptimizer):
             return False
         plans = self._plans
         launches, entries = [], []
-        for index, (group, plan, guard) in enumerate(steady):
+        for index, (group, plan, guard, launcher) in enumerate(steady):
             if (
                 groups[index] is not group
                 or plans.get(index) is not plan
@@ -99,31 +125,36 @@ class _ScheduleFree(KernelOptimizer):
                 return False
             k = group["k"]
             lr_t, lr_max, weight_sum, c = _group_weight(group)
-            dtype, _positions, tensors, _members = plan.cpu[0]
-            scalars = self._kernel_scalars(group, dtype, lr_t, c, k + 1)  # raises before any write
-            launches.append((guard, plan.key[1][0], group["params"], tensors, scalars))
-            entries.append(dict(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k + 1))
-        if len(launches) == 1:  # the guard's check and the launch in one compiled call
-            guard, kernel, params, tensors, scalars = launches[0]
-            if not guard.launch(kernel, params, tensors, scalars):
+            host = self._host_scalars(group, lr_t, c, k + 1)  # raises before any write
+            launches.append((guard, launcher, plan, group["params"], host))
+            entries.append((lr_t, lr_max, weight_sum, k + 1))
+        if len(launches) == 1:  # the guard's check, the scalars' rounding and the launch in one compiled call
+            guard, launcher, _plan, params, host = launches[0]
+            if not guard.launch(launcher, params, host):
                 return False
         else:  # every group checked before any launches
             found = []
-            for guard, _kernel, params, _tensors, _scalars in launches:
+            for guard, _launcher, _plan, params, _host in launches:
                 ptrs = guard.addresses(params)
                 if ptrs is None:
                     return False
                 found.append(ptrs[guard.n :])
-            for (_guard, kernel, _params, tensors, scalars), grads in zip(launches, found):
+            for (_guard, _launcher, plan, _params, host), grads in zip(launches, found):
+                dtype, _positions, tensors, _members = plan.cpu[0]
                 tensors.addresses[-1, :] = grads
-                kernel.launch_many("cpu", tensors, *scalars)
-        for group, entry in zip(groups, entries):
-            group.update(entry)
+                plan.key[1][0].launch_many("cpu", tensors, *_rounded(dtype, host))
+        for group, (lr_t, lr_max, weight_sum, k1) in zip(groups, entries):
+            group["scheduled_lr"], group["lr_max"], group["weight_sum"], group["k"] = (
+                lr_t,
+                lr_max,
+                weight_sum,
+                k1,
+            )
         return True
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         lr_t, c, k1 = self._weights[id(group)][:3]
-        return self._kernel_scalars(group, dtype, lr_t, c, k1)
+        return _rounded(dtype, self._host_scalars(group, lr_t, c, k1))
 
     @torch.no_grad()
     def eval(self) -> None:
@@ -158,6 +189,9 @@ class _ScheduleFree(KernelOptimizer):
             )
 
 
+vars(_ScheduleFree.step)["hooked"] = True  # torch.optim.Optimizer.__init__ then leaves it unwrapped
+
+
 def _group_weight(group: dict) -> tuple[float, float, float, float]:
     """:func:`schedule_free_weight` of ``group``'s next step: ``(lr_t, lr_max, weight_sum, c)``."""
     return schedule_free_weight(
@@ -171,10 +205,11 @@ def _group_weight(group: dict) -> tuple[float, float, float, float]:
     )
 
 
-def _steady_plans(opt: _ScheduleFree) -> list[tuple[dict, _Plan, Guard]] | None:
-    """``[(group, plan, guard)]`` for every group of ``opt`` whose plan is one CPU launch table over all
-    its parameters, checked by a guard (:class:`._fields.Guard`), after a full step; None where any
-    group's is not (its steps then run in full)."""
+def _steady_plans(opt: _ScheduleFree) -> list[tuple[dict, _Plan, Guard, Callable]] | None:
+    """``[(group, plan, guard, launcher)]`` for every group of ``opt`` whose plan is one CPU launch table
+    over all its parameters, checked by a guard (:class:`._fields.Guard`, whose :meth:`~._fields.Guard.
+    launcher` is the group's compiled launch), after a full step; None where any group's is not (its steps
+    then run in full)."""
     out = []
     for index, group in enumerate(opt.param_groups):
         plan = opt._plans.get(index)
@@ -187,7 +222,8 @@ def _steady_plans(opt: _ScheduleFree) -> list[tuple[dict, _Plan, Guard]] | None:
             or plan.key[1] != opt._kernel(group)
         ):
             return None
-        out.append((group, plan, plan.guard))
+        tensors = plan.cpu[0][2]
+        out.append((group, plan, plan.guard, plan.guard.launcher(plan.key[1][0], tensors, *opt._rounding)))
     return out or None
 
 
@@ -251,11 +287,11 @@ class AdamWScheduleFree(_ScheduleFree):
     def _kernel(self, group: dict) -> tuple:
         return _schedule_free_adamw, ("z", "exp_avg_sq")
 
-    def _kernel_scalars(self, group: dict, dtype: np.dtype, lr_t: float, c: float, step: int) -> tuple:
+    _rounding = (adamw_rounding, 8)
+
+    def _host_scalars(self, group: dict, lr_t: float, c: float, step: int) -> tuple:
         beta1, beta2 = group["betas"]
-        return schedule_free_adamw_scalars(
-            dtype, lr_t, beta1, beta2, group["eps"], group["weight_decay"], c, step
-        )
+        return schedule_free_adamw_host(lr_t, beta1, beta2, group["eps"], group["weight_decay"], c, step)
 
 
 class SGDScheduleFree(_ScheduleFree):
@@ -316,5 +352,7 @@ class SGDScheduleFree(_ScheduleFree):
     def _kernel(self, group: dict) -> tuple:
         return _schedule_free_sgd, ("z",)
 
-    def _kernel_scalars(self, group: dict, dtype: np.dtype, lr_t: float, c: float, step: int) -> tuple:
-        return schedule_free_sgd_scalars(dtype, lr_t, group["momentum"], group["weight_decay"], c)
+    _rounding = (sgd_rounding, 4)
+
+    def _host_scalars(self, group: dict, lr_t: float, c: float, step: int) -> tuple:
+        return schedule_free_sgd_host(lr_t, group["momentum"], group["weight_decay"], c)
