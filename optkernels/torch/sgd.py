@@ -7,9 +7,10 @@ steps take a short path (:class:`_PlainStep`): the group's hyper-parameters comp
 kernel's scalars were made from, one compiled check of every parameter and gradient that also writes the
 gradients' addresses into the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
 chunked entry called directly, from :meth:`SGD.step` itself where no step hook or profiler is on (right
-after a backward pass every Python call and object it passes through is out of cache). Anything else (a closure, AMP's ``found_inf``/``grad_scale``, several
-groups, a changed hyper-parameter other than a float ``lr``, a tensor that differs from the plan's) takes
-the generic step, which checks, raises and routes as it always does.
+after a backward pass every Python call and object it passes through is out of cache). Anything else (a
+closure, AMP's ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float
+``lr``, a tensor that differs from the plan's) takes the generic step, which checks, raises and routes as
+it always does.
 """
 
 from __future__ import annotations
@@ -188,8 +189,8 @@ class _PlainStep:
         self.scalars = optimizer._scalars(group, 1, dtype)
         self.grads = tensors.addresses[-1]  # the gradient row, written by the guard's check
         self.entry = _torch_sgd.many_chunked(tensors.addresses.shape[0])
-        # the calling thread's Numba thread count, where the list is large enough to run on all of them
-        # (else _SerialBelow sets it to one for the launch)
+        # what reads the calling thread's Numba thread count, where the list is large enough to run on all
+        # of them (else None: _SerialBelow sets the count to one for the launch)
         self.threads = thread_mask()[0] if tensors.total >= SERIAL_BELOW else None
 
     @classmethod
