@@ -4,7 +4,13 @@ import numba
 import numpy as np
 import pytest
 
-from optkernels.kernels._intrinsics import fetch_add, prefetch_read, prefetch_read_far, prefetch_write
+from optkernels.kernels._intrinsics import (
+    fetch_add,
+    prefetch_address,
+    prefetch_read,
+    prefetch_read_far,
+    prefetch_write,
+)
 from optkernels.sparse._plan import RADIX_BITS, balanced_tasks, fill_balanced_tasks, plan_in_range, plan_merge
 
 
@@ -106,6 +112,21 @@ def test_prefetch_changes_nothing():
     assert np.array_equal(a, before[0]) and np.array_equal(b, before[1])
 
 
+@numba.njit
+def _prefetch_addresses(a, addresses):
+    for address in addresses:
+        prefetch_address(address)
+    return a.sum()
+
+
+def test_prefetch_address_never_faults_and_changes_nothing():
+    a = np.arange(12.0)
+    # the array's lines, a null pointer, an unmapped page's address and the highest address: never a fault
+    addresses = np.array([a.ctypes.data, a.ctypes.data + 64, 0, 8, 4096, -1], np.int64)
+    assert _prefetch_addresses(a, addresses) == 66.0
+    assert np.array_equal(a, np.arange(12.0))
+
+
 def test_intrinsics_reject_wrong_arguments():
     with pytest.raises(numba.core.errors.TypingError):
         numba.njit(lambda a: prefetch_read(a, 0, 0))(np.zeros(3))  # 1-D
@@ -113,6 +134,8 @@ def test_intrinsics_reject_wrong_arguments():
         numba.njit(lambda a: prefetch_read_far(a, 0, 0.5))(np.zeros((3, 3)))  # float index
     with pytest.raises(numba.core.errors.TypingError):
         numba.njit(lambda a: fetch_add(a, 0, 1))(np.zeros(3, np.int32))  # not int64
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda a: prefetch_address(a))(np.zeros(3))  # not an integer address
 
 
 def _count_part(part, hits):

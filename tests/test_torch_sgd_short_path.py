@@ -112,3 +112,32 @@ def test_found_inf_hooks_closure_and_bad_input_take_the_generic_step():
     with pytest.raises(RuntimeError):
         oopt.step()
     assert _equal(before, op)
+
+
+def test_hooks_and_profiler_around_a_short_path_step():
+    """A plain step with step hooks or torch's profiler on runs them as torch does (the short path taken
+    inside them)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    (tp, topt), (op, oopt) = _twins(torch.float32)
+    for k in range(2):
+        _grads((tp, op), k, fresh=False)
+        topt.step()
+        oopt.step()
+    calls = []
+    handles = [
+        oopt.register_step_pre_hook(lambda opt, args, kwargs: calls.append("pre")),
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: calls.append("post")),
+    ]
+    _grads((tp, op), 2, fresh=False)
+    oopt.step()
+    for handle in handles:
+        handle.remove()
+    topt.step()
+    assert calls == ["pre", "post"] and oopt._fast is not None
+    with torch.profiler.profile() as profile:
+        _grads((tp, op), 3, fresh=False)
+        oopt.step()
+    topt.step()
+    assert [e.name for e in profile.events()].count("Optimizer.step#SGD.step") == 1
+    assert oopt._fast is not None and _equal(tp, op)

@@ -1,9 +1,10 @@
 """CPU instructions that Numba does not expose, as Numba intrinsics:
 
 * :func:`prefetch_read` / :func:`prefetch_write`: a software prefetch (LLVM's ``llvm.prefetch``; on x86
-  ``prefetcht0`` / ``prefetchw``) of the cache line holding ``a[i, j]`` of a 2-D array. It never faults and
-  never changes a value: it only asks the memory system to start loading the line, so that a loop over
-  scattered rows overlaps their cache misses instead of waiting for each in turn. :func:`prefetch_read_far`
+  ``prefetcht0`` / ``prefetchw``) of the cache line holding ``a[i, j]`` of a 2-D array
+  (:func:`prefetch_address`: of a raw address). It never faults and never changes a value: it only asks the
+  memory system to start loading the line, so that a loop over scattered rows (or objects reached through
+  pointers) overlaps their cache misses instead of waiting for each in turn. :func:`prefetch_read_far`
   (x86 ``prefetcht1``) loads the line into the caches below the first only, for lines needed further ahead.
 * :func:`fetch_add`: an atomic ``a[i] += value`` on an int64 array that returns the old value (LLVM's
   ``atomicrmw add``). The sparse row loops hand out their tasks with it: a thread that is late (woken from
@@ -64,23 +65,27 @@ CACHE_LINE_BYTES = 64
 _I32 = ir.IntType(32)
 
 
+def _prefetch_pointer(builder: Any, pointer: Any, write: int, locality: int = 3) -> None:
+    """Emit ``llvm.prefetch`` of the line at ``pointer`` (any pointer type)."""
+    if getattr(pointer.type, "is_opaque", False):
+        name = "llvm.prefetch.p0"
+    else:  # LLVM with typed pointers
+        pointer = builder.bitcast(pointer, ir.IntType(8).as_pointer())
+        name = "llvm.prefetch.p0i8"
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, _I32, _I32, _I32]), name
+    )
+    # (address, read 0 / write 1, locality: 3 = keep in all cache levels, 2 = not in the first, data cache 1)
+    builder.call(function, [pointer, _I32(write), _I32(locality), _I32(1)])
+
+
 def _prefetch_codegen(write: int, locality: int = 3):
     def codegen(context, builder, signature, args):
         array_type = signature.args[0]
         array = context.make_array(array_type)(context, builder, args[0])
         i, j = (context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], signature.args[1:]))
         pointer = cgutils.get_item_pointer(context, builder, array_type, array, [i, j], wraparound=False)
-        if getattr(pointer.type, "is_opaque", False):
-            name = "llvm.prefetch.p0"
-        else:  # LLVM with typed pointers
-            pointer = builder.bitcast(pointer, ir.IntType(8).as_pointer())
-            name = "llvm.prefetch.p0i8"
-        function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, _I32, _I32, _I32]), name
-        )
-        # (address, read 0 / write 1, locality: 3 = keep in all cache levels, 2 = not in the first, data
-        # cache 1)
-        builder.call(function, [pointer, _I32(write), _I32(locality), _I32(1)])
+        _prefetch_pointer(builder, pointer, write, locality)
         return context.get_dummy_value()
 
     return codegen
@@ -116,6 +121,21 @@ def prefetch_write(typingctx, array, i, j):
     """Prefetch the cache line of ``array[i, j]`` (2-D array) for writing; no effect on values."""
     _check_2d(array, i, j)
     return types.void(array, i, j), _prefetch_codegen(1)
+
+
+@intrinsic
+def prefetch_address(typingctx, address):
+    """Prefetch the cache line holding byte ``address`` (an integer) for reading; never faults (an address
+    that maps nothing is ignored), no effect on values."""
+    if not isinstance(address, types.Integer):
+        raise TypingError("prefetch_address takes an integer address")
+
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+        _prefetch_pointer(builder, pointer, 0)
+        return context.get_dummy_value()
+
+    return types.void(address), codegen
 
 
 @intrinsic

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from ..kernels._chunks import GuardedEntry
+from ..kernels._intrinsics import CACHE_LINE_BYTES, prefetch_address
 from ..kernels._pointers import address_as_pointer
 
 __all__ = ["Guard", "layout"]
@@ -92,16 +93,64 @@ def _fits(impl: int, row: np.ndarray, at: np.ndarray, like: np.ndarray) -> int:
     return data
 
 
+@numba.njit(cache=True, inline="always")
+def _fetch_impl(impl: int) -> None:
+    """Prefetch the lines of the TensorImpl at ``impl`` (its first :data:`_IMPL_WORDS` words)."""
+    for line in range(0, 8 * _IMPL_WORDS, CACHE_LINE_BYTES):
+        prefetch_address(impl + line)
+    prefetch_address(impl + 8 * _IMPL_WORDS - 1)
+
+
+@numba.njit(cache=True, inline="always")
+def _warm(items: int, n: int, expected: np.ndarray, at: np.ndarray, scratch: np.ndarray) -> None:
+    """Bring the fields :func:`_check` reads into the cache, one level of pointers per pass over the
+    tensors (``scratch``: 2n words, overwritten). After a backward pass these lines are mostly out of cache,
+    and the check's reads of one tensor depend on each other (object, TensorImpl, storage, autograd
+    metadata, gradient's TensorImpl and storage): checked one tensor after the other, each miss waits for
+    the one before. Here each pass makes its reads independent of each other, so their misses overlap.
+    Only pointers the check would also follow are read (a parameter's object only if it is the expected
+    one, no null pointer); the last level is prefetched, never read."""
+    for k in range(n):
+        obj = _word(items, k, scratch)
+        scratch[k] = _word(obj, at[_CDATA], scratch) if obj == expected[k, _OBJECT] else 0
+        if scratch[k] != 0:
+            _fetch_impl(scratch[k])
+    for k in range(n):
+        impl = scratch[k]
+        scratch[n + k] = 0
+        if impl != 0:
+            storage = _word(impl, at[_STORAGE], scratch)
+            if storage != 0:
+                prefetch_address(storage + 8 * at[_DATA_AT])
+            meta = _word(impl, at[_META], scratch)
+            if meta != 0:
+                scratch[n + k] = meta + 8 * at[_GRAD]
+                prefetch_address(scratch[n + k])
+    for k in range(n):
+        if scratch[n + k] != 0:
+            scratch[n + k] = _word(scratch[n + k], 0, scratch)  # the gradient's TensorImpl
+            if scratch[n + k] != 0:
+                _fetch_impl(scratch[n + k])
+    for k in range(n):
+        grad = scratch[n + k]
+        if grad != 0:
+            storage = _word(grad, at[_STORAGE], scratch)
+            if storage != 0:
+                prefetch_address(storage + 8 * at[_DATA_AT])
+
+
 @numba.njit(cache=True)
 def _check(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray) -> int:
     """-1 when the Python list at ``params`` holds the expected objects (rows ``0..n-1`` of ``expected``)
     with the expected fields and their gradients have the fields of rows ``n..2n-1``: the data addresses
     are then in ``out`` (parameters, then gradients). Else the index of the first row that differs (-2:
-    the list's length); no pointer read from a tensor that differs is followed further."""
+    the list's length); no pointer read from a tensor that differs is followed further. The fields are
+    first brought into the cache by :func:`_warm` (``out`` its scratch)."""
     n = expected.shape[0] // 2
     if _word(params, _LIST_SIZE, out) != n:
         return -2
     items = _word(params, _LIST_ITEMS, out)
+    _warm(items, n, expected, at, out)
     for k in range(n):
         obj = _word(items, k, out)
         if obj != expected[k, _OBJECT]:
@@ -125,13 +174,14 @@ def _refill(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.nd
     address, the expected table, the offsets), the gradients' data addresses written into the last row of
     ``addresses`` (the parameters' are those of its first row: each was checked equal to its expected
     one). -1 when every tensor is as expected; else, as :func:`_check`, where it differs (the last row
-    then partly written)."""
+    then partly written). The fields are first brought into the cache by :func:`_warm`."""
     params, expected, at = check
     n = expected.shape[0] // 2
     row = addresses[addresses.shape[0] - 1]
     if _word(params, _LIST_SIZE, row) != n:
         return -2
     items = _word(params, _LIST_ITEMS, row)
+    _warm(items, n, expected, at, np.empty(2 * n, np.int64))
     for k in range(n):
         obj = _word(items, k, row)
         if obj != expected[k, _OBJECT]:

@@ -6,24 +6,27 @@ to prepare but the gradients' addresses, so after a generic step has built and g
 steps take a short path (:class:`_PlainStep`): the group's hyper-parameters compared with the ones the
 kernel's scalars were made from, one compiled check of every parameter and gradient that also writes the
 gradients' addresses into the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
-chunked entry called directly. Anything else (a closure, AMP's ``found_inf``/``grad_scale``, several
-groups, a changed hyper-parameter other than a float ``lr``, a tensor that differs from the plan's) takes
-the generic step, which checks, raises and routes as it always does.
+chunked entry called directly, from :meth:`SGD.step` itself where no step hook or profiler is on (right
+after a backward pass every Python call and object it passes through is out of cache). Anything else (a
+closure, AMP's ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float
+``lr``, a tensor that differs from the plan's) takes the generic step, which checks, raises and routes as
+it always does.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..kernels._elementwise import _SerialBelow
-from ..kernels._threading import parallel_allowed, parallel_launch
+from ..kernels._elementwise import SERIAL_BELOW, _SerialBelow
+from ..kernels._threading import parallel_allowed, parallel_launch, thread_mask
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
-from ._base import KernelOptimizer, _Plan
+from ._base import KernelOptimizer, _global_post_hooks, _global_pre_hooks, _Plan, _profiler_enabled
 from .adam import host_lr
 
 __all__ = ["SGD"]
@@ -91,6 +94,26 @@ class SGD(KernelOptimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
+    def step(self, closure: Any = None) -> Any:
+        """One update of every parameter that has a gradient (see :meth:`KernelOptimizer.step`); a plain
+        step without hooks, closure or profiler takes the short path straight from here."""
+        fast = self._fast
+        if (
+            fast is not None
+            and closure is None
+            and not (
+                _global_pre_hooks
+                or _global_post_hooks
+                or self._optimizer_step_pre_hooks
+                or self._optimizer_step_post_hooks
+                or _profiler_enabled()
+            )
+        ):
+            if fast.run(self):
+                return None
+            self._fast = None
+        return super().step(closure)
+
     def _step(self, closure: Any = None) -> Any:
         fast = self._fast
         if fast is not None and closure is None and fast.run(self):
@@ -130,6 +153,8 @@ class SGD(KernelOptimizer):
         )
 
 
+SGD.step.__dict__["hooked"] = True  # as KernelOptimizer.step: torch.optim.Optimizer leaves it unwrapped
+
 #: The hyper-parameters a plain step's scalars and plan were made for (``lr`` is compared apart).
 _HYPER = operator.itemgetter(
     "momentum", "dampening", "weight_decay", "nesterov", "maximize", "differentiable", "foreach", "fused"
@@ -152,6 +177,7 @@ class _PlainStep:
         "tensors",
         "grads",
         "entry",
+        "threads",
     )
 
     def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
@@ -163,6 +189,9 @@ class _PlainStep:
         self.scalars = optimizer._scalars(group, 1, dtype)
         self.grads = tensors.addresses[-1]  # the gradient row, written by the guard's check
         self.entry = _torch_sgd.many_chunked(tensors.addresses.shape[0])
+        # what reads the calling thread's Numba thread count, where the list is large enough to run on all
+        # of them (else None: _SerialBelow sets the count to one for the launch)
+        self.threads = thread_mask()[0] if tensors.total >= SERIAL_BELOW else None
 
     @classmethod
     def of(cls, optimizer: SGD) -> _PlainStep | None:
@@ -217,7 +246,14 @@ class _PlainStep:
             optimizer._fast_refused = self.plan
             return False
         tensors = self.tensors
-        with parallel_launch(), _SerialBelow(tensors.total) as threads:
+        launch = parallel_launch()
+        if self.threads is not None and type(launch) is nullcontext:  # nothing to enter, nothing to set
+            table = tensors.balanced(self.threads())
+            self.entry(
+                parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
+            )
+            return True
+        with launch, _SerialBelow(tensors.total) as threads:
             table = tensors.balanced(threads)
             self.entry(
                 parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
