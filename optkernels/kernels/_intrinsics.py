@@ -32,13 +32,15 @@
   word. A vector gather fetches about one element per cycle on some processors (AMD Zen 4), while their
   load ports take three scalar loads a cycle; LLVM would turn a plain loop of such loads back into
   gathers, so on x86-64 each table load is an inline-assembly ``mov``.
-* :func:`register_search`, :func:`search_block` and :func:`search_dynamic_block`: the nearest code of 256
-  values ``s/top`` without table loads per value. ``search_block``: a binary search of 8 steps over 255
+* :func:`register_search`, :func:`search_block`, :func:`search_dynamic_block` and
+  :func:`search_dynamic_nonnegative`: the nearest code of 256 values ``s/top`` without table loads per
+  value. ``search_block``: a binary search of 8 steps over 255
   integer thresholds held in AVX-512 registers (``vpermd``/``vpermt2d`` pick each step's candidates), for
   any ascending table. ``search_dynamic_block``: for bitsandbytes' dynamic maps, a start from the value's
   decade (register permutes of per-binade tables) and one threshold looked up by ``vpermi2b`` byte
-  permutes. Used only where :func:`register_search` (AVX-512F; the second also :func:`byte_permutes`) is
-  true, decided when compiling.
+  permutes (``search_dynamic_nonnegative``: the same for values known to be in ``[+0, top]``, with less
+  work). Used only where :func:`register_search` (AVX-512F; the dynamic ones also :func:`byte_permutes`)
+  is true, decided when compiling.
 """
 
 from __future__ import annotations
