@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optkernels.kernels import blockwise_optim as B  # noqa: E402
-from optkernels.kernels import quantization as Q  # noqa: E402
+from optkernels.kernels import blockwise_optim as B
+from optkernels.kernels import quantization as Q
 
 F = np.float32
 NB = 48
