@@ -222,13 +222,15 @@ def _requantize(
     ``signed``, then only for a finite ``top`` > 0), and so is a full block of a dynamic map where the CPU
     also has AVX-512 VBMI (:func:`._intrinsics.search_dynamic_block`: a start from the value's decade, one
     threshold looked up by byte permutes; it leaves keys in ``scratch[base:base + 256]``), with fewer
-    instructions where the caller knows every ``s`` in ``[+0, top]`` (``nonneg``) and ``top`` is finite and
-    > 0 (:func:`._intrinsics.search_dynamic_nonnegative`). The same codes."""
+    instructions where every ``s`` is in ``[+0, top]`` (:func:`._intrinsics.search_dynamic_nonnegative`):
+    ``top`` finite and > 0, the map the unsigned dynamic one, and ``nonneg`` the caller's word that the
+    states are a map of entries >= +0 times a finite scale >= 0, updated by adding products >= +0. The
+    same codes."""
     mode = _search_mode(start, negatives, signed, top)
     registers = count == BLOCK and register_search() and registers_exact(keys, key_base)
     if registers and (not signed or (top > ZERO and top < INF)):
         if byte_permutes() and registers_dynamic(keys, key_base):
-            if nonneg and top > ZERO and top < INF:
+            if nonneg and top > ZERO and top < INF and registers_unsigned_dynamic(keys, key_base):
                 search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, not signed)
             else:
                 search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
@@ -449,9 +451,9 @@ def _block_8bit(
         c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
     )
     if two:
-        # v' = v·β2 + ((1−β2)·g)·g >= +0 (or 0 for a non-finite g) where v >= +0 is finite: an unsigned
-        # dynamic map times a finite old absmax >= 0
-        nonneg = o2 >= ZERO and o2 < INF and registers_unsigned_dynamic(keys, REGISTER_WORDS)
+        # v' = v·β2 + ((1−β2)·g)·g >= +0 (or 0 for a non-finite g) where v >= +0 is finite: a map of
+        # entries >= +0 (_requantize checks it) times a finite old absmax >= 0
+        nonneg = o2 >= ZERO and o2 < INF
         top2 = _abs_max(scratch, sv, count, top2)
         a2[b] = top2
         _requantize(
