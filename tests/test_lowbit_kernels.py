@@ -385,14 +385,24 @@ def test_dynamic_search_is_exact_on_every_float32(signed):
 def test_register_dynamic_search_at_every_change_point(signed):
     # search_dynamic_block: the start of dynamic_start (its decade from the binade's tables; negative keys,
     # -0.0 and -NaN included, mirrored; NaN as inf) and one threshold of the keys' search (state 1: the
-    # sign fix folded in), at every change point of the start or the code (as above) and top 1 and 0.5.
-    from optkernels.kernels._intrinsics import byte_permutes, register_search, search_dynamic_block
+    # sign fix folded in), at every change point of the start or the code (as above) and its neighbours
+    # s/top: top 1 and 0.5, tops that are no power of two (a mantissa of all ones among them), tiny and
+    # huge ones (s/top then rounds where s*(1/top) may not: the codes are of the exact quotient).
+    from optkernels.kernels._intrinsics import (
+        byte_permutes,
+        register_search,
+        search_dynamic_block,
+        search_dynamic_nonnegative,
+    )
     from optkernels.kernels.quantization import register_search_tables
 
     @numba.njit(error_model="numpy")
-    def search(out, values, top, keys, nan_low):
+    def search(out, values, top, keys, nan_low, nonnegative):
         for b in range(values.size // 256):
-            search_dynamic_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+            if nonnegative:
+                search_dynamic_nonnegative(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+            else:
+                search_dynamic_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
         return register_search() and byte_permutes()
 
     code = dynamic_map(signed)
@@ -400,16 +410,29 @@ def test_register_dynamic_search_at_every_change_point(signed):
     assert keys[304:307].tolist() == [1, 0 if signed else 1, 1]
     x, _ = _dynamic_check_points(signed)
     x = x[(np.abs(x) <= 1) | np.isnan(x)]                     # s/top with top = max |s|
-    for top in (f32(1.0), f32(0.5)):
-        s = np.resize(x * top, -(-x.size // 256) * 256).astype(f32)
+    tops = [f32(1.0), f32(0.5), f32(0.7), _bits([0x3FFFFFFF])[0], _bits([0x3F7FFFFF])[0] * f32(2.0**-50),
+            f32(2.0**-50), f32(1.5 * 2.0**-51), f32(2.0**100), _bits([0x3FFFFFFF])[0] * f32(2.0**100)]
+    for top in tops:
+        with np.errstate(under="ignore"):
+            s = x * top
+        s = np.concatenate([s, np.nextafter(s, f32(np.inf)), np.nextafter(s, -f32(np.inf))])
+        s = np.resize(s[(np.abs(s) <= top) | np.isnan(s)], -(-s.size // 256) * 256).astype(f32)
         out = np.zeros(s.size, np.uint8)
-        if not search(out, s.copy(), top, keys, not signed):
+        if not search(out, s.copy(), top, keys, not signed, False):
             pytest.skip("no AVX-512 VBMI: search_dynamic_block is not compiled on this CPU (the step keeps "
                         "its loops)")
-        want = ref._nearest(s / top, code).astype(np.int32)
+        with np.errstate(under="ignore"):
+            want = ref._nearest(s / top, code).astype(np.int32)
         if signed:
             want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
         assert np.array_equal(out, (want % 256).astype(np.uint8)), top
+        if not signed:  # the values of state 2 (+0 <= s <= top): search_dynamic_nonnegative, the same codes
+            keep = ~np.signbit(s) & (s == s)
+            t = np.resize(s[keep], -(-int(keep.sum()) // 256) * 256).astype(f32)
+            out = np.zeros(t.size, np.uint8)
+            search(out, t.copy(), top, keys, True, True)
+            with np.errstate(under="ignore"):
+                assert np.array_equal(out, ref._nearest(t / top, code).astype(np.uint8)), top
 
 
 @pytest.mark.parametrize("which", ["dense", "zero signs"])
@@ -537,7 +560,7 @@ def test_full_block_requantization_matches_the_reference(case):
     @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
     def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed, keys, key_base):
         bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768, keys,
-                       key_base)
+                       key_base, False)
 
     signed = case != "unsigned" and case != "dense, unsigned"
     code = DENSE if case.startswith("dense") else dynamic_map(signed)

@@ -34,17 +34,20 @@
   word. A vector gather fetches about one element per cycle on some processors (AMD Zen 4), while their
   load ports take three scalar loads a cycle; LLVM would turn a plain loop of such loads back into
   gathers, so on x86-64 each table load is an inline-assembly ``mov``.
-* :func:`register_search`, :func:`search_block` and :func:`search_dynamic_block`: the nearest code of 256
-  values ``s/top`` without table loads per value. ``search_block``: a binary search of 8 steps over 255
+* :func:`register_search`, :func:`search_block`, :func:`search_dynamic_block` and
+  :func:`search_dynamic_nonnegative`: the nearest code of 256 values ``s/top`` without table loads per
+  value. ``search_block``: a binary search of 8 steps over 255
   integer thresholds held in AVX-512 registers (``vpermd``/``vpermt2d`` pick each step's candidates), for
   any ascending table. ``search_dynamic_block``: for bitsandbytes' dynamic maps, a start from the value's
   decade (register permutes of per-binade tables) and one threshold looked up by ``vpermi2b`` byte
-  permutes. Used only where :func:`register_search` (AVX-512F; the second also :func:`byte_permutes`) is
-  true, decided when compiling.
+  permutes (``search_dynamic_nonnegative``: the same for values known to be in ``[+0, top]``, with less
+  work). Used only where :func:`register_search` (AVX-512F; the dynamic ones also :func:`byte_permutes`)
+  is true, decided when compiling.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import platform
 from collections.abc import Callable
@@ -702,7 +705,7 @@ def search_block(typingctx, out, out_base, values, base, top, table, table_base,
 DYNAMIC_LINES, DYNAMIC_PLANES = 320, 512
 
 
-def _dynamic_codegen(context, builder, signature, args):
+def _dynamic_codegen(context, builder, signature, args, nonnegative=False):
     out_type, out_base_type, values_type, base_type, _, table_type, table_base_type, _ = signature.args
     if not (_register_search_here(context) and _byte_permutes_here(context)):  # callers test first
         return context.get_dummy_value()
@@ -761,14 +764,18 @@ def _dynamic_codegen(context, builder, signature, args):
     zero_f = splat(0.0, floats)
     for chunk in range(0, LOOKUP_BLOCK, 16):
         x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
-        bits, key = _search_key(builder, x, nan_low)
-        builder.store(key, _vector_at(builder, keys, chunk, ints), align=4)
-        a = builder.bitcast(builder.and_(bits, splat(0x7FFFFFFF)), floats)
-        a = builder.select(builder.fcmp_ordered("<", a, infinity), a, infinity)  # NaN as inf
-        magnitude = builder.bitcast(a, ints)
         low, high = splat(100 << 23), splat(127 << 23)
+        if nonnegative:  # x in [+0, 1]: its bits are its key, no NaN, no sign, binade <= 127
+            key = magnitude = builder.bitcast(x, ints)
+            a = x
+        else:
+            bits, key = _search_key(builder, x, nan_low)
+            a = builder.bitcast(builder.and_(bits, splat(0x7FFFFFFF)), floats)
+            a = builder.select(builder.fcmp_ordered("<", a, infinity), a, infinity)  # NaN as inf
+            magnitude = builder.bitcast(a, ints)
+            magnitude = builder.select(builder.icmp_signed("<", magnitude, high), magnitude, high)
+        builder.store(key, _vector_at(builder, keys, chunk, ints), align=4)
         magnitude = builder.select(builder.icmp_signed(">", magnitude, low), magnitude, low)
-        magnitude = builder.select(builder.icmp_signed("<", magnitude, high), magnitude, high)
         binade = builder.lshr(magnitude, splat(23))  # 100 .. 127: its low 5 bits index the binade tables
         decade = builder.call(permute2_i, [dlo[0], binade, dlo[1]])
         above = builder.fcmp_ordered(">=", a, builder.call(permute2_f, [bnd[0], binade, bnd[1]]))
@@ -781,9 +788,10 @@ def _dynamic_codegen(context, builder, signature, args):
         n = builder.call(permute_f, [count, decade])
         u = builder.select(builder.fcmp_ordered("<", u, n), u, n)
         j = builder.add(builder.call(permute_i, [base_code, decade]), builder.fptosi(u, ints))
-        mirrored = builder.sub(mirror, j)
-        mirrored = builder.select(builder.icmp_signed(">", mirrored, splat(0)), mirrored, splat(0))
-        j = builder.select(builder.icmp_signed("<", key, splat(0)), mirrored, j)
+        if not nonnegative:
+            mirrored = builder.sub(mirror, j)
+            mirrored = builder.select(builder.icmp_signed(">", mirrored, splat(0)), mirrored, splat(0))
+            j = builder.select(builder.icmp_signed("<", key, splat(0)), mirrored, j)
         builder.store(builder.trunc(j, bytes16), _vector_at(builder, out, chunk, bytes16), align=1)
     for chunk in range(0, LOOKUP_BLOCK, _CHUNK):
         start = builder.load(_vector_at(builder, out, chunk, bytes64), align=1)
@@ -814,6 +822,17 @@ def search_dynamic_block(typingctx, out, out_base, values, base, top, table, tab
     return _search_signature(
         "search_dynamic_block", out, out_base, values, base, top, table, table_base, nan_low
     ), _dynamic_codegen
+
+
+@intrinsic
+def search_dynamic_nonnegative(typingctx, out, out_base, values, base, top, table, table_base, nan_low):
+    """:func:`search_dynamic_block` where every value is known to be ``+0 <= s <= top`` (no NaN, no sign
+    bit) and ``top`` finite and > 0, so that ``x = s/top`` lies in ``[+0, 1]``: its bits are its key and no
+    mirror, NaN or clamp above 1 is needed (fewer instructions, the same codes). The caller proves that
+    promise; a value breaking it gets an unspecified code."""
+    return _search_signature(
+        "search_dynamic_nonnegative", out, out_base, values, base, top, table, table_base, nan_low
+    ), functools.partial(_dynamic_codegen, nonnegative=True)
 
 
 def _search_signature(name, out, out_base, values, base, top, table, table_base, nan_low):

@@ -20,7 +20,14 @@ import numpy as np
 from . import _cuda
 from ._checks import _array_facts, _flatten, plain_array, to_scalar
 from ._elementwise import _JIT_OPTIONS, ZERO, elementwise, scalar_math
-from ._intrinsics import byte_permutes, register_search, scalar_lookups, search_block, search_dynamic_block
+from ._intrinsics import (
+    byte_permutes,
+    register_search,
+    scalar_lookups,
+    search_block,
+    search_dynamic_block,
+    search_dynamic_nonnegative,
+)
 from ._lowp import f32_bits, f32_from_bits
 from ._upcast import via_float32
 from .quantization import (
@@ -36,6 +43,7 @@ from .quantization import (
     nearest_code_slow,
     registers_dynamic,
     registers_exact,
+    registers_unsigned_dynamic,
     scratch_block_elementwise,
     search_tables,
     sign_bit,
@@ -168,13 +176,13 @@ def _search_mode(start, negatives, signed, top):
 
 
 def _requantize_loops(
-    out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base
+    out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base, nonneg
 ):
     """``out[first + k]`` = the code of ``s = scratch[base + k]`` for k < count: the nearest code of
     ``s / top``, sign-fixed where ``signed`` (by :func:`_search_mode`; a block of zeros or infinities takes
     the binary search). Indices are unsigned (no wrap-around selects: the loop loads and stores
     contiguously and is vectorised, the table lookups as gathers). The CUDA twin of :func:`_requantize`
-    (``keys``, ``key_base`` unused)."""
+    (``keys``, ``key_base``, ``nonneg`` unused)."""
     mode = _search_mode(start, negatives, signed, top)
     if mode == 2:
         for k in range(count):
@@ -202,7 +210,7 @@ _requantize_loops_cpu = table_math(_requantize_loops)
 
 @table_math(device=_requantize_loops)
 def _requantize(
-    out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base
+    out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base, nonneg
 ):
     """:func:`_requantize_loops`; a full block searched by the start table takes three loops instead, so
     that its table lookups are scalar loads (:func:`._intrinsics.scalar_lookups`) rather than gathers:
@@ -213,20 +221,40 @@ def _requantize(
     (:func:`._intrinsics.search_block` with the table's ``keys[key_base:]``, the sign fix folded in where
     ``signed``, then only for a finite ``top`` > 0), and so is a full block of a dynamic map where the CPU
     also has AVX-512 VBMI (:func:`._intrinsics.search_dynamic_block`: a start from the value's decade, one
-    threshold looked up by byte permutes; it leaves keys in ``scratch[base:base + 256]``). The same
-    codes."""
+    threshold looked up by byte permutes; it leaves keys in ``scratch[base:base + 256]``), with fewer
+    instructions where every ``s`` is in ``[+0, top]`` (:func:`._intrinsics.search_dynamic_nonnegative`):
+    ``top`` finite and > 0, the map the unsigned dynamic one, and ``nonneg`` the caller's word that the
+    states are a map of entries >= +0 times a finite scale >= 0, updated by adding products >= +0. The
+    same codes."""
     mode = _search_mode(start, negatives, signed, top)
     registers = count == BLOCK and register_search() and registers_exact(keys, key_base)
     if registers and (not signed or (top > ZERO and top < INF)):
         if byte_permutes() and registers_dynamic(keys, key_base):
-            search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
+            if nonneg and top > ZERO and top < INF and registers_unsigned_dynamic(keys, key_base):
+                search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, not signed)
+            else:
+                search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
             return
         if mode == 0:
             search_block(out, first, scratch, base, top, keys, key_base, not signed)
             return
     if count != BLOCK or mode == 0:
         _requantize_loops_cpu(
-            out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base
+            out,
+            first,
+            scratch,
+            base,
+            count,
+            top,
+            code,
+            mids,
+            start,
+            negatives,
+            signed,
+            spare,
+            keys,
+            key_base,
+            nonneg,
         )
         return
     keep = 1 if mode == 2 or not signed else 0  # x replaces s (no sign fix of s's sign left to do)
@@ -419,8 +447,13 @@ def _block_8bit(
     # Pass 2: the new absmax, then the codes (one vectorised loop per state).
     top1 = _abs_max(scratch, sm1, count, top1)
     a1[b] = top1
-    _requantize(c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0)
+    _requantize(
+        c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
+    )
     if two:
+        # v' = v·β2 + ((1−β2)·g)·g >= +0 (or 0 for a non-finite g) where v >= +0 is finite: a map of
+        # entries >= +0 (_requantize checks it) times a finite old absmax >= 0
+        nonneg = o2 >= ZERO and o2 < INF
         top2 = _abs_max(scratch, sv, count, top2)
         a2[b] = top2
         _requantize(
@@ -438,11 +471,14 @@ def _block_8bit(
             spare,
             keys,
             REGISTER_WORDS,
+            nonneg,
         )
     if algo == ADEMAMIX:
         top3 = _abs_max(scratch, sm2, count, top3)
         a3[b] = top3
-        _requantize(c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True, spare, keys, 0)
+        _requantize(
+            c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True, spare, keys, 0, False
+        )
 
 
 @scratch_block_elementwise

@@ -556,6 +556,13 @@ def registers_dynamic(keys, key_base):
 
 
 @table_math
+def registers_unsigned_dynamic(keys, key_base):
+    """Whether the :func:`register_search_tables` at ``keys[key_base:]`` are those of the unsigned dynamic
+    map (every entry >= +0; its mirror word is -1)."""
+    return registers_dynamic(keys, key_base) and keys[key_base + DYNAMIC_LINES + 128] == -1
+
+
+@table_math
 def registers_exact(keys, key_base):
     """Whether the :func:`register_search_tables` at ``keys[key_base:]`` search exactly (their flag)."""
     return keys[key_base + SEARCH_FLAG] == 1
