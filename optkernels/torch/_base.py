@@ -167,6 +167,13 @@ class _Work:
         self.plan: _Plan | None = None
 
 
+def unwrapped(step: Callable) -> Callable:
+    """Mark an optimizer's ``step`` as running its own hooks and profiler range, so that
+    ``torch.optim.Optimizer.__init__`` leaves it unwrapped (torch's ``hooked`` flag)."""
+    vars(step)["hooked"] = True
+    return step
+
+
 class KernelOptimizer(torch.optim.Optimizer):
     """torch.optim.Optimizer over optkernels' kernels (see the module docstring). Subclasses set
     ``sparse_grads`` ('no', 'yes' or 'only') and implement the hooks below.
@@ -333,6 +340,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             return "optkernels" if fits else "torch"
         raise ValueError("backend_for: the tensor is not a parameter of this optimizer")
 
+    @unwrapped
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()``'s loss (or None).
 
@@ -348,7 +356,16 @@ class KernelOptimizer(torch.optim.Optimizer):
                 return self._hooked_step(closure)
         return self._hooked_step(closure)
 
-    step.hooked = True  # type: ignore[attr-defined]  # torch.optim.Optimizer.__init__ then leaves it unwrapped
+    def _unobserved(self) -> bool:
+        """Whether nothing watches this step: no step pre- or post-hook (global or this optimizer's) and
+        torch's profiler off. A subclass's short path may then skip :meth:`step`'s layers."""
+        return not (
+            _global_pre_hooks
+            or _global_post_hooks
+            or self._optimizer_step_pre_hooks
+            or self._optimizer_step_post_hooks
+            or _profiler_enabled()
+        )
 
     def _hooked_step(self, closure: Callable[[], Any] | None) -> Any:
         args: tuple = (self, closure)

@@ -12,14 +12,7 @@ import torch
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
 from . import _memory, _views
-from ._base import (
-    KernelOptimizer,
-    _contiguous,
-    _global_post_hooks,
-    _global_pre_hooks,
-    _profiler_enabled,
-    _Work,
-)
+from ._base import KernelOptimizer, _contiguous, _Work, unwrapped
 from ._sparse import row_sparse
 
 __all__ = ["RowWiseAdagrad"]
@@ -66,6 +59,7 @@ class RowWiseAdagrad(KernelOptimizer):
     ):
         super().__init__(params, check_rowwise_hyper(lr, eps, weight_decay, weight_decay_mode, max_norm))
 
+    @unwrapped
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()``'s loss (or None). The
         common step of an embedding table (see :meth:`_table_step`) takes a short path, the rest
@@ -74,8 +68,6 @@ class RowWiseAdagrad(KernelOptimizer):
             return None
         return super().step(closure)
 
-    vars(step)["hooked"] = True  # torch.optim.Optimizer.__init__ then leaves it unwrapped, as the base's
-
     def _table_step(self) -> bool:
         """The step of one float32/float64 CPU table with a row-sparse COO gradient (``sparse_dim`` 1, as
         ``nn.Embedding(sparse=True)`` gives) and its ``sum`` state already made, in one group, without
@@ -83,9 +75,7 @@ class RowWiseAdagrad(KernelOptimizer):
         of the full step, in a few attribute reads (between training steps the caches are cold, where the
         full step's general sorting costs about as much as a tenth of the update). True if done; False,
         nothing written, for anything else: the full step then decides (and words the errors)."""
-        if len(self.param_groups) != 1 or _profiler_enabled() or _global_pre_hooks or _global_post_hooks:
-            return False
-        if self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks:
+        if len(self.param_groups) != 1 or not self._unobserved():
             return False
         attributes = self.__dict__  # torch.amp.GradScaler's attributes (see KernelOptimizer._unscale)
         if attributes.get("found_inf") is not None or attributes.get("grad_scale") is not None:

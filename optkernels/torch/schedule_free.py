@@ -28,7 +28,7 @@ from ..kernels.schedule_free import (
 )
 from ..optimizers.schedule_free import NOT_IN_TRAIN_MODE
 from . import _views
-from ._base import KernelOptimizer, _global_post_hooks, _global_pre_hooks, _Plan, _profiler_enabled
+from ._base import KernelOptimizer, _Plan, unwrapped
 from ._fields import Guard
 
 __all__ = ["AdamWScheduleFree", "SGDScheduleFree"]
@@ -58,22 +58,13 @@ class _ScheduleFree(KernelOptimizer):
             plan.private_steps = np.ones(len(plan.params), np.int64)
         return plan.private_steps
 
+    @unwrapped
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient, as the base class's ``step``; returns
         ``closure()``'s loss (or None). A steady step (no closure, no step hooks, torch's profiler off) goes
         straight to its compiled call."""
         steady = self.__dict__.get("_steady")
-        if (
-            steady is not None
-            and closure is None
-            and not (
-                _global_pre_hooks
-                or self._optimizer_step_pre_hooks
-                or _global_post_hooks
-                or self._optimizer_step_post_hooks
-            )
-            and not _profiler_enabled()
-        ):
+        if steady is not None and closure is None and self._unobserved():
             if not self.param_groups[0]["train_mode"]:
                 raise Exception(NOT_IN_TRAIN_MODE)
             if self._steady_step(steady):
@@ -187,9 +178,6 @@ class _ScheduleFree(KernelOptimizer):
                 _views.view(z.to(p.device), kind, flat=True),
                 *lerp_scalars(dtype, weight),
             )
-
-
-vars(_ScheduleFree.step)["hooked"] = True  # torch.optim.Optimizer.__init__ then leaves it unwrapped
 
 
 def _group_weight(group: dict) -> tuple[float, float, float, float]:

@@ -26,7 +26,7 @@ import torch
 from ..kernels._elementwise import SERIAL_BELOW, _SerialBelow
 from ..kernels._threading import parallel_allowed, parallel_launch, thread_mask
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
-from ._base import KernelOptimizer, _global_post_hooks, _global_pre_hooks, _Plan, _profiler_enabled
+from ._base import KernelOptimizer, _Plan, unwrapped
 from .adam import host_lr
 
 __all__ = ["SGD"]
@@ -94,21 +94,12 @@ class SGD(KernelOptimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
+    @unwrapped
     def step(self, closure: Any = None) -> Any:
         """One update of every parameter that has a gradient (see :meth:`KernelOptimizer.step`); a plain
         step without hooks, closure or profiler takes the short path straight from here."""
         fast = self._fast
-        if (
-            fast is not None
-            and closure is None
-            and not (
-                _global_pre_hooks
-                or _global_post_hooks
-                or self._optimizer_step_pre_hooks
-                or self._optimizer_step_post_hooks
-                or _profiler_enabled()
-            )
-        ):
+        if fast is not None and closure is None and self._unobserved():
             if fast.run(self):
                 return None
             self._fast = None
@@ -152,8 +143,6 @@ class SGD(KernelOptimizer):
             lambda: sgd_scalars(dtype, first, lr, momentum, dampening, wd, nesterov, maximize),
         )
 
-
-SGD.step.__dict__["hooked"] = True  # as KernelOptimizer.step: torch.optim.Optimizer leaves it unwrapped
 
 #: The hyper-parameters a plain step's scalars and plan were made for (``lr`` is compared apart).
 _HYPER = operator.itemgetter(
