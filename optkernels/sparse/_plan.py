@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_write
+from ..kernels._intrinsics import fetch_add
 from ..kernels._workers import PackedWorker, array_fields, data_address, packed
 
 _JIT = dict(cache=True, error_model="numpy", fastmath=False)
@@ -127,20 +127,7 @@ def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, sta
     n = indices.shape[0]
     kept = 0
     largest = 0
-    # The passes below write the positions (order, order_tmp: the sort's scattered writes), the rows and
-    # the starts; between steps those buffers are cold. The first pass, a read of the indices, prefetches
-    # them for writing, a line per position (order) or per 8 positions (rows, starts: 8-byte items).
-    positions_2d, spare_2d = order.reshape(1, n), order_tmp.reshape(1, n)
-    rows_2d, starts_2d = rows.reshape(1, n), starts.reshape(1, n + 1)
-    position_mask = CACHE_LINE_BYTES // order.itemsize - 1
-    row_mask = CACHE_LINE_BYTES // rows.itemsize - 1
     for k in range(n):
-        if (k & position_mask) == 0:
-            prefetch_write(positions_2d, 0, k)
-            prefetch_write(spare_2d, 0, k)
-        if (k & row_mask) == 0:
-            prefetch_write(rows_2d, 0, k)
-            prefetch_write(starts_2d, 0, k)
         x = np.int64(indices[k])
         if x >= 0 and (limit < 0 or x < limit):
             kept += 1
