@@ -246,3 +246,34 @@ def test_change_after_steady_steps(label, case):
     else:
         assert isinstance(out[1], torch.Tensor), f"torch ran, ours raised {out[1]}"
         torch.testing.assert_close(out[1], out[0], rtol=2e-6, atol=1e-7)
+
+
+STATE_NAMES = {"Adam": "exp_avg", "Adam-amsgrad": "max_exp_avg_sq", "SGD-momentum": "momentum_buffer",
+               "RMSprop": "square_avg"}
+STATE_CASES = {
+    "replaced": lambda state, name: state.__setitem__(name, state[name].clone() * 0.5),
+    ".data swapped": lambda state, name: setattr(state[name], "data", state[name].clone() * 0.5),
+}
+
+
+@pytest.mark.parametrize("case", list(STATE_CASES))
+@pytest.mark.parametrize("label", list(STATE_NAMES))
+def test_state_changed_after_steady_steps(label, case):
+    """After steady steps, a state tensor replaced by hand or its memory swapped (``.data =``): ours steps
+    the new tensor to torch's values (a launch table holding the old address wrote a stale or freed buffer)."""
+    name, kwargs = CLASSES[label]
+    out = []
+    for lib in (torch.optim, okt):
+        p = torch.linspace(1, 2, 6).reshape(2, 3).requires_grad_()
+        p.grad = torch.zeros(2, 3)
+        opt = getattr(lib, name)([p], lr=0.1, **kwargs)
+        for k in range(3):
+            p.grad.copy_(torch.linspace(-0.5, 0.25, 6).reshape(2, 3) * (k + 1))
+            opt.step()
+        STATE_CASES[case](opt.state[p], STATE_NAMES[label])
+        for k in range(2):
+            p.grad.copy_(torch.linspace(-0.25, 0.5, 6).reshape(2, 3) * (k + 1))
+            opt.step()
+        out.append((p.detach().clone(), opt.state[p][STATE_NAMES[label]].clone()))
+    for ours, theirs in zip(out[1], out[0]):
+        torch.testing.assert_close(ours, theirs, rtol=2e-6, atol=1e-7)

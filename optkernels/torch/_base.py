@@ -126,6 +126,9 @@ class _Plan:
         self.cpu: list = []  # (dtype, positions array, TensorList, parameters)
         self.single: list = []  # (k, 'cpu'/'cuda', [views of param and slots], n, buffer view or None)
         self.kept: list = []  # the state tensors whose addresses the tables hold (kept alive)
+        self.entries: list = []  # the state entries (dicts) they were read from, one per parameter
+        self.names: tuple = ()  # the state names read from each entry
+        self.kept_at: list = []  # the kept tensors' data addresses when the tables were made
         self.private_steps: Any = None  # int64 step numbers of a state without 'step' (SGD)
         self.copies: list = []  # (parameter, contiguous working copy) of parameters not dense in memory
         self.half: dict = {}  # k -> [half Elementwise or None, uint16 views of the arrays, *HalfLaunchers]
@@ -356,6 +359,21 @@ class KernelOptimizer(torch.optim.Optimizer):
                 return self._hooked_step(closure)
         return self._hooked_step(closure)
 
+    def _state_intact(self, plan: _Plan) -> bool:
+        """Whether the state tensors ``plan``'s launch tables hold are still this optimizer's state: each
+        parameter's entry and each named tensor in it the same objects, at the same data addresses (a
+        tensor replaced by hand, or its memory swapped by ``.data =`` or ``set_``, would leave the tables
+        writing a stale, possibly freed, buffer)."""
+        kept = plan.kept
+        if not kept:
+            return True
+        state = self.state
+        entries = plan.entries
+        if not all(map(operator.is_, map(state.get, plan.params), entries)):
+            return False
+        now = [entry.get(name) for entry in entries for name in plan.names]
+        return all(map(operator.is_, now, kept)) and list(map(_DATA_PTR, kept)) == plan.kept_at
+
     def _unobserved(self) -> bool:
         """Whether nothing watches this step: no step pre- or post-hook (global or this optimizer's) and
         torch's profiler off. A subclass's short path may then skip :meth:`step`'s layers."""
@@ -454,6 +472,9 @@ class KernelOptimizer(torch.optim.Optimizer):
         work = _Work(index, group)
         params = group["params"]
         plan = self._plans.get(index)
+        if plan is not None and not self._state_intact(plan):
+            del self._plans[index]  # a state tensor replaced, or its memory swapped: plan anew
+            plan = None
         if (
             plan is not None
             and plan.whole
@@ -841,6 +862,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         else:
             states = [{} for _ in params]  # torch keeps no state for these (SGD without momentum)
         plan.kept = [s[n] for s in states for n in names]
+        plan.entries, plan.names, plan.kept_at = states, names, list(map(_DATA_PTR, plan.kept))
         if self.counts_steps:
             plan.steps = torch.tensor([float(s["step"]) for s in states], dtype=_step_dtype(group))
             plan.steps_np = plan.steps.numpy()

@@ -110,6 +110,7 @@ class _ScheduleFree(KernelOptimizer):
             if (
                 groups[index] is not group
                 or plans.get(index) is not plan
+                or not self._state_intact(plan)
                 or group.get("differentiable")
                 or group.get("capturable")
             ):
