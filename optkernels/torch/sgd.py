@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from contextlib import nullcontext
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -174,6 +175,7 @@ class _PlainStep:
         "keys",
         "entries",
         "buffers",
+        "addresses",
     )
 
     def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
@@ -190,7 +192,11 @@ class _PlainStep:
         # momentum: the state the table's buffer row was made from, compared entry by entry (identities)
         self.state = optimizer.state
         self.keys, self.entries = list(self.state.keys()), list(self.state.values())
-        self.buffers = list(map(_BUFFER, self.entries)) if kernel is _torch_sgd_momentum else None
+        self.buffers = None
+        if kernel is _torch_sgd_momentum:
+            self.buffers = [entry.get("momentum_buffer") for entry in self.entries]
+            # the table's buffer addresses in the state's order (of checks them against the table)
+            self.addresses = [b.data_ptr() if isinstance(b, torch.Tensor) else 0 for b in self.buffers]
         # what reads the calling thread's Numba thread count, where the list is large enough to run on all
         # of them (else None: _SerialBelow sets the count to one for the launch)
         self.threads = thread_mask()[0] if tensors.total >= SERIAL_BELOW else None
@@ -229,6 +235,7 @@ class _PlainStep:
                 optimizer.state.get(p, {}).get("momentum_buffer") is b
                 for p, b in zip(group["params"], plan.kept)
             )
+            and [b.data_ptr() for b in plan.kept] == fast.tensors.addresses[1].tolist()
             and fast._same_state(optimizer)
         ):
             return None  # the state is not the one the table was made from
@@ -286,14 +293,10 @@ class _PlainStep:
             and len(state) == len(self.keys)
             and all(map(operator.is_, state.keys(), self.keys))
             and all(map(operator.is_, state.values(), self.entries))
-            and all(map(operator.is_, map(_BUFFER, self.entries), buffers))
+            and all(map(operator.is_, map(dict.get, self.entries, repeat("momentum_buffer")), buffers))
             # a buffer's memory swapped in place (``.data =``, ``set_``): the table's row would be stale
-            and np.array_equal(
-                np.fromiter(map(_DATA_PTR, self.plan.kept), np.int64, len(self.plan.kept)),
-                self.tensors.addresses[1],
-            )
+            and list(map(_DATA_PTR, buffers)) == self.addresses
         )
 
 
-_BUFFER = operator.methodcaller("get", "momentum_buffer")
-_DATA_PTR = operator.methodcaller("data_ptr")
+_DATA_PTR = torch.Tensor.data_ptr
