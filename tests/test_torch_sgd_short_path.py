@@ -1,9 +1,10 @@
-"""optkernels.torch.SGD's short path of plain steps (no momentum, one group; ``sgd._PlainStep``) against
+"""optkernels.torch.SGD's short path (one group, plain or momentum steps; ``sgd._PlainStep``) against
 torch.optim.SGD, bit for bit, through what a training loop does between steps: gradients zeroed in place or
 replaced, ``lr`` changed by a schedule, ``p.data`` replaced, a gradient dropped, momentum switched on, a
 group added, AMP's ``found_inf`` set, a step hook registered, a closure. Each change either keeps the
 short path (the same bits as torch) or sends the step to the generic one, which raises or routes as torch
 does."""
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
@@ -141,3 +142,58 @@ def test_hooks_and_profiler_around_a_short_path_step():
     topt.step()
     assert [e.name for e in profile.events()].count("Optimizer.step#SGD.step") == 1
     assert oopt._fast is not None and _equal(tp, op)
+
+
+def _copied_state(opt):
+    """A deep copy of ``opt.state_dict()`` (state tensors cloned)."""
+    sd = opt.state_dict()
+    state = {k: {n: v.clone() for n, v in s.items()} for k, s in sd["state"].items()}
+    return {"state": state, "param_groups": [dict(g) for g in sd["param_groups"]]}
+
+
+def _replace_buffer(ps, opt):
+    buf = opt.state[ps[2]]["momentum_buffer"]
+    opt.state[ps[2]]["momentum_buffer"] = buf * 0.5
+
+
+def _swap_buffer_memory(ps, opt):
+    buf = opt.state[ps[1]]["momentum_buffer"]
+    buf.data = buf.clone() * 2.0  # the same tensor object, new memory
+
+
+@pytest.mark.parametrize(
+    "dtype, kwargs",
+    [
+        (torch.float32, dict(momentum=0.9)),
+        (torch.float64, dict(momentum=0.8, nesterov=True, weight_decay=0.01)),
+        (torch.float32, dict(momentum=0.7, dampening=0.3, maximize=True)),
+    ],
+)
+def test_momentum_steps_on_the_short_path_keep_torchs_bits(dtype, kwargs):
+    """After the first step made every buffer, momentum steps take the short path; a state_dict loaded, a
+    buffer replaced by hand or its memory swapped, the state cleared send a step to the generic one (which
+    re-plans from the state as it is now), an lr change keeps it."""
+    (tp, topt), (op, oopt) = _twins(dtype, **kwargs)
+    saved = {}
+    changes = {
+        3: lambda ps, opt: opt.param_groups[0].update(lr=0.0041),
+        5: lambda ps, opt: saved.setdefault(id(opt), _copied_state(opt)),
+        7: lambda ps, opt: opt.load_state_dict(saved[id(opt)]),
+        9: _replace_buffer,
+        11: _swap_buffer_memory,
+        13: lambda ps, opt: opt.state.clear(),  # torch starts every buffer from the gradient again
+    }
+    used = 0
+    for k in range(16):
+        _grads((tp, op), k, fresh=k % 4 == 0)
+        if k in changes:
+            for ps, opt in ((tp, topt), (op, oopt)):
+                changes[k](ps, opt)
+        ready = oopt._fast is not None
+        topt.step()
+        oopt.step()
+        used += ready and oopt._fast is not None
+        assert _equal(tp, op), k
+        bufs = [(topt.state[p]["momentum_buffer"], oopt.state[q]["momentum_buffer"]) for p, q in zip(tp, op)]
+        assert all(torch.equal(a, b) for a, b in bufs), k
+    assert used >= 8, "the short path was not taken"

@@ -1,9 +1,11 @@
 """torch's SGD over :mod:`optkernels.kernels.torch_rules`' element functions (torch's single-tensor op order
 and CPU rounding; the buffer's first step copies the gradient, as torch's clone does).
 
-Plain SGD (no momentum: no state) of one group of float32 or float64 CPU parameters is a step with nothing
-to prepare but the gradients' addresses, so after a generic step has built and guarded its plan, the next
-steps take a short path (:class:`_PlainStep`): the group's hyper-parameters compared with the ones the
+SGD of one group of float32 or float64 CPU parameters (plain, or with momentum once a step has made every
+``momentum_buffer``) is a step with nothing to prepare but the gradients' addresses, so after a generic
+step has built and guarded its plan, the next steps take a short path (:class:`_PlainStep`): the state's
+entries and buffers compared (identities, buffer addresses) with the ones the launch table holds (any
+change drops the plan: the generic step plans anew), the group's hyper-parameters compared with the ones the
 kernel's scalars were made from, one compiled check of every parameter and gradient that also writes the
 gradients' addresses into the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
 chunked entry called directly, from :meth:`SGD.step` itself where no step hook or profiler is on (right
@@ -18,6 +20,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from contextlib import nullcontext
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -152,8 +155,8 @@ _PLAIN = frozenset((bool, int, float, type(None)))
 
 
 class _PlainStep:
-    """The short path of a plain SGD step (see the module docstring) over ``plan``, the one plan of
-    ``group``: one launch table of float32 or float64 CPU parameters, guarded. Made by :meth:`of` after a
+    """The short path of an SGD step (see the module docstring) over ``plan``, the one plan of ``group``:
+    one launch table of float32 or float64 CPU parameters (and their momentum buffers), guarded. Made by :meth:`of` after a
     generic step; :meth:`run` steps or returns False (nothing written)."""
 
     __slots__ = (
@@ -167,6 +170,12 @@ class _PlainStep:
         "grads",
         "entry",
         "threads",
+        "step",
+        "state",
+        "keys",
+        "entries",
+        "buffers",
+        "addresses",
     )
 
     def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
@@ -175,9 +184,19 @@ class _PlainStep:
         self.group, self.plan, self.guard, self.tensors = group, plan, plan.guard, tensors
         self.hyper = _HYPER(group)
         self.lr = group["lr"]
-        self.scalars = optimizer._scalars(group, 1, dtype)
+        kernel = plan.key[1][0]
+        self.step = 1 if kernel is _torch_sgd else 2  # momentum: a later step (the buffer exists)
+        self.scalars = optimizer._scalars(group, self.step, dtype)
         self.grads = tensors.addresses[-1]  # the gradient row, written by the guard's check
-        self.entry = _torch_sgd.many_chunked(tensors.addresses.shape[0])
+        self.entry = kernel.many_chunked(tensors.addresses.shape[0])
+        # momentum: the state the table's buffer row was made from, compared entry by entry (identities)
+        self.state = optimizer.state
+        self.keys, self.entries = list(self.state.keys()), list(self.state.values())
+        self.buffers = None
+        if kernel is _torch_sgd_momentum:
+            self.buffers = [entry.get("momentum_buffer") for entry in self.entries]
+            # the table's buffer addresses in the state's order (of checks them against the table)
+            self.addresses = [b.data_ptr() if isinstance(b, torch.Tensor) else 0 for b in self.buffers]
         # what reads the calling thread's Numba thread count, where the list is large enough to run on all
         # of them (else None: _SerialBelow sets the count to one for the launch)
         self.threads = thread_mask()[0] if tensors.total >= SERIAL_BELOW else None
@@ -194,7 +213,6 @@ class _PlainStep:
         if (
             plan is None
             or plan is optimizer._fast_refused
-            or group["momentum"] != 0
             or type(group["lr"]) is not float
             or not all(type(v) in _PLAIN for v in _HYPER(group))
             or group["differentiable"]
@@ -203,12 +221,25 @@ class _PlainStep:
             or len(plan.cpu) != 1
             or plan.single
             or plan.copies
-            or plan.key[1][0] is not _torch_sgd
-            or not _torch_sgd.chunked_many
+            or plan.key[1] != optimizer._kernel(group)
+            or not plan.key[1][0].chunked_many
             or plan.key[0] != tuple(map(id, group["params"]))
+            # momentum: every buffer made by an earlier step (the first step copies the gradient)
+            or (group["momentum"] != 0 and not (plan.step_now or 0) >= 1)
         ):
             return None
-        return cls(optimizer, group, plan)
+        fast = cls(optimizer, group, plan)
+        if fast.buffers is not None and not (
+            len(plan.kept) == len(group["params"])
+            and all(
+                optimizer.state.get(p, {}).get("momentum_buffer") is b
+                for p, b in zip(group["params"], plan.kept)
+            )
+            and [b.data_ptr() for b in plan.kept] == fast.tensors.addresses[1].tolist()
+            and fast._same_state(optimizer)
+        ):
+            return None  # the state is not the one the table was made from
+        return fast
 
     def run(self, optimizer: SGD) -> bool:
         """One step of the group as the generic step would make it (the same kernel, scalars and table),
@@ -229,8 +260,11 @@ class _PlainStep:
             if type(lr) is not float or not lr >= 0.0:
                 return False  # the generic step's checks judge it
             if lr != self.lr:
-                self.scalars = optimizer._scalars(group, 1, self.tensors.dtype)
+                self.scalars = optimizer._scalars(group, self.step, self.tensors.dtype)
             self.lr = lr
+        if self.buffers is not None and not self._same_state(optimizer):
+            optimizer._plans.pop(0, None)  # its buffer row is stale: the generic step plans anew
+            return False
         if not self.guard.gradients_into(group["params"], self.grads):
             optimizer._fast_refused = self.plan
             return False
@@ -248,3 +282,21 @@ class _PlainStep:
                 parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
             )
         return True
+
+    def _same_state(self, optimizer: SGD) -> bool:
+        """Whether ``optimizer.state`` is the mapping, with the same keys, entries and ``momentum_buffer``
+        tensors (identities, in order), that the launch table's buffer row was made from."""
+        state, buffers = optimizer.state, self.buffers
+        return (
+            buffers is not None
+            and state is self.state
+            and len(state) == len(self.keys)
+            and all(map(operator.is_, state.keys(), self.keys))
+            and all(map(operator.is_, state.values(), self.entries))
+            and all(map(operator.is_, map(dict.get, self.entries, repeat("momentum_buffer")), buffers))
+            # a buffer's memory swapped in place (``.data =``, ``set_``): the table's row would be stale
+            and list(map(_DATA_PTR, buffers)) == self.addresses
+        )
+
+
+_DATA_PTR = torch.Tensor.data_ptr
