@@ -4,8 +4,8 @@ and CPU rounding; the buffer's first step copies the gradient, as torch's clone 
 SGD of one group of float32 or float64 CPU parameters (plain, or with momentum once a step has made every
 ``momentum_buffer``) is a step with nothing to prepare but the gradients' addresses, so after a generic
 step has built and guarded its plan, the next steps take a short path (:class:`_PlainStep`): the state's
-entries and buffers compared (identities, buffer addresses) with the ones the launch table holds (any
-change drops the plan: the generic step plans anew), the group's hyper-parameters compared with the ones the
+entries and buffers compared with the ones the launch table holds (:meth:`KernelOptimizer._state_intact`;
+any change drops the plan: the generic step plans anew), the group's hyper-parameters compared with the ones the
 kernel's scalars were made from, one compiled check of every parameter and gradient that also writes the
 gradients' addresses into the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
 chunked entry called directly, from :meth:`SGD.step` itself where no step hook or profiler is on (right
@@ -20,7 +20,6 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from contextlib import nullcontext
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -171,11 +170,7 @@ class _PlainStep:
         "entry",
         "threads",
         "step",
-        "state",
-        "keys",
-        "entries",
-        "buffers",
-        "addresses",
+        "momentum",
     )
 
     def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
@@ -189,14 +184,7 @@ class _PlainStep:
         self.scalars = optimizer._scalars(group, self.step, dtype)
         self.grads = tensors.addresses[-1]  # the gradient row, written by the guard's check
         self.entry = kernel.many_chunked(tensors.addresses.shape[0])
-        # momentum: the state the table's buffer row was made from, compared entry by entry (identities)
-        self.state = optimizer.state
-        self.keys, self.entries = list(self.state.keys()), list(self.state.values())
-        self.buffers = None
-        if kernel is _torch_sgd_momentum:
-            self.buffers = [entry.get("momentum_buffer") for entry in self.entries]
-            # the table's buffer addresses in the state's order (of checks them against the table)
-            self.addresses = [b.data_ptr() if isinstance(b, torch.Tensor) else 0 for b in self.buffers]
+        self.momentum = kernel is _torch_sgd_momentum  # the table holds the buffers (see run)
         # what reads the calling thread's Numba thread count, where the list is large enough to run on all
         # of them (else None: _SerialBelow sets the count to one for the launch)
         self.threads = thread_mask()[0] if tensors.total >= SERIAL_BELOW else None
@@ -228,18 +216,9 @@ class _PlainStep:
             or (group["momentum"] != 0 and not (plan.step_now or 0) >= 1)
         ):
             return None
-        fast = cls(optimizer, group, plan)
-        if fast.buffers is not None and not (
-            len(plan.kept) == len(group["params"])
-            and all(
-                optimizer.state.get(p, {}).get("momentum_buffer") is b
-                for p, b in zip(group["params"], plan.kept)
-            )
-            and [b.data_ptr() for b in plan.kept] == fast.tensors.addresses[1].tolist()
-            and fast._same_state(optimizer)
-        ):
+        if not optimizer._state_intact(plan):
             return None  # the state is not the one the table was made from
-        return fast
+        return cls(optimizer, group, plan)
 
     def run(self, optimizer: SGD) -> bool:
         """One step of the group as the generic step would make it (the same kernel, scalars and table),
@@ -262,7 +241,7 @@ class _PlainStep:
             if lr != self.lr:
                 self.scalars = optimizer._scalars(group, self.step, self.tensors.dtype)
             self.lr = lr
-        if self.buffers is not None and not self._same_state(optimizer):
+        if self.momentum and not optimizer._state_intact(self.plan):
             optimizer._plans.pop(0, None)  # its buffer row is stale: the generic step plans anew
             return False
         if not self.guard.gradients_into(group["params"], self.grads):
@@ -282,21 +261,3 @@ class _PlainStep:
                 parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
             )
         return True
-
-    def _same_state(self, optimizer: SGD) -> bool:
-        """Whether ``optimizer.state`` is the mapping, with the same keys, entries and ``momentum_buffer``
-        tensors (identities, in order), that the launch table's buffer row was made from."""
-        state, buffers = optimizer.state, self.buffers
-        return (
-            buffers is not None
-            and state is self.state
-            and len(state) == len(self.keys)
-            and all(map(operator.is_, state.keys(), self.keys))
-            and all(map(operator.is_, state.values(), self.entries))
-            and all(map(operator.is_, map(dict.get, self.entries, repeat("momentum_buffer")), buffers))
-            # a buffer's memory swapped in place (``.data =``, ``set_``): the table's row would be stale
-            and list(map(_DATA_PTR, buffers)) == self.addresses
-        )
-
-
-_DATA_PTR = torch.Tensor.data_ptr
