@@ -219,6 +219,18 @@ LATE_CASES = {
 }
 
 
+def _after_steady_steps(lib, name, kwargs):
+    """A (2, 3) parameter and ``lib``'s optimizer ``name`` after three steps over the same gradient object
+    (written in place)."""
+    p = torch.linspace(1, 2, 6).reshape(2, 3).requires_grad_()
+    p.grad = torch.zeros(2, 3)
+    opt = getattr(lib, name)([p], lr=0.1, **kwargs)
+    for k in range(3):
+        p.grad.copy_(torch.linspace(-0.5, 0.25, 6).reshape(2, 3) * (k + 1))
+        opt.step()
+    return p, opt
+
+
 @pytest.mark.parametrize("case", list(LATE_CASES))
 @pytest.mark.parametrize("label", ["Adam", "SGD-momentum", "SGD"])
 def test_change_after_steady_steps(label, case):
@@ -228,12 +240,7 @@ def test_change_after_steady_steps(label, case):
     name, kwargs = CLASSES[label]
     out = []
     for lib in (torch.optim, okt):
-        p = torch.linspace(1, 2, 6).reshape(2, 3).requires_grad_()
-        p.grad = torch.zeros(2, 3)
-        opt = getattr(lib, name)([p], lr=0.1, **kwargs)
-        for k in range(3):
-            p.grad.copy_(torch.linspace(-0.5, 0.25, 6).reshape(2, 3) * (k + 1))
-            opt.step()
+        p, opt = _after_steady_steps(lib, name, kwargs)
         LATE_CASES[case](p)
         try:
             opt.step()
@@ -264,12 +271,7 @@ def test_state_changed_after_steady_steps(label, case):
     name, kwargs = CLASSES[label]
     out = []
     for lib in (torch.optim, okt):
-        p = torch.linspace(1, 2, 6).reshape(2, 3).requires_grad_()
-        p.grad = torch.zeros(2, 3)
-        opt = getattr(lib, name)([p], lr=0.1, **kwargs)
-        for k in range(3):
-            p.grad.copy_(torch.linspace(-0.5, 0.25, 6).reshape(2, 3) * (k + 1))
-            opt.step()
+        p, opt = _after_steady_steps(lib, name, kwargs)
         STATE_CASES[case](opt.state[p], STATE_NAMES[label])
         for k in range(2):
             p.grad.copy_(torch.linspace(-0.25, 0.5, 6).reshape(2, 3) * (k + 1))
