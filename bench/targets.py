@@ -114,8 +114,9 @@ def _check_targets(rows: list[Row]) -> list[str]:
 
         out += modern_targets(rows, verdict)
     if any(r.group == "lowbit" for r in rows):
-        from lowbit import rowwise_targets
+        from lowbit import rowwise_targets, step_targets
 
+        out += step_targets(rows, verdict)
         out += rowwise_targets(rows, verdict)
     return out
 
