@@ -1,5 +1,6 @@
 """8-bit blockwise state (LOWBIT.md §1-3): the dynamic maps, blockwise quantization and the 8-bit optimizer
 step, kernels against the float32 reference bit for bit and against the spec's worked examples."""
+import functools
 import hashlib
 
 import numba
@@ -21,6 +22,79 @@ def _sha(table):
 
 def _bits(values):
     return np.array(values, np.uint32).view(f32)
+
+
+# Test loops over the kernels' inline functions, made once per process: a loop defined inside a parametrized
+# test is a new dispatcher, compiled afresh for every case with the same argument types.
+
+
+@functools.cache
+def _nearest_all():
+    from optkernels.kernels.quantization import nearest_code
+
+    @numba.njit
+    def nearest_all(x, mids, start, out):
+        for i in range(x.size):
+            out[i] = nearest_code(x[i], mids, start)
+
+    return nearest_all
+
+
+@functools.cache
+def _starts(signed: bool):
+    """dynamic_start over an array, ``signed`` a compile-time constant as in the kernels."""
+    from optkernels.kernels.quantization import dynamic_start
+
+    @numba.njit
+    def starts(x, out):
+        for i in range(x.size):
+            out[i] = dynamic_start(x[i], signed)
+
+    return starts
+
+
+@functools.cache
+def _dynamic_block_search():
+    from optkernels.kernels._intrinsics import (
+        byte_permutes,
+        register_search,
+        search_dynamic_block,
+        search_dynamic_nonnegative,
+    )
+
+    @numba.njit(error_model="numpy")
+    def search(out, values, top, keys, nan_low, nonnegative):
+        for b in range(values.size // 256):
+            if nonnegative:
+                search_dynamic_nonnegative(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+            else:
+                search_dynamic_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+        return register_search() and byte_permutes()
+
+    return search
+
+
+@functools.cache
+def _requantize():
+    @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
+    def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed, keys, key_base):
+        bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768, keys,
+                       key_base, False)
+
+    return requantize
+
+
+@functools.cache
+def _block_search():
+    from optkernels.kernels._intrinsics import register_search, search_block
+
+    @numba.njit(error_model="numpy")
+    def search(out, values, top, keys, nan_low):
+        for b in range(values.size // 256):
+            search_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+        return register_search()
+
+    return search
 
 
 def test_maps_match_the_spec_hashes():
@@ -309,13 +383,9 @@ def test_a_map_too_dense_for_the_start_tables_takes_the_binary_search():
 def test_nearest_code_at_both_ends_of_every_cpu_bucket(signed):
     # The CPU search starts from the bucket of x's bits (>> 15): its first and last float32 of every
     # bucket (both signs, zeros, subnormals, values above 1, infinities), NaN and every midpoint.
-    from optkernels.kernels.quantization import KEY_SHIFT, nearest_code, search_tables
+    from optkernels.kernels.quantization import KEY_SHIFT, search_tables
 
-    @numba.njit
-    def nearest_all(x, mids, start, out):
-        for i in range(x.size):
-            out[i] = nearest_code(x[i], mids, start)
-
+    nearest_all = _nearest_all()
     low = np.arange(1 << (32 - KEY_SHIFT), dtype=np.uint32) << KEY_SHIFT
     x = np.concatenate([low.view(f32), (low | ((1 << KEY_SHIFT) - 1)).view(f32), _bits([0x7F800000, 0xFF800000])])
     code = dynamic_map(signed)
@@ -332,12 +402,7 @@ def _dynamic_check_points(signed):
     operations, decades meeting at equal codes), so both are constant between consecutive change points of
     either. t changes at the midpoints; j's change points are found by bisection over the bit patterns of
     |x| (monotone), then mirrored. Also both zeros, the infinities and NaNs of both signs."""
-    from optkernels.kernels.quantization import dynamic_start
-
-    @numba.njit
-    def starts(x, out):
-        for i in range(x.size):
-            out[i] = dynamic_start(x[i], signed)
+    starts = _starts(signed)
 
     def start(x):
         out = np.zeros(x.size, np.int64)
@@ -388,23 +453,9 @@ def test_register_dynamic_search_at_every_change_point(signed):
     # sign fix folded in), at every change point of the start or the code (as above) and its neighbours
     # s/top: top 1 and 0.5, tops that are no power of two (a mantissa of all ones among them), tiny and
     # huge ones (s/top then rounds where s*(1/top) may not: the codes are of the exact quotient).
-    from optkernels.kernels._intrinsics import (
-        byte_permutes,
-        register_search,
-        search_dynamic_block,
-        search_dynamic_nonnegative,
-    )
     from optkernels.kernels.quantization import register_search_tables
 
-    @numba.njit(error_model="numpy")
-    def search(out, values, top, keys, nan_low, nonnegative):
-        for b in range(values.size // 256):
-            if nonnegative:
-                search_dynamic_nonnegative(out, b * 256, values, b * 256, top, keys, 0, nan_low)
-            else:
-                search_dynamic_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
-        return register_search() and byte_permutes()
-
+    search = _dynamic_block_search()
     code = dynamic_map(signed)
     keys = register_search_tables(code, signed)
     assert keys[304:307].tolist() == [1, 0 if signed else 1, 1]
@@ -557,11 +608,7 @@ def test_full_block_requantization_matches_the_reference(case):
         step_register_tables,
     )
 
-    @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
-    def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed, keys, key_base):
-        bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768, keys,
-                       key_base, False)
-
+    requantize = _requantize()
     signed = case != "unsigned" and case != "dense, unsigned"
     code = DENSE if case.startswith("dense") else dynamic_map(signed)
     keys = step_register_tables(code, code)
@@ -594,15 +641,9 @@ def test_register_search_at_every_threshold(table, sign_fix):
     # search_block counts the thresholds below the key of x = s/top: exact iff every threshold is right,
     # so x at each threshold key and the keys beside it (both signs), both zeros, the infinities and NaNs
     # of both signs, against the reference's nearest code (and the state-1 sign fix); top 1 and 3.
-    from optkernels.kernels._intrinsics import register_search, search_block
     from optkernels.kernels.quantization import _from_keys, register_search_tables
 
-    @numba.njit(error_model="numpy")
-    def search(out, values, top, keys, nan_low):
-        for b in range(values.size // 256):
-            search_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
-        return register_search()
-
+    search = _block_search()
     code = {"signed": dynamic_map(True), "unsigned": dynamic_map(False), "dense": DENSE}[table]
     keys = register_search_tables(code, sign_fix)
     if table == "unsigned" and sign_fix:  # -0.0 would go to 255 and +0.0 to 0: not monotone, not used
