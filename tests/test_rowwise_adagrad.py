@@ -267,6 +267,33 @@ def test_many_distinct_rows_match_the_reference(mode, max_norm):
         assert np.array_equal(a, b) and np.array_equal(ha, hb)
 
 
+@pytest.mark.parametrize("width", [8, 37, 64])
+def test_wide_rows_block_sums_match_the_scalar_sums(width):
+    """Rows of 8 columns or more, whose blocks of 8 rows sum their squares one row per vector lane (8
+    columns at a time, then the row's tail): the same bits as the reference in float64 and, in float32, as
+    the dense kernel (one scalar sum per row) fed merge_duplicates' rows; large and tiny values too."""
+    from optkernels.sparse import merge_duplicates
+
+    rng = np.random.default_rng(width)
+    rows = 500
+    idx = np.concatenate([rng.integers(0, rows, 700), (rng.zipf(1.1, 300) - 1) % rows])
+    g = rng.standard_normal((len(idx), width)) * 10.0 ** rng.integers(-6, 7, (len(idx), 1))
+    w, h = rng.standard_normal((rows, width)), rng.uniform(0, 1, rows)
+    kw = dict(lr=0.05, weight_decay=0.02, weight_decay_mode="l2")
+    rw, rh = ref.rowwise_adagrad(w.copy(), h.copy(), g, idx, **kw)
+    a, ha = w.copy(), h.copy()
+    rowwise_adagrad(a, ha, g, idx, **kw)
+    assert np.array_equal(a, rw) and np.array_equal(ha, rh) and not np.array_equal(a, w)
+    w32, h32, g32 = w.astype(np.float32), h.astype(np.float32), g.astype(np.float32)
+    unique, summed = merge_duplicates(idx, g32, rows)
+    dense = np.zeros_like(w32)
+    dense[unique] = summed
+    a, ha, b, hb = w32.copy(), h32.copy(), w32.copy(), h32.copy()
+    rowwise_adagrad(a, ha, g32, idx, lr=0.05)
+    rowwise_adagrad(b, hb, dense, lr=0.05)
+    assert np.array_equal(a, b) and np.array_equal(ha, hb) and len(unique) > 8
+
+
 def test_plain_numpy_call_agrees_with_the_checked_path():
     """A plain NumPy call (2-D table, int64 indices: checked in a few attribute reads) gives the bits of the
     fully checked path (int32 indices, a 3-D table), drops and raises alike, and what it cannot take (shared

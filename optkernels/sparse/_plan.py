@@ -125,18 +125,28 @@ def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, sta
     own on first use.)
     """
     n = indices.shape[0]
-    kept = 0
-    largest = 0
+    # the keys' range in a pass without branches (it vectorises): all in range is the common case; only
+    # otherwise a second pass finds the first bad index, or counts the kept ones and their largest
+    smallest = np.int64(0)
+    largest = np.int64(0)
     for k in range(n):
         x = np.int64(indices[k])
-        if x >= 0 and (limit < 0 or x < limit):
-            kept += 1
-            if x > largest:
-                largest = x
-        elif stop_at_bad:
-            fetch_add(sync, 3, k + 1)
-            fetch_add(sync, 1, 1)
-            return
+        smallest = x if x < smallest else smallest
+        largest = x if x > largest else largest
+    kept = n
+    if smallest < 0 or (limit >= 0 and largest >= limit):
+        kept = 0
+        largest = 0
+        for k in range(n):
+            x = np.int64(indices[k])
+            if x >= 0 and (limit < 0 or x < limit):
+                kept += 1
+                if x > largest:
+                    largest = x
+            elif stop_at_bad:
+                fetch_add(sync, 3, k + 1)
+                fetch_add(sync, 1, 1)
+                return
     bits = 1
     while (largest >> bits) > 0:
         bits += 1

@@ -42,6 +42,7 @@ from ..kernels import _cuda, _intrinsics, _workers
 from ..kernels._elementwise import CUDA_MAX_BLOCKS, CUDA_THREADS_PER_BLOCK, _digest
 from ..kernels._intrinsics import CACHE_LINE_BYTES, call_cfunc, fetch_add, prefetch_read, prefetch_write
 from ..kernels._workers import PackedWorker, array_fields, loader
+from . import _row_sums
 from ._plan import (
     PLAN_ARGS,
     PlanSpace,
@@ -182,8 +183,9 @@ def generate(template: str, name: str, py_func: Callable, namespace: dict, **fie
 
 @functools.cache
 def _driver_sources() -> str:
-    """This module's, the intrinsics' and the packed workers' source text, part of every driver's digest."""
-    return "\0".join(inspect.getsource(m) for m in (sys.modules[__name__], _intrinsics, _workers))
+    """This module's, the intrinsics' (the package's and :mod:`._row_sums`') and the packed workers' source
+    text, part of every driver's digest."""
+    return "\0".join(inspect.getsource(m) for m in (sys.modules[__name__], _intrinsics, _row_sums, _workers))
 
 
 def worker_count() -> int:

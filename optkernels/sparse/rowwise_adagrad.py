@@ -24,6 +24,7 @@ from ..kernels._elementwise import ZERO, elementwise
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
 from ._indices import host_indices, out_of_range_error
+from ._row_sums import LANES, square_sums_8
 from ._rows import JIT_OPTIONS
 from ._whole_rows import WholeRowUpdate, launch_cpu
 from .merge import check_merge, merge_duplicates
@@ -33,10 +34,10 @@ MODES = ("none", "l2", "decoupled")
 """``weight_decay_mode`` values: FBGEMM's ``WeightDecayMode`` NONE, L2 and DECOUPLE."""
 
 
-#: Distinct rows whose sums of squares the CPU row loop computes together: as many independent chains of
-#: additions (each row's own sum still runs left to right), where one row's chain alone would leave the
-#: floating-point adders waiting on each addition's latency.
-ROW_BLOCK = 8
+#: Distinct rows whose sums of squares the CPU row loop computes together, one per vector lane
+#: (:func:`._row_sums.square_sums_8`; each row's own sum still runs left to right): one vector multiply
+#: and add per column for the block, where a row alone would leave the adders waiting on each addition.
+ROW_BLOCK = LANES
 
 
 @elementwise
@@ -82,7 +83,8 @@ _row_cpu = numba.njit(inline="always", **JIT_OPTIONS)(_row.py_func)
 
 @numba.njit(inline="always", **JIT_OPTIONS)
 def _block_sums(hats, totals, n):
-    # totals[k] = sum over c, left to right, of hats[k, c]², k < n (a full block's ROW_BLOCK rows at once)
+    # totals[k] = sum over c, left to right, of hats[k, c]², k < n (a full block's ROW_BLOCK rows at once,
+    # one per vector lane: the same bits)
     if n < ROW_BLOCK:
         for k in range(n):
             total = ZERO
@@ -90,18 +92,7 @@ def _block_sums(hats, totals, n):
                 total += hats[k, c] * hats[k, c]
             totals[k] = total
         return
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = ZERO
-    for c in range(hats.shape[1]):
-        s0 += hats[0, c] * hats[0, c]
-        s1 += hats[1, c] * hats[1, c]
-        s2 += hats[2, c] * hats[2, c]
-        s3 += hats[3, c] * hats[3, c]
-        s4 += hats[4, c] * hats[4, c]
-        s5 += hats[5, c] * hats[5, c]
-        s6 += hats[6, c] * hats[6, c]
-        s7 += hats[7, c] * hats[7, c]
-    totals[0], totals[1], totals[2], totals[3] = s0, s1, s2, s3
-    totals[4], totals[5], totals[6], totals[7] = s4, s5, s6, s7
+    square_sums_8(hats, totals)
 
 
 @numba.njit(inline="always", **JIT_OPTIONS)
