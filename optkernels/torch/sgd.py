@@ -6,8 +6,9 @@ SGD of one group of float32 or float64 CPU parameters (plain, or with momentum o
 step has built and guarded its plan, the next steps take a short path (:class:`_PlainStep`): the state's
 entries and buffers compared with the ones the launch table holds (:meth:`KernelOptimizer._state_intact`;
 any change drops the plan: the generic step plans anew), the group's hyper-parameters compared with the ones the
-kernel's scalars were made from, one compiled check of every parameter and gradient that also writes the
-gradients' addresses into the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
+kernel's scalars were made from, one compiled check of every parameter and gradient (and of the state,
+where the guard watches it: :class:`._fields.StateWatch`) that also writes the gradients' addresses into
+the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
 chunked entry called directly, from :meth:`SGD.step` itself where no step hook or profiler is on (right
 after a backward pass every Python call and object it passes through is out of cache). Anything else (a
 closure, AMP's ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float
@@ -241,12 +242,21 @@ class _PlainStep:
             if lr != self.lr:
                 self.scalars = optimizer._scalars(group, self.step, self.tensors.dtype)
             self.lr = lr
-        if self.momentum and not optimizer._state_intact(self.plan):
+        plan, guard = self.plan, self.guard
+        # the guard's check covers the state where it watches the plan's watch of this state dict
+        watched = (
+            self.momentum and guard.watching is plan.watch is not None and optimizer.state is plan.watch.state
+        )
+        if self.momentum and not watched and not optimizer._state_intact(plan):
             optimizer._plans.pop(0, None)  # its buffer row is stale: the generic step plans anew
             return False
-        if not self.guard.gradients_into(group["params"], self.grads):
-            optimizer._fast_refused = self.plan
-            return False
+        if not guard.gradients_into(group["params"], self.grads):
+            if watched and not optimizer._state_intact(plan):  # the state changed (checked through Python)
+                optimizer._plans.pop(0, None)
+                return False
+            if not (watched and guard.gradients_into(group["params"], self.grads)):  # (watched anew)
+                optimizer._fast_refused = plan
+                return False
         tensors = self.tensors
         launch = parallel_launch()
         if self.threads is not None and type(launch) is nullcontext:  # nothing to enter, nothing to set
