@@ -248,6 +248,20 @@ def _refill(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.nd
 
 
 @numba.njit(cache=True)
+def _refill_watched(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.ndarray) -> int:
+    """:func:`_refill` of ``check[:3]``, then the state ``check[3:]`` (``rows``, ``versions``: as
+    :func:`_state_differs` checks them): -1 when both pass; else as :func:`_refill` (``2n`` and above: the
+    state)."""
+    params, expected, at, rows, versions = check
+    _warm_state(rows, versions, at, versions)
+    found = _refill((params, expected, at), chunks, addresses, like)
+    if found != -1:
+        return found
+    state = _state_differs(rows, versions, at, versions)
+    return -1 if state == -1 else expected.shape[0] + state
+
+
+@numba.njit(cache=True)
 def _check_into(
     params: int,
     expected: np.ndarray,
@@ -575,6 +589,22 @@ class Guard:
         kernel's scalars from ``host`` float values (``rounding(host, like)``, a Numba function) and
         launches (:meth:`~optkernels.kernels._elementwise.Elementwise.guarded_launcher`)."""
         return kernel.guarded_launcher(tensors, GuardedEntry(_refill, 3, rounding, host, 3))
+
+    def watched_launcher(
+        self, kernel: Any, tensors: Any, rounding: Any, host: int
+    ) -> Callable[[tuple, tuple], int]:
+        """:meth:`launcher` whose check also covers the state the guard watches (:meth:`watch`), for
+        :meth:`launch_watched`."""
+        return kernel.guarded_launcher(tensors, GuardedEntry(_refill_watched, 5, rounding, host, 3))
+
+    def launch_watched(self, launcher: Callable[[tuple, tuple], int], params: list, host: tuple) -> int:
+        """Run ``launcher`` (:meth:`watched_launcher`) over the group's list ``params`` with the ``host``
+        values: -1 when it launched; else what differs (nothing launched): ``2 * n`` and above the watched
+        state, below it a parameter or gradient (-2 the list's length, -3 nothing to launch, -4 not a
+        list)."""
+        if type(params) is not list:
+            return -4
+        return launcher((id(params), self.table, self.at, self.rows, self.versions), host)
 
     def launch(self, launcher: Callable[[tuple, tuple], int], params: list, host: tuple) -> bool:
         """Run ``launcher`` (:meth:`launcher`) over the group's list ``params`` with the ``host`` values.
