@@ -260,6 +260,8 @@ STATE_NAMES = {"Adam": "exp_avg", "Adam-amsgrad": "max_exp_avg_sq", "SGD-momentu
 STATE_CASES = {
     "replaced": lambda state, name: state.__setitem__(name, state[name].clone() * 0.5),
     ".data swapped": lambda state, name: setattr(state[name], "data", state[name].clone() * 0.5),
+    "set_": lambda state, name: state[name].set_(state[name].clone() * 0.5),
+    "storage moved": lambda state, name: state[name].untyped_storage().resize_(1 << 16),
 }
 
 
@@ -273,6 +275,34 @@ def test_state_changed_after_steady_steps(label, case):
     for lib in (torch.optim, okt):
         p, opt = _after_steady_steps(lib, name, kwargs)
         STATE_CASES[case](opt.state[p], STATE_NAMES[label])
+        for k in range(2):
+            p.grad.copy_(torch.linspace(-0.25, 0.5, 6).reshape(2, 3) * (k + 1))
+            opt.step()
+        out.append((p.detach().clone(), opt.state[p][STATE_NAMES[label]].clone()))
+    for ours, theirs in zip(out[1], out[0]):
+        torch.testing.assert_close(ours, theirs, rtol=2e-6, atol=1e-7)
+
+
+ENTRY_CASES = {
+    "entry replaced by an equal copy": lambda opt, p: opt.state.__setitem__(p, dict(opt.state[p])),
+    "entry replaced, buffers halved": lambda opt, p: opt.state.__setitem__(
+        p, {k: v * 0.5 if k != "step" else v.clone() for k, v in opt.state[p].items()}),
+    "entry cleared": lambda opt, p: opt.state[p].clear(),
+    "state cleared": lambda opt, p: opt.state.clear(),
+    "another entry added": lambda opt, p: opt.state[torch.ones(1)],
+}
+
+
+@pytest.mark.parametrize("case", list(ENTRY_CASES))
+@pytest.mark.parametrize("label", list(STATE_NAMES))
+def test_state_entry_changed_after_steady_steps(label, case):
+    """After steady steps, the optimizer's state dict or a parameter's entry modified (the state tensors
+    themselves untouched): ours steps from the state torch steps from, to torch's values."""
+    name, kwargs = CLASSES[label]
+    out = []
+    for lib in (torch.optim, okt):
+        p, opt = _after_steady_steps(lib, name, kwargs)
+        ENTRY_CASES[case](opt, p)
         for k in range(2):
             p.grad.copy_(torch.linspace(-0.25, 0.5, 6).reshape(2, 3) * (k + 1))
             opt.step()

@@ -25,7 +25,9 @@ the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-ste
   A plan of one launch table, or of float16/bfloat16 CPU parameters only, is checked at the next step by
   one compiled read of the tensors' own fields (:class:`._fields.Guard`: the same parameters, memory, sizes,
   strides, dtypes, devices, and gradients laid out as their parameters); anything else takes the Python
-  checks above.
+  checks above. The state a plan was built from is checked each step in one compiled call as well
+  (:class:`._fields.StateWatch`: no dict of it modified, every state tensor's memory and fields as they
+  were), through Python where that cannot be read.
 
 Nothing is allocated per step in proportion to the model.
 """
@@ -70,6 +72,7 @@ _IS_CPU = operator.attrgetter("is_cpu")
 _FLOAT32 = np.dtype(np.float32)
 _HALF_NUMPY = frozenset(_views.HALF_DTYPES.values())
 _MEMO_SIZE = 64
+_WATCHES = 8  # a plan's state watches at most (each made after its state was modified yet intact)
 _UNSPLIT = (
     "float16/bfloat16 gradients laid out unlike their parameter, split by torch's threads within rows "
     "(torch's own step keeps its rounding there)"
@@ -133,6 +136,8 @@ class _Plan:
         self.copies: list = []  # (parameter, contiguous working copy) of parameters not dense in memory
         self.half: dict = {}  # k -> [half Elementwise or None, uint16 views of the arrays, *HalfLaunchers]
         self.guard: _fields.Guard | None = None  # the fast check of a whole plan's tensors (see _sort)
+        self.watch: _fields.StateWatch | None = None  # the fast check of the state (see _state_intact)
+        self.watches = 0  # how many watches were made (a state modified every step is not watched)
 
     def same_memory(self, params: list) -> bool:
         """The parameters still have the memory, sizes, strides and dtypes the tables hold (a device cannot
@@ -363,10 +368,42 @@ class KernelOptimizer(torch.optim.Optimizer):
         """Whether the state tensors ``plan``'s launch tables hold are still this optimizer's state: each
         parameter's entry and each named tensor in it the same objects, at the same data addresses (a
         tensor replaced by hand, or its memory swapped by ``.data =`` or ``set_``, would leave the tables
-        writing a stale, possibly freed, buffer)."""
-        kept = plan.kept
-        if not kept:
+        writing a stale, possibly freed, buffer).
+
+        Checked in one compiled call while the plan's watch (:class:`._fields.StateWatch`, made at the
+        first check that finds the state intact through Python) finds no dict modified and every tensor's
+        fields unchanged; else through Python, then watched anew where intact."""
+        if not plan.kept:
             return True
+        watch = plan.watch
+        if watch is not None and self.state is watch.state and watch.intact():
+            return True
+        if not self._state_same(plan):
+            return False
+        self._watch_state(plan)
+        return True
+
+    def _watch_state(self, plan: _Plan) -> None:
+        """A new watch of ``plan``'s state (intact: checked by the caller), also given to its guard; none
+        where the fields or dict versions are not readable here, the state holds other types, or the plan's
+        state was found modified (and still intact) more than :data:`_WATCHES` times."""
+        watch = None
+        at, version_at = _fields.layout(), _fields.dict_version_at()
+        if plan.watches < _WATCHES and at is not None and version_at is not None:
+            plan.watches += 1
+            try:
+                watch = _fields.StateWatch(self.state, plan.entries, plan.kept, at, version_at)
+            except ValueError:  # other types, or tensors of more than 5 dimensions: not watched
+                plan.watches = _WATCHES
+            if watch is not None and not watch.intact():  # fields the check cannot read as they were
+                watch, plan.watches = None, _WATCHES
+        plan.watch = watch
+        if plan.guard is not None:
+            plan.guard.watch(watch)
+
+    def _state_same(self, plan: _Plan) -> bool:
+        """:meth:`_state_intact` through Python: the entries, named tensors and data addresses compared."""
+        kept = plan.kept
         state = self.state
         entries = plan.entries
         if not all(map(operator.is_, map(state.get, plan.params), entries)):
@@ -562,6 +599,8 @@ class KernelOptimizer(torch.optim.Optimizer):
                 )
             ):
                 work.plan.guard = _guard(work.dense, work.grads)
+                if work.plan.guard is not None and work.plan.watch is not None:
+                    work.plan.guard.watch(work.plan.watch)
         return work
 
     def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:

@@ -23,11 +23,19 @@ keep their Python checks. At a step, a mismatch of any field (or a list of anoth
 without autograd metadata, a gradient that is None, sparse, of a Python subclass's dispatch keys) makes
 :meth:`Guard.addresses` return None: the caller then runs its full checks, which raise or route as they do
 without this module.
+
+A plan's state (:class:`StateWatch`) is checked the same way: each state tensor's fields (its data address
+among them), and that the optimizer's ``state`` dict and each parameter's entry were not modified, told by
+the version CPython's dicts (3.11 to 3.13) keep in their object (``ma_version_tag``, PEP 509: a new value
+from one process-wide counter at every modification, never repeated), found once per process
+(:func:`dict_version_at`) as the one header word that grows at each of a probe dict's modifications.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,7 +47,7 @@ from ..kernels._chunks import GuardedEntry
 from ..kernels._intrinsics import CACHE_LINE_BYTES, prefetch_address
 from ..kernels._pointers import address_as_pointer
 
-__all__ = ["Guard", "layout"]
+__all__ = ["Guard", "StateWatch", "dict_version_at", "layout"]
 
 _IMPL_WORDS = 26  # sizeof(TensorImpl) <= 26 words (c10's TensorImpl size check on 64-bit platforms)
 _STORAGE_WORDS = 6  # the StorageImpl's data pointer is among its first words (after its refcounts)
@@ -139,17 +147,56 @@ def _warm(items: int, n: int, expected: np.ndarray, at: np.ndarray, scratch: np.
                 prefetch_address(storage + 8 * at[_DATA_AT])
 
 
+@numba.njit(cache=True, inline="always")
+def _warm_state(rows: np.ndarray, versions: np.ndarray, at: np.ndarray, like: np.ndarray) -> None:
+    """:func:`_warm` of :func:`_state_differs`' reads: the dicts' version words and the state tensors'
+    objects prefetched, then their TensorImpls (each object's ``cdata`` read once its line is on its way)."""
+    for j in range(versions.shape[0]):
+        prefetch_address(versions[j, 0])
+    for k in range(rows.shape[0]):
+        prefetch_address(rows[k, _OBJECT] + 8 * at[_CDATA])
+    for k in range(rows.shape[0]):
+        _fetch_impl(_word(rows[k, _OBJECT], at[_CDATA], like))
+
+
+@numba.njit(cache=True, inline="always")
+def _state_differs(rows: np.ndarray, versions: np.ndarray, at: np.ndarray, like: np.ndarray) -> int:
+    """-1 when every dict word ``versions[j, 0]`` holds ``versions[j, 1]`` and every tensor object of
+    ``rows`` (``_OBJECT``: its address, kept alive by the caller) has the row's fields; else the index of the
+    first that differs (dicts first, then tensors)."""
+    m = versions.shape[0]
+    for j in range(m):
+        if _word(versions[j, 0], 0, like) != versions[j, 1]:
+            return j
+    for k in range(rows.shape[0]):
+        if _fits(_word(rows[k, _OBJECT], at[_CDATA], like), rows[k], at, like) < 0:
+            return m + k
+    return -1
+
+
 @numba.njit(cache=True)
-def _check(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray) -> int:
+def _state_check(rows: np.ndarray, versions: np.ndarray, at: np.ndarray) -> int:
+    """:func:`_state_differs`, its reads first brought into the cache (:func:`_warm_state`)."""
+    _warm_state(rows, versions, at, versions)
+    return _state_differs(rows, versions, at, versions)
+
+
+@numba.njit(cache=True)
+def _check(
+    params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray, rows: np.ndarray, versions: np.ndarray
+) -> int:
     """-1 when the Python list at ``params`` holds the expected objects (rows ``0..n-1`` of ``expected``)
-    with the expected fields and their gradients have the fields of rows ``n..2n-1``: the data addresses
-    are then in ``out`` (parameters, then gradients). Else the index of the first row that differs (-2:
-    the list's length); no pointer read from a tensor that differs is followed further. The fields are
-    first brought into the cache by :func:`_warm` (``out`` its scratch)."""
+    with the expected fields, their gradients have the fields of rows ``n..2n-1`` and the watched state
+    (``rows``, ``versions``: :func:`_state_differs`) is unchanged: the data addresses are then in ``out``
+    (parameters, then gradients). Else the index of the first row that differs (-2: the list's length;
+    ``2n`` and above: the state); no pointer read from a tensor that differs is followed further. The
+    fields are first brought into the cache by :func:`_warm_state` and :func:`_warm` (``out`` its
+    scratch)."""
     n = expected.shape[0] // 2
     if _word(params, _LIST_SIZE, out) != n:
         return -2
     items = _word(params, _LIST_ITEMS, out)
+    _warm_state(rows, versions, at, out)
     _warm(items, n, expected, at, out)
     for k in range(n):
         obj = _word(items, k, out)
@@ -165,7 +212,8 @@ def _check(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray) -
         out[n + k] = _fits(_word(meta, at[_GRAD], out), expected[n + k], at, out)
         if out[n + k] < 0:
             return n + k
-    return -1
+    state = _state_differs(rows, versions, at, out)
+    return -1 if state == -1 else 2 * n + state
 
 
 @numba.njit(cache=True)
@@ -200,10 +248,32 @@ def _refill(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.nd
 
 
 @numba.njit(cache=True)
-def _check_into(params: int, expected: np.ndarray, at: np.ndarray, out: np.ndarray, grads: np.ndarray) -> int:
+def _refill_watched(check: tuple, chunks: np.ndarray, addresses: np.ndarray, like: np.ndarray) -> int:
+    """:func:`_refill` of ``check[:3]``, then the state ``check[3:]`` (``rows``, ``versions``: as
+    :func:`_state_differs` checks them): -1 when both pass; else as :func:`_refill` (``2n`` and above: the
+    state)."""
+    params, expected, at, rows, versions = check
+    _warm_state(rows, versions, at, versions)
+    found = _refill((params, expected, at), chunks, addresses, like)
+    if found != -1:
+        return found
+    state = _state_differs(rows, versions, at, versions)
+    return -1 if state == -1 else expected.shape[0] + state
+
+
+@numba.njit(cache=True)
+def _check_into(
+    params: int,
+    expected: np.ndarray,
+    at: np.ndarray,
+    out: np.ndarray,
+    grads: np.ndarray,
+    rows: np.ndarray,
+    versions: np.ndarray,
+) -> int:
     """:func:`_check`, and where it passes (-1) the gradients' data addresses copied into ``grads`` (a row of
     a launch table); ``grads`` is not written otherwise."""
-    found = _check(params, expected, at, out)
+    found = _check(params, expected, at, out, rows, versions)
     if found == -1:
         n = grads.shape[0]
         for k in range(n):
@@ -348,6 +418,120 @@ def layout() -> np.ndarray | None:
         return None
 
 
+def _fill_row(
+    row: np.ndarray,
+    at: np.ndarray,
+    t: torch.Tensor,
+    shape_of: torch.Tensor,
+    strides: tuple,
+    obj: int,
+    data: int,
+) -> None:
+    """Write into ``row`` the fields expected of ``t``: ``shape_of``'s sizes, ``strides``, ``t``'s dtype,
+    device and dispatch keys, the object address ``obj`` and the data address ``data`` (-1: any)."""
+    if shape_of.dim() > _INLINE:
+        raise ValueError("tensors of more than 5 dimensions are checked through Python")
+    impl = _words(t._cdata, _IMPL_WORDS)
+    row[_OBJECT], row[_DATA], row[_ITEM] = obj, data, t.element_size()
+    row[_KEYS], row[_KIND] = impl[at[_KEYS_AT]], impl[at[_KIND_AT]] & _LOW40
+    row[_NUMEL], row[_DIM] = shape_of.numel(), shape_of.dim()
+    row[_SIZES : _SIZES + shape_of.dim()] = list(shape_of.shape)
+    row[_STRIDES : _STRIDES + shape_of.dim()] = list(strides)
+
+
+_NO_ROWS = np.zeros((0, _COLUMNS), np.int64)
+_NO_VERSIONS = np.zeros((0, 2), np.int64)
+_DICTS = (dict, collections.defaultdict)
+
+
+def _find_version() -> int:
+    """The word offset of a dict's version (see the module docstring), found on a probe dict: the one
+    header word that grows at each of its modifications (its size does not change when a value is
+    replaced; its keys table not when a value is replaced in place)."""
+    if not (3, 11) <= sys.version_info[:2] <= (3, 13):  # PEP 509's version: kept up to date until 3.13
+        raise LookupError("no dict version in this Python")
+    words = dict.__basicsize__ // 8
+    probe: dict = {}
+    key = object()
+    changes: list[Callable[[dict], Any]] = [
+        lambda d: d.__setitem__(key, 1),
+        lambda d: d.__setitem__(key, 2),
+        lambda d: d.setdefault("a", 3),
+        lambda d: d.update(b=4),
+        lambda d: d.__setitem__("b", 5),
+        lambda d: d.pop("a"),
+        lambda d: d.__delitem__("b"),
+        lambda d: d.popitem(),
+        lambda d: d.__setitem__("c", 6),
+        lambda d: d.clear(),
+    ]
+    grows = set(range(2, words))  # after the reference count and the type
+    before = _words(id(probe), words)
+    for change in changes:
+        change(probe)
+        after = _words(id(probe), words)
+        grows = {k for k in grows if after[k] > before[k]}
+        before = after
+    return _unique(sorted(grows))
+
+
+@functools.cache
+def dict_version_at() -> int | None:
+    """The word offset of a dict object's version in this Python (found once per process), or None where
+    it was not found (callers then check dicts through Python)."""
+    try:
+        return _find_version()
+    except (LookupError, ValueError):
+        return None
+
+
+class StateWatch:
+    """The state a plan's launch tables were built from, as it is now (checked by the caller): the
+    optimizer's ``state`` dict, each parameter's entry in it and the state tensors read from the entries.
+    :meth:`intact` tells, in one compiled call, that none of the dicts was modified since and that each
+    tensor has the fields it has now (its data address, sizes, strides, dtype, device, dispatch keys): then
+    ``state[p]`` is still each entry, each entry still holds its tensors, and each tensor its memory.
+
+    Args:
+        state: the optimizer's ``state`` (a dict or ``collections.defaultdict``).
+        entries: the entries (dicts) read from it, one per parameter.
+        kept: the state tensors read from the entries (plain tensors or ``torch.nn.Parameter``, at most 5
+            dimensions).
+        at: the tensors' field offsets (:func:`layout`).
+        version_at: the dicts' version offset (:func:`dict_version_at`).
+
+    Raises:
+        ValueError: a dict of another type (it may keep its items elsewhere), a tensor of a subclass or of
+            more than 5 dimensions.
+    """
+
+    def __init__(
+        self,
+        state: dict,
+        entries: Sequence[dict],
+        kept: Sequence[torch.Tensor],
+        at: np.ndarray,
+        version_at: int,
+    ):
+        dicts = {id(d): d for d in (state, *entries)}
+        if any(type(d) not in _DICTS for d in dicts.values()):
+            raise ValueError("a mapping of another type: checked through Python")
+        if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in kept):
+            raise ValueError("a tensor subclass: checked through Python")
+        self.state, self.entries, self.kept, self.at = state, list(entries), list(kept), at
+        self.versions = np.array(
+            [(address + 8 * version_at, _words(address, version_at + 1)[version_at]) for address in dicts],
+            np.int64,
+        ).reshape(-1, 2)
+        self.rows = np.zeros((len(self.kept), _COLUMNS), np.int64)
+        for k, t in enumerate(self.kept):
+            _fill_row(self.rows[k], at, t, t, t.stride(), id(t), t.data_ptr())
+
+    def intact(self) -> bool:
+        """No dict modified, every tensor's fields as they were (see the class docstring)."""
+        return _state_check(self.rows, self.versions, self.at) == -1
+
+
 class Guard:
     """The expected fields of a group's parameters and of their gradients (see the module docstring).
 
@@ -383,19 +567,19 @@ class Guard:
             self._fill(k, p, p, p.stride(), id(p), p.data_ptr())
             self._fill(self.n + k, g, p, layouts[k], 0, -1)
         self._scratch = np.empty(2 * self.n, np.int64)
+        self.watching: StateWatch | None = None
+        self.rows, self.versions = _NO_ROWS, _NO_VERSIONS
 
     def _fill(
         self, k: int, t: torch.Tensor, shape_of: torch.Tensor, strides: tuple, obj: int, data: int
     ) -> None:
-        if shape_of.dim() > _INLINE:
-            raise ValueError("tensors of more than 5 dimensions are checked through Python")
-        impl = _words(t._cdata, _IMPL_WORDS)
-        row = self.table[k]
-        row[_OBJECT], row[_DATA], row[_ITEM] = obj, data, t.element_size()
-        row[_KEYS], row[_KIND] = impl[self.at[_KEYS_AT]], impl[self.at[_KIND_AT]] & _LOW40
-        row[_NUMEL], row[_DIM] = shape_of.numel(), shape_of.dim()
-        row[_SIZES : _SIZES + shape_of.dim()] = list(shape_of.shape)
-        row[_STRIDES : _STRIDES + shape_of.dim()] = list(strides)
+        _fill_row(self.table[k], self.at, t, shape_of, strides, obj, data)
+
+    def watch(self, state: StateWatch | None) -> None:
+        """Check ``state`` too at every check of this guard (None: no state), as :meth:`StateWatch.intact`
+        checks it: a guard watching a state passes only while it is intact."""
+        self.watching = state
+        self.rows, self.versions = (_NO_ROWS, _NO_VERSIONS) if state is None else (state.rows, state.versions)
 
     def launcher(self, kernel: Any, tensors: Any, rounding: Any, host: int) -> Callable[[tuple, tuple], int]:
         """The guarded launch of ``kernel`` (an element function) over ``tensors`` (a
@@ -405,6 +589,22 @@ class Guard:
         kernel's scalars from ``host`` float values (``rounding(host, like)``, a Numba function) and
         launches (:meth:`~optkernels.kernels._elementwise.Elementwise.guarded_launcher`)."""
         return kernel.guarded_launcher(tensors, GuardedEntry(_refill, 3, rounding, host, 3))
+
+    def watched_launcher(
+        self, kernel: Any, tensors: Any, rounding: Any, host: int
+    ) -> Callable[[tuple, tuple], int]:
+        """:meth:`launcher` whose check also covers the state the guard watches (:meth:`watch`), for
+        :meth:`launch_watched`."""
+        return kernel.guarded_launcher(tensors, GuardedEntry(_refill_watched, 5, rounding, host, 3))
+
+    def launch_watched(self, launcher: Callable[[tuple, tuple], int], params: list, host: tuple) -> int:
+        """Run ``launcher`` (:meth:`watched_launcher`) over the group's list ``params`` with the ``host``
+        values: -1 when it launched; else what differs (nothing launched): ``2 * n`` and above the watched
+        state, below it a parameter or gradient (-2 the list's length, -3 nothing to launch, -4 not a
+        list)."""
+        if type(params) is not list:
+            return -4
+        return launcher((id(params), self.table, self.at, self.rows, self.versions), host)
 
     def launch(self, launcher: Callable[[tuple, tuple], int], params: list, host: tuple) -> bool:
         """Run ``launcher`` (:meth:`launcher`) over the group's list ``params`` with the ``host`` values.
@@ -419,7 +619,7 @@ class Guard:
         if type(params) is not list:
             return None
         out = np.empty(2 * self.n, np.int64)
-        if _check(id(params), self.table, self.at, out) != -1:
+        if _check(id(params), self.table, self.at, out, self.rows, self.versions) != -1:
             return None
         return out
 
@@ -429,5 +629,7 @@ class Guard:
         of a launch table); False, ``grads`` untouched, otherwise. The check's scratch is kept in the guard
         (one step at a time per guard, as a launch table is used)."""
         return (
-            type(params) is list and _check_into(id(params), self.table, self.at, self._scratch, grads) == -1
+            type(params) is list
+            and _check_into(id(params), self.table, self.at, self._scratch, grads, self.rows, self.versions)
+            == -1
         )

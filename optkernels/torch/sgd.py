@@ -6,10 +6,13 @@ SGD of one group of float32 or float64 CPU parameters (plain, or with momentum o
 step has built and guarded its plan, the next steps take a short path (:class:`_PlainStep`): the state's
 entries and buffers compared with the ones the launch table holds (:meth:`KernelOptimizer._state_intact`;
 any change drops the plan: the generic step plans anew), the group's hyper-parameters compared with the ones the
-kernel's scalars were made from, one compiled check of every parameter and gradient that also writes the
-gradients' addresses into the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
+kernel's scalars were made from, one compiled check of every parameter and gradient (and of the state,
+where the guard watches it: :class:`._fields.StateWatch`) that also writes the gradients' addresses into
+the launch table (:meth:`._fields.Guard.gradients_into`), and the kernel's
 chunked entry called directly, from :meth:`SGD.step` itself where no step hook or profiler is on (right
-after a backward pass every Python call and object it passes through is out of cache). Anything else (a
+after a backward pass every Python call and object it passes through is out of cache). With momentum, the
+check (the state included) and the launch are one compiled call whose threads claim the table's rows from
+both ends (:meth:`._fields.Guard.watched_launcher`): a thread that wakes late takes fewer rows. Anything else (a
 closure, AMP's ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float
 ``lr``, a tensor that differs from the plan's) takes the generic step, which checks, raises and routes as
 it always does.
@@ -22,6 +25,7 @@ from collections.abc import Iterable
 from contextlib import nullcontext
 from typing import Any
 
+import numba
 import numpy as np
 import torch
 
@@ -146,6 +150,13 @@ class SGD(KernelOptimizer):
         )
 
 
+@numba.njit(cache=True)
+def _as_given(host: tuple, like: np.ndarray) -> tuple:
+    """The scalars of a guarded launch (:meth:`._fields.Guard.watched_launcher`) as given: made by
+    :meth:`SGD._scalars` already."""
+    return host
+
+
 #: The hyper-parameters a plain step's scalars and plan were made for (``lr`` is compared apart).
 _HYPER = operator.itemgetter(
     "momentum", "dampening", "weight_decay", "nesterov", "maximize", "differentiable", "foreach", "fused"
@@ -171,6 +182,7 @@ class _PlainStep:
         "threads",
         "step",
         "momentum",
+        "launcher",
     )
 
     def __init__(self, optimizer: SGD, group: dict, plan: _Plan):
@@ -188,6 +200,13 @@ class _PlainStep:
         # what reads the calling thread's Numba thread count, where the list is large enough to run on all
         # of them (else None: _SerialBelow sets the count to one for the launch)
         self.threads = thread_mask()[0] if tensors.total >= SERIAL_BELOW else None
+        # momentum: the guard's check (state included), the launch and its threads' claims of the rows in
+        # one compiled call (a thread that starts late takes fewer rows)
+        self.launcher = (
+            self.guard.watched_launcher(kernel, tensors, _as_given, len(self.scalars))
+            if self.momentum
+            else None
+        )
 
     @classmethod
     def of(cls, optimizer: SGD) -> _PlainStep | None:
@@ -241,12 +260,33 @@ class _PlainStep:
             if lr != self.lr:
                 self.scalars = optimizer._scalars(group, self.step, self.tensors.dtype)
             self.lr = lr
-        if self.momentum and not optimizer._state_intact(self.plan):
+        plan, guard = self.plan, self.guard
+        # the guard's check covers the state where it watches the plan's watch of this state dict
+        watched = (
+            self.momentum and guard.watching is plan.watch is not None and optimizer.state is plan.watch.state
+        )
+        if self.momentum and not watched and not optimizer._state_intact(plan):
             optimizer._plans.pop(0, None)  # its buffer row is stale: the generic step plans anew
             return False
-        if not self.guard.gradients_into(group["params"], self.grads):
-            optimizer._fast_refused = self.plan
-            return False
+        launcher = self.launcher
+        if launcher is not None:  # the check and the launch in one compiled call
+            found = guard.launch_watched(launcher, group["params"], self.scalars)
+            if found == -1:
+                return True
+            if watched and not optimizer._state_intact(plan):  # the state changed (checked through Python)
+                optimizer._plans.pop(0, None)
+                return False
+            if not (watched and guard.launch_watched(launcher, group["params"], self.scalars) == -1):
+                optimizer._fast_refused = plan
+                return False
+            return True
+        if not guard.gradients_into(group["params"], self.grads):
+            if watched and not optimizer._state_intact(plan):  # the state changed (checked through Python)
+                optimizer._plans.pop(0, None)
+                return False
+            if not (watched and guard.gradients_into(group["params"], self.grads)):  # (watched anew)
+                optimizer._fast_refused = plan
+                return False
         tensors = self.tensors
         launch = parallel_launch()
         if self.threads is not None and type(launch) is nullcontext:  # nothing to enter, nothing to set
