@@ -232,7 +232,8 @@ def _note_limit(suite: Suite, dtype: str, n: int, samples: dict, impls: dict) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"), default=["float32", "bfloat16"])
+    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"),
+                        default=["float32", "bfloat16"])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7, 1e8])
     parser.add_argument("--rounds", type=int, default=0, help="rounds per size (default: the dense group's)")
     args = parser.parse_args(argv)
