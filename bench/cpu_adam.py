@@ -11,12 +11,19 @@ mode is bfloat16 parameter and gradient with float32 moments (``fp32_optimizer_s
 moments of the parameter's dtype (bfloat16): 14 bytes. Sizes 1e4 and up; each speed is also given as the
 median over rounds of DeepSpeed's time over its own in the same round (``paired``).
 
+Alone (the dense group runs it with its sizes)::
+
+    python bench/cpu_adam.py [--dtypes bfloat16] [--sizes 1e4 1e5] [--rounds 41]
+
 DeepSpeed is optional: where it does not import (or its op does not build), the group says why and goes on.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numba
@@ -26,6 +33,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dense import adam_shaped_memory
 from harness import Row, Suite, optional, paired_ratio
 
@@ -173,8 +181,10 @@ def implementations(n: int, dtype: str, torch, ds_adam) -> dict:
     return impls
 
 
-def run(suite: Suite, sizes: list[int]) -> None:
-    """The DeepSpeed comparison at each of ``sizes`` (and 1e4, unless quick), float32 then bfloat16."""
+def run(suite: Suite, sizes: list[int], dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+        rounds: int = 0) -> None:
+    """The DeepSpeed comparison at each of ``sizes`` (and 1e4, unless quick), for each of ``dtypes``;
+    ``rounds``: interleaved rounds per size (0: the suite's default, 21 up to 1e6, 11 above)."""
     torch = optional("torch")
     ds_adam, why = deepspeed_adam() if torch is not None else (None, "torch is not installed")
     if ds_adam is None:
@@ -188,9 +198,9 @@ def run(suite: Suite, sizes: list[int]) -> None:
                "(22 B/element); optkernels.torch.Adam with torch.optim.Adam's bfloat16 moments (14 B/element)")
     if not suite.quick:
         sizes = sorted({int(1e4), *sizes})
-    for dtype in ("float32", "bfloat16"):
+    for dtype in dtypes:
         for n in sizes:
-            repeats = 3 if suite.quick else (21 if n <= 1e6 else 11)
+            repeats = rounds or (3 if suite.quick else (21 if n <= 1e6 else 11))
             inner = max(1, int((3e5 if suite.quick else 3e6) // n))
             impls = implementations(n, dtype, torch, ds_adam)
             steps = {k: f for k, (f, _) in impls.items()}
@@ -218,3 +228,18 @@ def _note_limit(suite: Suite, dtype: str, n: int, samples: dict, impls: dict) ->
     suite.note(f"{dtype} N={n:.0e}: the physical limit of {per_element} B/element here is "
                f"{per_element * n / limits[best] / 1e9:.1f} GB/s, {limits[best] * 1e3:.1f} ms a step ({best}); "
                f"share of it: {shares}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"),
+                        default=["float32", "bfloat16"])
+    parser.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7, 1e8])
+    parser.add_argument("--rounds", type=int, default=0, help="rounds per size (default: the dense group's)")
+    args = parser.parse_args(argv)
+    run(Suite(), [int(n) for n in args.sizes], tuple(args.dtypes), args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,8 @@ from ..kernels.torch_rules import (
     adam_step_scalars,
     adamax_scalars,
 )
-from ._base import KernelOptimizer
+from ._base import KernelOptimizer, unwrapped
+from ._half_step import HalfStep
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -91,6 +92,11 @@ class Adam(KernelOptimizer):
         RuntimeError (at ``step``): a sparse gradient ("Adam does not support sparse gradients").
     """
 
+    _fast: Any = (
+        None  # the short path of plain half steps (._half_step.HalfStep), once a generic step made it
+    )
+    _fast_refused: Any = None  # the plan whose guard refused the short path (not retried with that plan)
+
     def __init__(
         self,
         params: Iterable,
@@ -130,6 +136,27 @@ class Adam(KernelOptimizer):
             group.setdefault("maximize", False)
             group.setdefault("decoupled_weight_decay", False)
 
+    @unwrapped
+    def step(self, closure: Any = None) -> Any:
+        """One update of every parameter that has a gradient (see :meth:`KernelOptimizer.step`); a plain
+        step of float16/bfloat16 CPU parameters without hooks, closure or profiler takes the short path
+        (:class:`._half_step.HalfStep`) straight from here."""
+        fast = self._fast
+        if fast is not None and closure is None and self._unobserved():
+            if fast.run(self):
+                return None
+            self._fast = None
+        return super().step(closure)
+
+    def _step(self, closure: Any = None) -> Any:
+        fast = self._fast
+        if fast is not None and closure is None and fast.run(self):
+            return None
+        self._fast = None
+        loss = super()._step(closure)
+        self._fast = HalfStep.of(self)
+        return loss
+
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
 
@@ -142,18 +169,21 @@ class Adam(KernelOptimizer):
         return None  # maximize and both decays are in the element function (torch's rounding)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+        return adam_step_scalars(self._group_scalars(group, dtype), step)
+
+    def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
+        """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered)."""
         lr = host_lr(group["lr"])
         beta1, beta2 = group["betas"]
         eps, wd, maximize = group["eps"], group["weight_decay"], group["maximize"]
         decoupled = bool(group.get("decoupled_weight_decay"))
         mkl = self._sqrt_kernel(dtype)
-        per_group = self._remembered(
+        return self._remembered(
             (dtype, type(lr), lr, beta1, beta2, eps, wd, decoupled, maximize, mkl),
             lambda: adam_group_scalars(
                 dtype, lr, float(beta1), float(beta2), eps, wd, decoupled, maximize, mkl
             ),
         )
-        return adam_step_scalars(per_group, step)
 
 
 class AdamW(Adam):

@@ -1,0 +1,170 @@
+"""The short path of a plain Adam/AdamW step over float16/bfloat16 CPU parameters.
+
+A group of half CPU parameters is updated by one launch per tensor (:meth:`KernelOptimizer._launch_half`:
+torch's rounding of every operation, through a :class:`~optkernels.kernels._elementwise.HalfLauncher` kept
+in the plan). Once a generic step has built, guarded and launched such a plan, the next steps repeat the
+same launches with nothing new to prepare but the step number, the gradients' addresses and torch's tails
+(which follow torch's thread count), so they take this short path (:class:`HalfStep`): the plan, the group
+and its hyper-parameters compared with the ones it was made for, the state checked as the generic step
+checks it (:meth:`KernelOptimizer._state_intact`), one compiled check of every parameter and gradient that
+also writes the gradients' addresses (:meth:`._fields.Guard.gradients_into`), then the step counters and
+the launches. Every check runs before anything is written; anything else (a closure, AMP's
+``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float ``lr``, a tensor
+that differs from the plan's, a stochastic-rounding context) takes the generic step, which checks, raises
+and routes as it always does. The launches are the generic step's (the same launchers, arrays and
+scalars): the same bits.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from ..kernels._elementwise import HalfLauncher, _lowp_module
+from ..kernels.torch_rules import adam_step_scalars
+from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
+
+__all__ = ["HalfStep"]
+
+#: The hyper-parameters an Adam step's scalars and plan were made for (``lr`` is compared apart).
+_HYPER = operator.itemgetter(
+    "betas",
+    "eps",
+    "weight_decay",
+    "amsgrad",
+    "maximize",
+    "foreach",
+    "capturable",
+    "differentiable",
+    "fused",
+    "decoupled_weight_decay",
+)
+_PLAIN = frozenset((bool, int, float, type(None)))
+_MISSING = object()
+
+
+def _hyper(group: dict) -> Any:
+    """:data:`_HYPER` of ``group``, or a marker that equals nothing where one of them is missing."""
+    try:
+        return _HYPER(group)
+    except KeyError:
+        return _MISSING
+
+
+_FLOAT32 = np.dtype(np.float32)
+
+
+def _plain(values: tuple) -> bool:
+    """Every value a bool, int, float or None, or a tuple of them (``betas``): compared by value, and no
+    tensor whose value could change in place."""
+    return all(type(v) in _PLAIN or (type(v) is tuple and all(type(x) in _PLAIN for x in v)) for v in values)
+
+
+class HalfStep:
+    """The short path (see the module docstring) of an Adam/AdamW optimizer's one group whose plan holds only
+    float16/bfloat16 CPU parameters, each launched by a kept :class:`HalfLauncher`. Made by :meth:`of` after
+    a generic step; :meth:`run` steps or returns False (nothing written)."""
+
+    __slots__ = ("group", "plan", "guard", "hyper", "lr", "per_group", "grads", "launches")
+
+    def __init__(self, optimizer: Any, group: dict, plan: _Plan, launches: list):
+        assert plan.guard is not None  # (checked by of)
+        self.group, self.plan, self.guard, self.launches = group, plan, plan.guard, launches
+        self.hyper = _HYPER(group)
+        self.lr = group["lr"]
+        self.per_group = optimizer._group_scalars(group, _FLOAT32)
+        self.grads = np.empty(len(plan.params), np.int64)  # written by the guard's check
+
+    @classmethod
+    def of(cls, optimizer: Any) -> HalfStep | None:
+        """The short path of ``optimizer``'s next steps, or None where its last step was not a plain step
+        of half CPU parameters that the short path repeats."""
+        groups = optimizer.param_groups
+        if len(groups) != 1:
+            return None
+        group = groups[0]
+        plan = optimizer._plans.get(0)
+        if (
+            plan is None
+            or plan is optimizer._fast_refused
+            or type(group["lr"]) is not float
+            or _hyper(group) is _MISSING
+            or not _plain(_HYPER(group))
+            or group["differentiable"]
+            or group["capturable"]
+            or not plan.whole
+            or plan.guard is None
+            or plan.cpu
+            or not plan.single
+            or plan.copies
+            or plan.step_now is None
+            or plan.steps_np is None
+            or plan.key[1] != optimizer._kernel(group)
+            or plan.key[0] != tuple(map(id, group["params"]))
+            or optimizer._prestep(group) is not None
+        ):
+            return None
+        launches = []
+        for k, kind, _arrays, n, _buffer in plan.single:
+            kept = plan.half.get(k)
+            if kind != "cpu" or kept is None or kept[0] is None or not isinstance(kept[-1], HalfLauncher):
+                return None
+            launches.append((k, n, kept))
+        if not optimizer._state_intact(plan):
+            return None  # the state is not the one the plan was made from
+        return cls(optimizer, group, plan, launches)
+
+    def run(self, optimizer: Any) -> bool:
+        """One step of the group as the generic step would make it (the same launchers, arrays and scalars),
+        or False where anything differs from what the short path was made for (nothing written)."""
+        group, plan = self.group, self.plan
+        attributes = optimizer.__dict__
+        if (
+            optimizer._plans.get(0) is not plan
+            or len(optimizer.param_groups) != 1
+            or optimizer.param_groups[0] is not group
+            or "found_inf" in attributes
+            or "grad_scale" in attributes
+            or _hyper(group) != self.hyper
+            or _lowp_module().stochastic_stream() is not None
+        ):
+            return False
+        lr = group["lr"]
+        if lr is not self.lr:
+            if type(lr) is not float or not lr >= 0.0:
+                return False  # the generic step's checks judge it
+            if lr != self.lr:
+                self.per_group = optimizer._group_scalars(group, _FLOAT32)
+            self.lr = lr
+        if not optimizer._state_intact(plan):
+            optimizer._plans.pop(0, None)  # a state tensor replaced: the generic step plans anew
+            return False
+        params = group["params"]
+        grads = self.grads
+        if not self.guard.gradients_into(params, grads):
+            optimizer._fast_refused = plan
+            return False
+        step = plan.step_now + 1  # (not None: checked by of)
+        shared = adam_step_scalars(self.per_group, step)[:-3]
+        calls = []
+        for j, (k, n, kept) in enumerate(self.launches):
+            address = int(grads[j])
+            seen = kept[2]
+            if seen is None or seen[0] != address:  # the gradient's bits, kept while its memory stays
+                grad = params[k].grad
+                seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))
+                if seen[0] is not None:
+                    kept[2] = seen
+            args = (*kept[1], seen[1], *shared, *_tail_scalars(n))
+            launcher = kept[-1]
+            if not launcher.fits(args):
+                return False
+            calls.append((launcher, n, args))
+        # nothing is written above this line
+        plan.step_now = step
+        plan.steps_np.fill(step)  # the state's 'step' tensors are views of it
+        for launcher, n, args in calls:
+            launcher(n, *args)
+        return True
