@@ -105,6 +105,31 @@ class _ScheduleFree(KernelOptimizer):
         ):
             return False
         plans = self._plans
+        if (
+            len(steady) == 1
+        ):  # one group: the same checks, without the lists (fewer cold lines after backward)
+            group, plan, guard, launcher = steady[0]
+            if (
+                groups[0] is not group
+                or plans.get(0) is not plan
+                or not self._state_intact(plan)
+                or group.get("differentiable")
+                or group.get("capturable")
+            ):
+                return False
+            k1 = group["k"] + 1
+            lr_t, lr_max, weight_sum, c = _group_weight(group)
+            # the guard's check, the scalars' rounding and the launch in one compiled call; the host values
+            # raise before any write
+            if not guard.launch(launcher, group["params"], self._host_scalars(group, lr_t, c, k1)):
+                return False
+            group["scheduled_lr"], group["lr_max"], group["weight_sum"], group["k"] = (
+                lr_t,
+                lr_max,
+                weight_sum,
+                k1,
+            )
+            return True
         launches, entries = [], []
         for index, (group, plan, guard, launcher) in enumerate(steady):
             if (
@@ -120,21 +145,16 @@ class _ScheduleFree(KernelOptimizer):
             host = self._host_scalars(group, lr_t, c, k + 1)  # raises before any write
             launches.append((guard, launcher, plan, group["params"], host))
             entries.append((lr_t, lr_max, weight_sum, k + 1))
-        if len(launches) == 1:  # the guard's check, the scalars' rounding and the launch in one compiled call
-            guard, launcher, _plan, params, host = launches[0]
-            if not guard.launch(launcher, params, host):
+        found = []  # every group checked before any launches
+        for guard, _launcher, _plan, params, _host in launches:
+            ptrs = guard.addresses(params)
+            if ptrs is None:
                 return False
-        else:  # every group checked before any launches
-            found = []
-            for guard, _launcher, _plan, params, _host in launches:
-                ptrs = guard.addresses(params)
-                if ptrs is None:
-                    return False
-                found.append(ptrs[guard.n :])
-            for (_guard, _launcher, plan, _params, host), grads in zip(launches, found):
-                dtype, _positions, tensors, _members = plan.cpu[0]
-                tensors.addresses[-1, :] = grads
-                plan.key[1][0].launch_many("cpu", tensors, *_rounded(dtype, host))
+            found.append(ptrs[guard.n :])
+        for (_guard, _launcher, plan, _params, host), grads in zip(launches, found):
+            dtype, _positions, tensors, _members = plan.cpu[0]
+            tensors.addresses[-1, :] = grads
+            plan.key[1][0].launch_many("cpu", tensors, *_rounded(dtype, host))
         for group, (lr_t, lr_max, weight_sum, k1) in zip(groups, entries):
             group["scheduled_lr"], group["lr_max"], group["weight_sum"], group["k"] = (
                 lr_t,
