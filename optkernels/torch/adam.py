@@ -19,8 +19,9 @@ from ..kernels.torch_rules import (
     adam_step_scalars,
     adamax_scalars,
 )
-from ._base import KernelOptimizer, unwrapped
+from ._base import KernelOptimizer
 from ._half_step import HalfStep
+from ._short_path import ShortPathSteps
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -58,7 +59,7 @@ def _unsupported(**flags: Any) -> None:
             )
 
 
-class Adam(KernelOptimizer):
+class Adam(ShortPathSteps, KernelOptimizer):
     r"""torch.optim.Adam, computed by optkernels' Adam kernels (same arguments, defaults, state and
     ``state_dict``)::
 
@@ -91,11 +92,6 @@ class Adam(KernelOptimizer):
         TypeError: parameters that are not float32/float64 tensors (or float16/bfloat16 CPU tensors).
         RuntimeError (at ``step``): a sparse gradient ("Adam does not support sparse gradients").
     """
-
-    _fast: Any = (
-        None  # the short path of plain half steps (._half_step.HalfStep), once a generic step made it
-    )
-    _fast_refused: Any = None  # the plan whose guard refused the short path (not retried with that plan)
 
     def __init__(
         self,
@@ -136,26 +132,8 @@ class Adam(KernelOptimizer):
             group.setdefault("maximize", False)
             group.setdefault("decoupled_weight_decay", False)
 
-    @unwrapped
-    def step(self, closure: Any = None) -> Any:
-        """One update of every parameter that has a gradient (see :meth:`KernelOptimizer.step`); a plain
-        step of float16/bfloat16 CPU parameters without hooks, closure or profiler takes the short path
-        (:class:`._half_step.HalfStep`) straight from here."""
-        fast = self._fast
-        if fast is not None and closure is None and self._unobserved():
-            if fast.run(self):
-                return None
-            self._fast = None
-        return super().step(closure)
-
-    def _step(self, closure: Any = None) -> Any:
-        fast = self._fast
-        if fast is not None and closure is None and fast.run(self):
-            return None
-        self._fast = None
-        loss = super()._step(closure)
-        self._fast = HalfStep.of(self)
-        return loss
+    def _short_path_of(self) -> HalfStep | None:
+        return HalfStep.of(self)
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])

@@ -109,13 +109,7 @@ class _ScheduleFree(KernelOptimizer):
             len(steady) == 1
         ):  # one group: the same checks, without the lists (fewer cold lines after backward)
             group, plan, guard, launcher = steady[0]
-            if (
-                groups[0] is not group
-                or plans.get(0) is not plan
-                or not self._state_intact(plan)
-                or group.get("differentiable")
-                or group.get("capturable")
-            ):
+            if not self._as_planned(groups[0], plans.get(0), group, plan):
                 return False
             k1 = group["k"] + 1
             lr_t, lr_max, weight_sum, c = _group_weight(group)
@@ -132,13 +126,7 @@ class _ScheduleFree(KernelOptimizer):
             return True
         launches, entries = [], []
         for index, (group, plan, guard, launcher) in enumerate(steady):
-            if (
-                groups[index] is not group
-                or plans.get(index) is not plan
-                or not self._state_intact(plan)
-                or group.get("differentiable")
-                or group.get("capturable")
-            ):
+            if not self._as_planned(groups[index], plans.get(index), group, plan):
                 return False
             k = group["k"]
             lr_t, lr_max, weight_sum, c = _group_weight(group)
@@ -163,6 +151,17 @@ class _ScheduleFree(KernelOptimizer):
                 k1,
             )
         return True
+
+    def _as_planned(self, group: dict, plan: Any, planned_group: dict, planned: Any) -> bool:
+        """Whether ``group`` (now at its index) and ``plan`` (now kept for it) are the steady step's, its
+        state intact and its flags still the kernels' own."""
+        return (
+            group is planned_group
+            and plan is planned
+            and self._state_intact(plan)
+            and not group.get("differentiable")
+            and not group.get("capturable")
+        )
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         lr_t, c, k1 = self._weights[id(group)][:3]

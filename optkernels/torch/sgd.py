@@ -32,13 +32,14 @@ import torch
 from ..kernels._elementwise import SERIAL_BELOW, _SerialBelow
 from ..kernels._threading import parallel_allowed, parallel_launch, thread_mask
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
-from ._base import KernelOptimizer, _Plan, unwrapped
+from ._base import KernelOptimizer, _Plan
+from ._short_path import ShortPathSteps
 from .adam import host_lr
 
 __all__ = ["SGD"]
 
 
-class SGD(KernelOptimizer):
+class SGD(ShortPathSteps, KernelOptimizer):
     r"""torch.optim.SGD, computed by optkernels' kernels::
 
         g ← −g (maximize);  g ← g + wd·w (weight_decay)
@@ -54,8 +55,6 @@ class SGD(KernelOptimizer):
     """
 
     counts_steps = False
-    _fast: _PlainStep | None = None  # the short path of plain steps, once a generic step made it possible
-    _fast_refused: Any = None  # the plan whose guard refused the short path (not retried with that plan)
     sparse_by_torch = True  # torch's SGD takes sparse gradients: its own step runs them
     optional_state = ("momentum_buffer",)  # torch starts a missing buffer from the gradient
 
@@ -100,25 +99,8 @@ class SGD(KernelOptimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
-    @unwrapped
-    def step(self, closure: Any = None) -> Any:
-        """One update of every parameter that has a gradient (see :meth:`KernelOptimizer.step`); a plain
-        step without hooks, closure or profiler takes the short path straight from here."""
-        fast = self._fast
-        if fast is not None and closure is None and self._unobserved():
-            if fast.run(self):
-                return None
-            self._fast = None
-        return super().step(closure)
-
-    def _step(self, closure: Any = None) -> Any:
-        fast = self._fast
-        if fast is not None and closure is None and fast.run(self):
-            return None
-        self._fast = None
-        loss = super()._step(closure)
-        self._fast = _PlainStep.of(self)
-        return loss
+    def _short_path_of(self) -> _PlainStep | None:
+        return _PlainStep.of(self)
 
     def _kernel(self, group: dict) -> tuple:
         if group["momentum"] == 0:
