@@ -147,13 +147,30 @@ def _ours(rule: str):
     return lambda ps: getattr(okt, rule)(ps, **kwargs)
 
 
+def contenders(torch, rule: str, base) -> dict:
+    """label -> (model, step) of ``rule``'s canonical CPU paths and our drop-in, each over its own copy of
+    ``base`` (gradients allocated, Schedule-Free optimizers in train mode)."""
+    import copy
+
+    builders = dict(_canonical(torch, rule), **{f"optkernels.torch.{rule}": _ours(rule)})
+    out = {}
+    for label, build in builders.items():
+        model = copy.deepcopy(base)
+        params = list(model.parameters())
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        opt = build(params)
+        if hasattr(opt, "train") and callable(opt.train):
+            opt.train()
+        out[label] = (model, opt.step)
+    return out
+
+
 def run_models(suite: Suite, width: str = "small") -> None:
     """Each drop-in against its canonical package's CPU paths, one step after each backward pass of its own
     copy of the bench's transformer (protocol of ``torch_step``, :data:`ROUNDS` rounds); target: 3x the
     fastest canonical path (by median), judged by the median over rounds of its time over ours in the same
     round (``paired``)."""
-    import copy
-
     from torch_step import build_model, measure
 
     torch = optional("torch")
@@ -163,18 +180,7 @@ def run_models(suite: Suite, width: str = "small") -> None:
     base = build_model(torch, "cpu", width)
     total = sum(p.numel() for p in base.parameters())
     for rule in ("Lion", "ADOPT", "AdEMAMix", "AdamWScheduleFree", "SGDScheduleFree"):
-        builders = dict(_canonical(torch, rule), **{f"optkernels.torch.{rule}": _ours(rule)})
-        runs = {}
-        for label, build in builders.items():
-            model = copy.deepcopy(base)
-            params = list(model.parameters())
-            for p in params:
-                p.grad = torch.zeros_like(p)
-            opt = build(params)
-            if hasattr(opt, "train") and callable(opt.train):
-                opt.train()
-            runs[label] = (model, opt.step)
-        times = measure(torch, runs, 3 if suite.quick else ROUNDS)
+        times = measure(torch, contenders(torch, rule, base), 3 if suite.quick else ROUNDS)
         medians = {label: statistics.median(ts) for label, ts in times.items()}
         ours = f"optkernels.torch.{rule}"
         fastest = min((label for label in medians if label != ours), key=medians.__getitem__, default=None)

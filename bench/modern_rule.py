@@ -13,7 +13,6 @@ group's verdict, ``modern.model_targets``); then the medians and ranges of both 
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import sys
 from pathlib import Path
@@ -21,26 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import optional, paired_ratio
-from modern import ROUNDS, _canonical, _ours
+from modern import ROUNDS, contenders
 from torch_step import build_model, measure
 
 RULES = ("Lion", "ADOPT", "AdEMAMix", "AdamWScheduleFree", "SGDScheduleFree")
-
-
-def runs(torch, rule: str, base) -> dict:
-    """label -> (model, step) of each contender, as :func:`modern.run_models` builds them."""
-    builders = dict(_canonical(torch, rule), **{f"optkernels.torch.{rule}": _ours(rule)})
-    out = {}
-    for label, build in builders.items():
-        model = copy.deepcopy(base)
-        params = list(model.parameters())
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        opt = build(params)
-        if hasattr(opt, "train") and callable(opt.train):
-            opt.train()
-        out[label] = (model, opt.step)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ours = f"optkernels.torch.{args.rule}"
     medians_ratio, paired = [], []
     for repeat in range(args.repeats):
-        times = measure(torch, runs(torch, args.rule, base), args.rounds)
+        times = measure(torch, contenders(torch, args.rule, base), args.rounds)
         medians = {label: statistics.median(ts) for label, ts in times.items()}
         fastest = min((label for label in medians if label != ours), key=medians.__getitem__)
         medians_ratio.append(medians[fastest] / medians[ours])

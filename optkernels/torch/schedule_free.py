@@ -87,7 +87,7 @@ class _ScheduleFree(KernelOptimizer):
         # the groups' entries change only with a step that ran (a failed step changes nothing)
         for group in self.param_groups:
             lr_t, _c, k1, lr_max, weight_sum = weights[id(group)]
-            group.update(scheduled_lr=lr_t, lr_max=lr_max, weight_sum=weight_sum, k=k1)
+            _record(group, (lr_t, lr_max, weight_sum, k1))
         self._steady = _steady_plans(self)
         return loss
 
@@ -117,12 +117,7 @@ class _ScheduleFree(KernelOptimizer):
             # raise before any write
             if not guard.launch(launcher, group["params"], self._host_scalars(group, lr_t, c, k1)):
                 return False
-            group["scheduled_lr"], group["lr_max"], group["weight_sum"], group["k"] = (
-                lr_t,
-                lr_max,
-                weight_sum,
-                k1,
-            )
+            _record(group, (lr_t, lr_max, weight_sum, k1))
             return True
         launches, entries = [], []
         for index, (group, plan, guard, launcher) in enumerate(steady):
@@ -143,13 +138,8 @@ class _ScheduleFree(KernelOptimizer):
             dtype, _positions, tensors, _members = plan.cpu[0]
             tensors.addresses[-1, :] = grads
             plan.key[1][0].launch_many("cpu", tensors, *_rounded(dtype, host))
-        for group, (lr_t, lr_max, weight_sum, k1) in zip(groups, entries):
-            group["scheduled_lr"], group["lr_max"], group["weight_sum"], group["k"] = (
-                lr_t,
-                lr_max,
-                weight_sum,
-                k1,
-            )
+        for group, entry in zip(groups, entries):
+            _record(group, entry)
         return True
 
     def _as_planned(self, group: dict, plan: Any, planned_group: dict, planned: Any) -> bool:
@@ -198,6 +188,11 @@ class _ScheduleFree(KernelOptimizer):
                 _views.view(z.to(p.device), kind, flat=True),
                 *lerp_scalars(dtype, weight),
             )
+
+
+def _record(group: dict, entry: tuple[float, float, float, int]) -> None:
+    """Write a step's ``(lr_t, lr_max, weight_sum, k + 1)`` into ``group``'s bookkeeping."""
+    group["scheduled_lr"], group["lr_max"], group["weight_sum"], group["k"] = entry
 
 
 def _group_weight(group: dict) -> tuple[float, float, float, float]:
