@@ -208,7 +208,7 @@ def _requantize_loops(
 _requantize_loops_cpu = table_math(_requantize_loops)
 
 
-@table_math(device=_requantize_loops)
+@table_math(device=_requantize_loops, inline=False)
 def _requantize(
     out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base, nonneg
 ):

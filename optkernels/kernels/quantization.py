@@ -89,14 +89,20 @@ def dynamic_map(signed: bool = True) -> np.ndarray:
     return _dynamic_map(bool(signed)).copy()
 
 
-def table_math(py_func: Callable | None = None, *, device: Callable | None = None) -> Callable:
+def table_math(
+    py_func: Callable | None = None, *, device: Callable | None = None, inline: bool = True
+) -> Callable:
     """Decorator: a helper taking arrays (a code table) shared by CPU loops and CUDA kernels. Compiled with
     ``numba.njit(inline="always")`` for the CPU; a :class:`BlockElementwise` kernel gets a CUDA device
     function of the same Python function instead (the CUDA simulator cannot pass its arrays to an njit
-    function), or of ``device`` where given (a twin giving the same results by other means)."""
+    function), or of ``device`` where given (a twin giving the same results by other means).
+
+    ``inline=False``: compiled once as a function of its own (that LLVM may still inline), for a long helper
+    called from several places: Numba's own inlining copies the helper's IR into every caller, and the
+    compile time of the kernel that holds the copies grows by minutes."""
     if py_func is None:
-        return functools.partial(table_math, device=device)
-    dispatcher = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
+        return functools.partial(table_math, device=device, inline=inline)
+    dispatcher = numba.njit(**({"inline": "always"} if inline else {}), **_JIT_OPTIONS)(py_func)
     dispatcher.table_math = True
     dispatcher.device_py_func = device if device is not None else py_func
     return dispatcher
