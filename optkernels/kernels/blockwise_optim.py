@@ -11,6 +11,7 @@ value is not within a few ulps of a decision midpoint).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -481,92 +482,30 @@ def _block_8bit(
         )
 
 
-@scratch_block_elementwise
-def _update_8bit(
-    b,
-    p,
-    g,
-    c1,
-    c2,
-    c3,
-    a1,
-    a2,
-    a3,
-    q1,
-    q2,
-    planes,
-    mids1,
-    start1,
-    mids2,
-    start2,
-    keys,
-    negatives,
-    size,
-    algo,
-    first,
-    decayed,
-    hyper,
-    scratch,
-    base,
-):
-    # One block per algorithm's own copy of the block's loops (the algorithm a constant there, so that
-    # its branches fold away and the loops vectorise).
-    if algo == ADAM:
-        _block_8bit(
-            ADAM,
-            b,
-            p,
-            g,
-            c1,
-            c2,
-            c3,
-            a1,
-            a2,
-            a3,
-            q1,
-            q2,
-            planes,
-            mids1,
-            start1,
-            mids2,
-            start2,
-            keys,
-            negatives,
-            size,
-            first,
-            decayed,
-            hyper,
-            scratch,
-            base,
-        )
-    else:
-        _block_8bit(
-            algo,
-            b,
-            p,
-            g,
-            c1,
-            c2,
-            c3,
-            a1,
-            a2,
-            a3,
-            q1,
-            q2,
-            planes,
-            mids1,
-            start1,
-            mids2,
-            start2,
-            keys,
-            negatives,
-            size,
-            first,
-            decayed,
-            hyper,
-            scratch,
-            base,
-        )
+# The 8-bit step's element function (one quantization block b) for one algorithm, the algorithm a constant
+# there so that its branches fold away and its loops vectorise; a call compiles only its own algorithm's.
+_UPDATE_8BIT_PARAMS = (
+    "b, p, g, c1, c2, c3, a1, a2, a3, q1, q2, planes, mids1, start1, mids2, start2, keys, negatives, size, "
+    "first, decayed, hyper, scratch, base"
+)
+_UPDATE_8BIT = """
+def _update_8bit_{name}({params}):
+    _block_8bit({algo}, {params})
+"""
+
+
+@functools.cache
+def _update_8bit(algo: int) -> Any:
+    """The :class:`.quantization.ScratchBlockElementwise` kernel of the 8-bit step of ``ALGORITHMS[algo]``:
+    ``launch(device, blocks, p, g, c1, c2, c3, a1, a2, a3, q1, q2, planes, mids1, start1, mids2, start2,
+    keys, negatives, size, first, decayed, hyper)``."""
+    name = ALGORITHMS[algo]
+    source = _UPDATE_8BIT.format(name=name, algo=algo, params=_UPDATE_8BIT_PARAMS)
+    namespace = dict(globals())
+    exec(compile(source, __file__, "exec"), namespace)
+    element = namespace[f"_update_8bit_{name}"]
+    element.__module__ = __name__
+    return scratch_block_elementwise(element)
 
 
 @elementwise
@@ -849,7 +788,7 @@ def optimizer_update_8bit_blockwise(
     else:
         c2, a2, q2 = _dummy(device, np.uint8), _dummy(device, np.float32), q1
     if n:
-        _update_8bit.launch(
+        _update_8bit(algo).launch(
             device,
             blocks,
             flat_p,
@@ -868,7 +807,6 @@ def optimizer_update_8bit_blockwise(
             step_register_tables(q1, q2) if device == "cpu" else _dummy(device, np.int32),
             sign_split(q1),
             n,
-            algo,
             *scalars,
         )
     return p
