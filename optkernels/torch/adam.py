@@ -20,6 +20,7 @@ from ..kernels.torch_rules import (
     adamax_scalars,
 )
 from ._base import KernelOptimizer
+from ._float_step import FloatStep
 from ._half_step import HalfStep
 from ._short_path import ShortPathSteps
 
@@ -132,8 +133,8 @@ class Adam(ShortPathSteps, KernelOptimizer):
             group.setdefault("maximize", False)
             group.setdefault("decoupled_weight_decay", False)
 
-    def _short_path_of(self) -> HalfStep | None:
-        return HalfStep.of(self)
+    def _short_path_of(self) -> HalfStep | FloatStep | None:
+        return HalfStep.of(self) or FloatStep.of(self)
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])

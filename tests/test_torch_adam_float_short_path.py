@@ -1,0 +1,223 @@
+"""optkernels.torch.Adam/AdamW's short path for float32/float64 CPU parameters (one group, one launch table;
+``_float_step.FloatStep``) against torch.optim.Adam/AdamW (``foreach=False``), bit for bit, through what a
+training loop does between steps: gradients zeroed in place or replaced, ``lr`` and ``betas`` changed,
+torch's and Numba's thread count changed, ``p.data`` replaced, a gradient dropped, a state tensor replaced
+or its memory swapped, a state_dict loaded, a group added, AMP's ``found_inf`` set, a step hook, a closure.
+Each change either keeps the short path (the same bits as torch) or sends the step to the generic one, which
+raises or routes as torch does."""
+
+import numba
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
+okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
+
+from optkernels.kernels.torch_rules import IEEE_SQRT  # noqa: E402
+from optkernels.torch._float_step import FloatStep  # noqa: E402
+from optkernels.torch._sqrt import ENVIRONMENT, sqrt_kernel  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*own implementation:UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def _torchs_sqrt(monkeypatch):
+    """optkernels computes torch's own sqrt where it reproduces it (an MKL kernel); elsewhere torch's
+    reference steps run with an IEEE sqrt (see tests/test_torch_bits.py)."""
+    monkeypatch.setenv(ENVIRONMENT, "torch")
+    for dtype in (np.float32, np.float64):
+        if sqrt_kernel(np.dtype(dtype)) == IEEE_SQRT:
+            monkeypatch.setattr(torch.Tensor, "sqrt", _ieee_sqrt)
+            break
+
+
+def _ieee_sqrt(self):
+    return torch.from_numpy(np.sqrt(self.detach().numpy()))
+
+
+SIZES = (7, 40000, 1000)  # a tail, a tensor of several chunks and threads, a small one
+
+
+def _twins(dtype, cls="Adam", sizes=SIZES, **kwargs):
+    """The same parameters under torch.optim (single-tensor path) and optkernels.torch."""
+    gen = torch.Generator().manual_seed(3)
+    base = [torch.randn(n, generator=gen, dtype=dtype) for n in sizes]
+    out = []
+    for lib, extra in ((torch.optim, dict(foreach=False)), (okt, {})):
+        ps = [torch.nn.Parameter(b.clone()) for b in base]
+        out.append((ps, getattr(lib, cls)(ps, lr=0.01, **kwargs, **extra)))
+    return out
+
+
+def _grads(ps_pair, k, fresh):
+    gen = torch.Generator().manual_seed(100 + k)
+    for p, q in zip(*ps_pair):
+        g = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+        for t in (p, q):
+            if fresh or t.grad is None:
+                t.grad = g.clone()
+            else:
+                t.grad.copy_(g)
+
+
+def _equal(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _same_state(topt, oopt, tp, op):
+    for p, q in zip(tp, op):
+        s, t = topt.state[p], oopt.state[q]
+        assert set(s) == set(t)
+        for name in s:
+            if name == "step":
+                assert float(s[name]) == float(t[name]) and s[name].dtype == t[name].dtype
+            else:
+                assert torch.equal(s[name], t[name]), name
+
+
+def _short(opt):
+    return isinstance(opt._fast, FloatStep)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        ("Adam", {}),
+        ("Adam", dict(weight_decay=0.1, maximize=True, amsgrad=True)),
+        ("AdamW", dict(weight_decay=0.05, betas=(0.8, 0.99))),
+    ],
+)
+def test_short_path_keeps_torchs_bits(dtype, cls, kwargs):
+    (tp, topt), (op, oopt) = _twins(dtype, cls, **kwargs)
+    threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
+    used = 0
+    try:
+        for k in range(10):
+            _grads((tp, op), k, fresh=k % 3 == 0)
+            if k == 4:  # a schedule's new lr: new scalars on the short path
+                topt.param_groups[0]["lr"] = oopt.param_groups[0]["lr"] = 0.0037
+            if k == 6:  # other thread counts: other chunks per thread, the same bits
+                torch.set_num_threads(1 if threads > 1 else 2)
+                numba.set_num_threads(1)
+            ready = _short(oopt)
+            topt.step()
+            oopt.step()
+            used += ready and _short(oopt)
+            assert _equal(tp, op), k
+            _same_state(topt, oopt, tp, op)
+    finally:
+        torch.set_num_threads(threads)
+        numba.set_num_threads(numba_threads)
+    assert used >= 8, "the short path was not taken"
+    assert [float(oopt.state[p]["step"]) for p in op] == [10.0] * 3
+
+
+def test_a_large_list_runs_on_every_thread_with_the_same_bits():
+    """A list above the serial threshold: the launch's balanced table for the calling thread's count."""
+    (tp, topt), (op, oopt) = _twins(torch.float32, sizes=(300_001, 77, 70_000))
+    numba_threads = numba.get_num_threads()
+    used = 0
+    try:
+        for k in range(6):
+            _grads((tp, op), k, fresh=False)
+            if k == 3:
+                numba.set_num_threads(1)
+            ready = _short(oopt)
+            topt.step()
+            oopt.step()
+            used += ready and _short(oopt)
+            assert _equal(tp, op), k
+    finally:
+        numba.set_num_threads(numba_threads)
+    assert used >= 4, "the short path was not taken"
+    _same_state(topt, oopt, tp, op)
+
+
+def _copied_state(opt):
+    """A deep copy of ``opt.state_dict()`` (state tensors cloned)."""
+    sd = opt.state_dict()
+    state = {k: {n: v.clone() for n, v in s.items()} for k, s in sd["state"].items()}
+    return {"state": state, "param_groups": [dict(g) for g in sd["param_groups"]]}
+
+
+def _replace_moment(ps, opt):
+    avg = opt.state[ps[2]]["exp_avg"]
+    opt.state[ps[2]]["exp_avg"] = avg * 0.5
+
+
+def _swap_moment_memory(ps, opt):
+    sq = opt.state[ps[1]]["exp_avg_sq"]
+    sq.data = sq.clone() * 2.0  # the same tensor object, new memory
+
+
+def _scale_moment_in_place(ps, opt):
+    opt.state[ps[0]]["exp_avg"].mul_(0.25)  # the same memory: the short path reads it
+
+
+def test_changes_between_steps_leave_the_short_path_as_torch_would():
+    (tp, topt), (op, oopt) = _twins(torch.float32)
+    saved = {}
+    changes = {
+        2: lambda ps, opt: setattr(ps[1], "data", torch.full((40000,), 0.5)),
+        4: lambda ps, opt: saved.setdefault(id(opt), _copied_state(opt)),
+        6: lambda ps, opt: opt.load_state_dict(saved[id(opt)]),
+        8: _replace_moment,
+        10: _swap_moment_memory,
+        11: _scale_moment_in_place,
+        12: lambda ps, opt: opt.param_groups[0].update(betas=(0.85, 0.995)),
+        14: lambda ps, opt: setattr(ps[0], "grad", None),  # a frozen parameter: not stepped
+        16: lambda ps, opt: opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(5))]}),
+    }
+    used = 0
+    for k in range(19):
+        _grads((tp, op), k, fresh=k % 4 == 0)
+        if k in changes:
+            for ps, opt in ((tp, topt), (op, oopt)):
+                changes[k](ps, opt)
+        ready = _short(oopt)
+        topt.step()
+        oopt.step()
+        used += ready and _short(oopt)
+        assert _equal(tp, op), k
+        _same_state(topt, oopt, tp, op)
+        assert list(topt.state_dict()["state"]) == list(oopt.state_dict()["state"]), k
+    assert used >= 6, "the short path was not taken"
+
+
+def test_found_inf_hooks_closure_and_bad_input_take_the_generic_step():
+    (tp, topt), (op, oopt) = _twins(torch.float32)
+    for k in range(2):
+        _grads((tp, op), k, fresh=False)
+        topt.step()
+        oopt.step()
+    assert _short(oopt)
+    before = [p.detach().clone() for p in op]
+    _grads((tp, op), 5, fresh=False)
+    oopt.found_inf = torch.ones(())  # AMP's skipped step: nothing written
+    oopt.grad_scale = torch.full((), 2.0)
+    oopt.step()
+    assert _equal(before, op)
+    assert [float(oopt.state[p]["step"]) for p in op] == [2.0] * 3
+    del oopt.found_inf, oopt.grad_scale
+    calls = []
+    handle = oopt.register_step_post_hook(lambda opt, args, kwargs: calls.append(1))
+    losses = []
+    assert oopt.step(lambda: losses.append(1) or 2.5) == 2.5 and topt.step() is None
+    assert calls == [1] and losses == [1]
+    handle.remove()
+    assert _equal(tp, op)
+    _grads((tp, op), 6, fresh=False)
+    topt.step()
+    oopt.step()
+    assert _short(oopt) and _equal(tp, op)
+    op[1].grad.data = torch.ones(200, 200)  # another shape: an error, nothing written
+    oopt.param_groups[0]["lr"] = -1.0
+    before = [p.detach().clone() for p in op]
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        oopt.step()
+    oopt.param_groups[0]["lr"] = 0.01
+    with pytest.raises(RuntimeError):
+        oopt.step()
+    assert _equal(before, op)
+    assert [float(oopt.state[p]["step"]) for p in op] == [4.0] * 3
