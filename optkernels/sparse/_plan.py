@@ -71,6 +71,8 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost, decreasing=False):
     if n_rows < n_tasks:
         n_tasks = n_rows
     total = (starts[n_rows] - starts[0]) + row_cost * n_rows
+    # each boundary: the first row whose cost before it reaches the target (a binary search: the cost
+    # grows with the row, and so do the targets, so each search starts at the boundary before it)
     j = 0
     for t in range(1, n_tasks):
         if decreasing:
@@ -78,8 +80,13 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost, decreasing=False):
             target = total - total * rest * rest // (n_tasks * n_tasks)
         else:
             target = total * t // n_tasks
-        while j < n_rows and (starts[j] - starts[0]) + row_cost * j < target:
-            j += 1
+        high = n_rows
+        while j < high:
+            middle = (j + high) >> 1
+            if (starts[middle] - starts[0]) + row_cost * middle < target:
+                j = middle + 1
+            else:
+                high = middle
         bounds[t] = j
     bounds[n_tasks] = n_rows
     return n_tasks
@@ -183,15 +190,16 @@ def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, sta
             t = counts[p, d]
             counts[p, d] = t + 1
             target[t] = position
+    # the distinct keys and where each one's run starts, without a branch per position: each position
+    # writes its key and itself at the next free place, which only a new key then takes
     n_rows = 0
     previous = -1
     for k in range(kept):
         x = np.int64(indices[order[k]])
-        if x != previous:
-            rows[n_rows] = x
-            starts[n_rows] = k
-            n_rows += 1
-            previous = x
+        rows[n_rows] = x
+        starts[n_rows] = k
+        n_rows += x != previous
+        previous = x
     starts[n_rows] = kept
     n_tasks = inline_fill_balanced_tasks(starts, n_rows, bounds, row_cost, True)
     fetch_add(sync, 5, n_rows)
