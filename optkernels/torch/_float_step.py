@@ -18,14 +18,14 @@ bits.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
-from ..kernels._elementwise import SERIAL_BELOW, _SerialBelow
-from ..kernels._threading import parallel_allowed, parallel_launch, thread_mask
+from ..kernels._elementwise import SERIAL_BELOW
+from ..kernels._threading import thread_mask
 from ..kernels.torch_rules import adam_step_scalars
 from ._base import _Plan
-from ._half_step import _HYPER, _MISSING, _hyper, _plain
+from ._half_step import _HYPER, _hyper, _plain_hyper
+from ._short_path import gradients_checked, launch_table, lr_changed, planned_group, unchanged
 
 __all__ = ["FloatStep"]
 
@@ -67,29 +67,17 @@ class FloatStep:
     def of(cls, optimizer: Any) -> FloatStep | None:
         """The short path of ``optimizer``'s next steps, or None where its last step was not a plain step
         of one launch table of float CPU parameters that the short path repeats."""
-        groups = optimizer.param_groups
-        if len(groups) != 1:
+        found = planned_group(optimizer, _plain_hyper)
+        if found is None:
             return None
-        group = groups[0]
-        plan = optimizer._plans.get(0)
+        group, plan = found
         if (
-            plan is None
-            or plan is optimizer._fast_refused
-            or type(group["lr"]) is not float
-            or _hyper(group) is _MISSING
-            or not _plain(_HYPER(group))
-            or group["differentiable"]
-            or group["capturable"]
-            or not plan.whole
-            or plan.guard is None
+            group["capturable"]
             or len(plan.cpu) != 1
             or plan.single
-            or plan.copies
             or plan.step_now is None
             or plan.steps_np is None
-            or plan.key[1] != optimizer._kernel(group)
             or not plan.key[1][0].chunked_many
-            or plan.key[0] != tuple(map(id, group["params"]))
             or optimizer._prestep(group) is not None
         ):
             return None
@@ -100,50 +88,27 @@ class FloatStep:
     def run(self, optimizer: Any) -> bool:
         """One step of the group as the generic step would make it (the same kernel, table and scalars), or
         False where anything differs from what the short path was made for (nothing written)."""
-        group, plan = self.group, self.plan
-        attributes = optimizer.__dict__
-        if (
-            optimizer._plans.get(0) is not plan
-            or len(optimizer.param_groups) != 1
-            or optimizer.param_groups[0] is not group
-            or "found_inf" in attributes
-            or "grad_scale" in attributes
-            or _hyper(group) != self.hyper
-        ):
+        group = self.group
+        plan: Any = self.plan  # its step fields are not None: checked by of
+        if not unchanged(optimizer, self, _hyper(group)):
             return False
-        lr = group["lr"]
-        if lr is not self.lr:
-            if type(lr) is not float or not lr >= 0.0:
-                return False  # the generic step's checks judge it
-            if lr != self.lr:
-                self.per_group = optimizer._group_scalars(group, self.dtype)
-            self.lr = lr
+        changed = lr_changed(self, group)
+        if changed is None:
+            return False
+        if changed:
+            self.per_group = optimizer._group_scalars(group, self.dtype)
         guard = self.guard
         # the guard's check covers the state where it watches the plan's watch of this state dict
         watched = guard.watching is plan.watch is not None and optimizer.state is plan.watch.state
         if not watched and not optimizer._state_intact(plan):
             optimizer._plans.pop(0, None)  # its state rows are stale: the generic step plans anew
             return False
-        params = group["params"]
-        if not guard.gradients_into(params, self.grads):
-            if watched and not optimizer._state_intact(plan):  # the state changed (checked through Python)
-                optimizer._plans.pop(0, None)
-                return False
-            if not (watched and guard.gradients_into(params, self.grads)):  # (watched anew)
-                optimizer._fast_refused = plan
-                return False
-        step = plan.step_now + 1  # (not None: checked by of)
+        if not gradients_checked(optimizer, plan, group["params"], self.grads, watched):
+            return False
+        step = plan.step_now + 1
         scalars = adam_step_scalars(self.per_group, step)
         # nothing is written above this line but the table's gradient row (refilled at every launch)
         plan.step_now = step
         plan.steps_np.fill(step)  # the state's 'step' tensors are views of it
-        tensors = self.tensors
-        launch = parallel_launch()
-        if self.threads is not None and type(launch) is nullcontext:  # nothing to enter, nothing to set
-            table = tensors.balanced(self.threads())
-            self.entry(parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *scalars)
-            return True
-        with launch, _SerialBelow(tensors.total) as threads:
-            table = tensors.balanced(threads)
-            self.entry(parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *scalars)
+        launch_table(self.entry, self.tensors, self.threads, scalars)
         return True

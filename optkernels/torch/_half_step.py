@@ -25,6 +25,7 @@ import numpy as np
 from ..kernels._elementwise import HalfLauncher, _lowp_module
 from ..kernels.torch_rules import adam_step_scalars
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
+from ._short_path import gradients_checked, lr_changed, planned_group, unchanged
 
 __all__ = ["HalfStep"]
 
@@ -62,6 +63,12 @@ def _plain(values: tuple) -> bool:
     return all(type(v) in _PLAIN or (type(v) is tuple and all(type(x) in _PLAIN for x in v)) for v in values)
 
 
+def _plain_hyper(group: dict) -> bool:
+    """Every hyper-parameter of :data:`_HYPER` present and plain (:func:`_plain`)."""
+    hyper = _hyper(group)
+    return hyper is not _MISSING and _plain(hyper)
+
+
 class HalfStep:
     """The short path (see the module docstring) of an Adam/AdamW optimizer's one group whose plan holds only
     float16/bfloat16 CPU parameters, each launched by a kept :class:`HalfLauncher`. Made by :meth:`of` after
@@ -81,28 +88,16 @@ class HalfStep:
     def of(cls, optimizer: Any) -> HalfStep | None:
         """The short path of ``optimizer``'s next steps, or None where its last step was not a plain step
         of half CPU parameters that the short path repeats."""
-        groups = optimizer.param_groups
-        if len(groups) != 1:
+        found = planned_group(optimizer, _plain_hyper)
+        if found is None:
             return None
-        group = groups[0]
-        plan = optimizer._plans.get(0)
+        group, plan = found
         if (
-            plan is None
-            or plan is optimizer._fast_refused
-            or type(group["lr"]) is not float
-            or _hyper(group) is _MISSING
-            or not _plain(_HYPER(group))
-            or group["differentiable"]
-            or group["capturable"]
-            or not plan.whole
-            or plan.guard is None
+            group["capturable"]
             or plan.cpu
             or not plan.single
-            or plan.copies
             or plan.step_now is None
             or plan.steps_np is None
-            or plan.key[1] != optimizer._kernel(group)
-            or plan.key[0] != tuple(map(id, group["params"]))
             or optimizer._prestep(group) is not None
         ):
             return None
@@ -119,34 +114,23 @@ class HalfStep:
     def run(self, optimizer: Any) -> bool:
         """One step of the group as the generic step would make it (the same launchers, arrays and scalars),
         or False where anything differs from what the short path was made for (nothing written)."""
-        group, plan = self.group, self.plan
-        attributes = optimizer.__dict__
-        if (
-            optimizer._plans.get(0) is not plan
-            or len(optimizer.param_groups) != 1
-            or optimizer.param_groups[0] is not group
-            or "found_inf" in attributes
-            or "grad_scale" in attributes
-            or _hyper(group) != self.hyper
-            or _lowp_module().stochastic_stream() is not None
-        ):
+        group = self.group
+        plan: Any = self.plan  # its step fields are not None: checked by of
+        if not unchanged(optimizer, self, _hyper(group)) or _lowp_module().stochastic_stream() is not None:
             return False
-        lr = group["lr"]
-        if lr is not self.lr:
-            if type(lr) is not float or not lr >= 0.0:
-                return False  # the generic step's checks judge it
-            if lr != self.lr:
-                self.per_group = optimizer._group_scalars(group, _FLOAT32)
-            self.lr = lr
+        changed = lr_changed(self, group)
+        if changed is None:
+            return False
+        if changed:
+            self.per_group = optimizer._group_scalars(group, _FLOAT32)
         if not optimizer._state_intact(plan):
             optimizer._plans.pop(0, None)  # a state tensor replaced: the generic step plans anew
             return False
         params = group["params"]
         grads = self.grads
-        if not self.guard.gradients_into(params, grads):
-            optimizer._fast_refused = plan
+        if not gradients_checked(optimizer, plan, params, grads, False):
             return False
-        step = plan.step_now + 1  # (not None: checked by of)
+        step = plan.step_now + 1
         shared = adam_step_scalars(self.per_group, step)[:-3]
         calls = []
         for j, (k, n, kept) in enumerate(self.launches):

@@ -22,18 +22,24 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from contextlib import nullcontext
 from typing import Any
 
 import numba
 import numpy as np
 import torch
 
-from ..kernels._elementwise import SERIAL_BELOW, _SerialBelow
-from ..kernels._threading import parallel_allowed, parallel_launch, thread_mask
+from ..kernels._elementwise import SERIAL_BELOW
+from ..kernels._threading import thread_mask
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
 from ._base import KernelOptimizer, _Plan
-from ._short_path import ShortPathSteps
+from ._short_path import (
+    ShortPathSteps,
+    gradients_checked,
+    launch_table,
+    lr_changed,
+    planned_group,
+    unchanged,
+)
 from .adam import host_lr
 
 __all__ = ["SGD"]
@@ -146,6 +152,10 @@ _HYPER = operator.itemgetter(
 _PLAIN = frozenset((bool, int, float, type(None)))
 
 
+def _plain_hyper(group: dict) -> bool:
+    return all(type(v) in _PLAIN for v in _HYPER(group))
+
+
 class _PlainStep:
     """The short path of an SGD step (see the module docstring) over ``plan``, the one plan of ``group``:
     one launch table of float32 or float64 CPU parameters (and their momentum buffers), guarded. Made by :meth:`of` after a
@@ -194,25 +204,14 @@ class _PlainStep:
     def of(cls, optimizer: SGD) -> _PlainStep | None:
         """The short path of ``optimizer``'s next steps, or None where its last step was not a plain step
         that the short path repeats."""
-        groups = optimizer.param_groups
-        if len(groups) != 1:
+        found = planned_group(optimizer, _plain_hyper)
+        if found is None:
             return None
-        group = groups[0]
-        plan = optimizer._plans.get(0)
+        group, plan = found
         if (
-            plan is None
-            or plan is optimizer._fast_refused
-            or type(group["lr"]) is not float
-            or not all(type(v) in _PLAIN for v in _HYPER(group))
-            or group["differentiable"]
-            or not plan.whole
-            or plan.guard is None
-            or len(plan.cpu) != 1
+            len(plan.cpu) != 1
             or plan.single
-            or plan.copies
-            or plan.key[1] != optimizer._kernel(group)
             or not plan.key[1][0].chunked_many
-            or plan.key[0] != tuple(map(id, group["params"]))
             # momentum: every buffer made by an earlier step (the first step copies the gradient)
             or (group["momentum"] != 0 and not (plan.step_now or 0) >= 1)
         ):
@@ -225,23 +224,13 @@ class _PlainStep:
         """One step of the group as the generic step would make it (the same kernel, scalars and table),
         or False where anything differs from what the short path was made for (nothing written)."""
         group = self.group
-        attributes = optimizer.__dict__
-        if (
-            optimizer._plans.get(0) is not self.plan
-            or len(optimizer.param_groups) != 1
-            or optimizer.param_groups[0] is not group
-            or "found_inf" in attributes
-            or "grad_scale" in attributes
-            or _HYPER(group) != self.hyper
-        ):
+        if not unchanged(optimizer, self, _HYPER(group)):
             return False
-        lr = group["lr"]
-        if lr is not self.lr:
-            if type(lr) is not float or not lr >= 0.0:
-                return False  # the generic step's checks judge it
-            if lr != self.lr:
-                self.scalars = optimizer._scalars(group, self.step, self.tensors.dtype)
-            self.lr = lr
+        changed = lr_changed(self, group)
+        if changed is None:
+            return False
+        if changed:
+            self.scalars = optimizer._scalars(group, self.step, self.tensors.dtype)
         plan, guard = self.plan, self.guard
         # the guard's check covers the state where it watches the plan's watch of this state dict
         watched = (
@@ -262,24 +251,7 @@ class _PlainStep:
                 optimizer._fast_refused = plan
                 return False
             return True
-        if not guard.gradients_into(group["params"], self.grads):
-            if watched and not optimizer._state_intact(plan):  # the state changed (checked through Python)
-                optimizer._plans.pop(0, None)
-                return False
-            if not (watched and guard.gradients_into(group["params"], self.grads)):  # (watched anew)
-                optimizer._fast_refused = plan
-                return False
-        tensors = self.tensors
-        launch = parallel_launch()
-        if self.threads is not None and type(launch) is nullcontext:  # nothing to enter, nothing to set
-            table = tensors.balanced(self.threads())
-            self.entry(
-                parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
-            )
-            return True
-        with launch, _SerialBelow(tensors.total) as threads:
-            table = tensors.balanced(threads)
-            self.entry(
-                parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *self.scalars
-            )
+        if not gradients_checked(optimizer, plan, group["params"], self.grads, watched):
+            return False
+        launch_table(self.entry, self.tensors, self.threads, self.scalars)
         return True
