@@ -11,47 +11,15 @@ import pytest
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
+from short_paths import (  # noqa: E402
+    check_steps_that_leave_the_short_path,
+    equal,
+    grads,
+    same_state,
+    twins,
+)
+
 pytestmark = pytest.mark.filterwarnings("ignore:.*own implementation:UserWarning")
-
-SIZES = (7, 40000, 1000)  # a tail, a tensor of several chunks and threads, a small one
-
-
-def _twins(dtype, cls="Adam", **kwargs):
-    """The same parameters under torch.optim (single-tensor path) and optkernels.torch."""
-    gen = torch.Generator().manual_seed(3)
-    base = [torch.randn(n, generator=gen).to(dtype) for n in SIZES]
-    out = []
-    for lib, extra in ((torch.optim, dict(foreach=False)), (okt, {})):
-        ps = [torch.nn.Parameter(b.clone()) for b in base]
-        out.append((ps, getattr(lib, cls)(ps, lr=0.01, **kwargs, **extra)))
-    return out
-
-
-def _grads(ps_pair, k, fresh):
-    gen = torch.Generator().manual_seed(100 + k)
-    for p, q in zip(*ps_pair):
-        g = torch.randn(p.shape, generator=gen).to(p.dtype)
-        for t in (p, q):
-            if fresh or t.grad is None:
-                t.grad = g.clone()
-            else:
-                t.grad.copy_(g)
-
-
-def _equal(a, b):
-    return all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(a, b))
-
-
-def _same_state(topt, oopt, tp, op):
-    for p, q in zip(tp, op):
-        s, t = topt.state[p], oopt.state[q]
-        assert set(s) == set(t)
-        for name in s:
-            if name == "step":
-                assert float(s[name]) == float(t[name])
-            else:
-                assert torch.equal(s[name].view(torch.int16), t[name].view(torch.int16)), name
-
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
@@ -63,12 +31,12 @@ def _same_state(topt, oopt, tp, op):
     ],
 )
 def test_short_path_keeps_torchs_bits(dtype, cls, kwargs):
-    (tp, topt), (op, oopt) = _twins(dtype, cls, **kwargs)
+    (tp, topt), (op, oopt) = twins(cls, dtype, **kwargs)
     threads = torch.get_num_threads()
     used = 0
     try:
         for k in range(10):
-            _grads((tp, op), k, fresh=k % 3 == 0)
+            grads((tp, op), k, fresh=k % 3 == 0)
             if k == 4:  # a schedule's new lr: new scalars on the short path
                 topt.param_groups[0]["lr"] = oopt.param_groups[0]["lr"] = 0.0037
             if k == 6:  # torch's tails follow its thread count
@@ -77,8 +45,8 @@ def test_short_path_keeps_torchs_bits(dtype, cls, kwargs):
             topt.step()
             oopt.step()
             used += ready and oopt._fast is not None
-            assert _equal(tp, op), k
-            _same_state(topt, oopt, tp, op)
+            assert equal(tp, op), k
+            same_state(topt, oopt, tp, op)
     finally:
         torch.set_num_threads(threads)
     assert used >= 8, "the short path was not taken"
@@ -102,7 +70,7 @@ def _swap_moment_memory(ps, opt):
 
 
 def test_changes_between_steps_leave_the_short_path_as_torch_would():
-    (tp, topt), (op, oopt) = _twins(torch.bfloat16)
+    (tp, topt), (op, oopt) = twins("Adam", torch.bfloat16)
     saved = {}
     changes = {
         2: lambda ps, opt: setattr(ps[1], "data", torch.full((40000,), 0.5, dtype=torch.bfloat16)),
@@ -116,7 +84,7 @@ def test_changes_between_steps_leave_the_short_path_as_torch_would():
     }
     used = 0
     for k in range(19):
-        _grads((tp, op), k, fresh=k % 4 == 0)
+        grads((tp, op), k, fresh=k % 4 == 0)
         if k in changes:
             for ps, opt in ((tp, topt), (op, oopt)):
                 changes[k](ps, opt)
@@ -124,45 +92,11 @@ def test_changes_between_steps_leave_the_short_path_as_torch_would():
         topt.step()
         oopt.step()
         used += ready and oopt._fast is not None
-        assert _equal(tp, op), k
-        _same_state(topt, oopt, tp, op)
+        assert equal(tp, op), k
+        same_state(topt, oopt, tp, op)
         assert list(topt.state_dict()["state"]) == list(oopt.state_dict()["state"]), k
     assert used >= 6, "the short path was not taken"
 
 
 def test_found_inf_hooks_closure_and_bad_input_take_the_generic_step():
-    (tp, topt), (op, oopt) = _twins(torch.bfloat16)
-    for k in range(2):
-        _grads((tp, op), k, fresh=False)
-        topt.step()
-        oopt.step()
-    assert oopt._fast is not None
-    before = [p.detach().clone() for p in op]
-    _grads((tp, op), 5, fresh=False)
-    oopt.found_inf = torch.ones(())  # AMP's skipped step: nothing written
-    oopt.grad_scale = torch.full((), 2.0)
-    oopt.step()
-    assert _equal(before, op)
-    assert [float(oopt.state[p]["step"]) for p in op] == [2.0] * 3
-    del oopt.found_inf, oopt.grad_scale
-    calls = []
-    handle = oopt.register_step_post_hook(lambda opt, args, kwargs: calls.append(1))
-    losses = []
-    assert oopt.step(lambda: losses.append(1) or 2.5) == 2.5 and topt.step() is None
-    assert calls == [1] and losses == [1]
-    handle.remove()
-    assert _equal(tp, op)
-    _grads((tp, op), 6, fresh=False)
-    topt.step()
-    oopt.step()
-    assert oopt._fast is not None and _equal(tp, op)
-    op[1].grad.data = torch.ones(200, 200, dtype=torch.bfloat16)  # another shape: an error, nothing written
-    oopt.param_groups[0]["lr"] = -1.0
-    before = [p.detach().clone() for p in op]
-    with pytest.raises(ValueError, match="Invalid learning rate"):
-        oopt.step()
-    oopt.param_groups[0]["lr"] = 0.01
-    with pytest.raises(RuntimeError):
-        oopt.step()
-    assert _equal(before, op)
-    assert [float(oopt.state[p]["step"]) for p in op] == [4.0] * 3
+    check_steps_that_leave_the_short_path(twins("Adam", torch.bfloat16), lambda opt: opt._fast is not None)

@@ -10,57 +10,31 @@ import pytest
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
+from short_paths import equal, grads, twins  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:.*own implementation:UserWarning")
-
-SIZES = (7, 40000, 1000)  # a tail, a tensor of several chunks and threads, a small one
-
-
-def _twins(dtype, **kwargs):
-    """The same parameters under torch.optim.SGD (single-tensor path) and optkernels.torch.SGD."""
-    gen = torch.Generator().manual_seed(3)
-    base = [torch.randn(n, generator=gen, dtype=dtype) for n in SIZES]
-    out = []
-    for lib, extra in ((torch.optim, dict(foreach=False)), (okt, {})):
-        ps = [torch.nn.Parameter(b.clone()) for b in base]
-        out.append((ps, lib.SGD(ps, lr=0.01, **kwargs, **extra)))
-    return out
-
-
-def _grads(ps_pair, k, fresh):
-    gen = torch.Generator().manual_seed(100 + k)
-    for p, q in zip(*ps_pair):
-        g = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-        for t in (p, q):
-            if fresh or t.grad is None:
-                t.grad = g.clone()
-            else:
-                t.grad.copy_(g)
-
-
-def _equal(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("kwargs", [{}, dict(weight_decay=0.1, maximize=True)])
 def test_short_path_keeps_torchs_bits(dtype, kwargs):
-    (tp, topt), (op, oopt) = _twins(dtype, **kwargs)
+    (tp, topt), (op, oopt) = twins("SGD", dtype, **kwargs)
     used = 0
     for k in range(8):
-        _grads((tp, op), k, fresh=k % 3 == 0)
+        grads((tp, op), k, fresh=k % 3 == 0)
         if k == 4:  # a schedule's new lr: new scalars on the short path
             topt.param_groups[0]["lr"] = oopt.param_groups[0]["lr"] = 0.0037
         ready = oopt._fast is not None
         topt.step()
         oopt.step()
         used += ready and oopt._fast is not None
-        assert _equal(tp, op), k
+        assert equal(tp, op), k
     assert used >= 6, "the short path was not taken"
     assert not oopt.state and not topt.state
 
 
 def test_changes_between_steps_leave_the_short_path_as_torch_would():
-    (tp, topt), (op, oopt) = _twins(torch.float32)
+    (tp, topt), (op, oopt) = twins("SGD", torch.float32)
     changes = [
         lambda ps, opt: setattr(ps[1], "data", torch.full((40000,), 0.5)),  # new memory: a new plan
         lambda ps, opt: setattr(ps[0], "grad", None),  # a frozen parameter: not stepped
@@ -70,7 +44,7 @@ def test_changes_between_steps_leave_the_short_path_as_torch_would():
     ]
     used = 0
     for k in range(12):
-        _grads((tp, op), k, fresh=False)
+        grads((tp, op), k, fresh=False)
         if k % 2 == 0 and k // 2 < len(changes):
             for ps, opt in ((tp, topt), (op, oopt)):
                 changes[k // 2](ps, opt)
@@ -78,24 +52,24 @@ def test_changes_between_steps_leave_the_short_path_as_torch_would():
         topt.step()
         oopt.step()
         used += ready and oopt._fast is not None
-        assert _equal(tp, op), k
+        assert equal(tp, op), k
         assert list(topt.state_dict()["state"]) == list(oopt.state_dict()["state"]), k
     assert used >= 2, "the short path was not taken"
 
 
 def test_found_inf_hooks_closure_and_bad_input_take_the_generic_step():
-    (tp, topt), (op, oopt) = _twins(torch.float32, fused=None)
+    (tp, topt), (op, oopt) = twins("SGD", torch.float32, fused=None)
     for k in range(2):
-        _grads((tp, op), k, fresh=False)
+        grads((tp, op), k, fresh=False)
         topt.step()
         oopt.step()
     assert oopt._fast is not None
     before = [p.detach().clone() for p in op]
-    _grads((tp, op), 5, fresh=False)
+    grads((tp, op), 5, fresh=False)
     oopt.found_inf = torch.ones(())  # AMP's skipped step: nothing written
     oopt.grad_scale = torch.full((), 2.0)
     oopt.step()
-    assert _equal(before, op)
+    assert equal(before, op)
     del oopt.found_inf, oopt.grad_scale
     calls = []
     handle = oopt.register_step_post_hook(lambda opt, args, kwargs: calls.append(1))
@@ -103,7 +77,7 @@ def test_found_inf_hooks_closure_and_bad_input_take_the_generic_step():
     assert oopt.step(lambda: losses.append(1) or 2.5) == 2.5 and topt.step() is None
     assert calls == [1] and losses == [1]
     handle.remove()
-    assert _equal(tp, op)
+    assert equal(tp, op)
     op[1].grad.data = torch.ones(200, 200)  # another shape: torch's error, nothing written
     oopt.param_groups[0]["lr"] = -1.0
     before = [p.detach().clone() for p in op]
@@ -112,7 +86,7 @@ def test_found_inf_hooks_closure_and_bad_input_take_the_generic_step():
     oopt.param_groups[0]["lr"] = 0.01
     with pytest.raises(RuntimeError):
         oopt.step()
-    assert _equal(before, op)
+    assert equal(before, op)
 
 
 def test_hooks_and_profiler_around_a_short_path_step():
@@ -120,9 +94,9 @@ def test_hooks_and_profiler_around_a_short_path_step():
     inside them)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    (tp, topt), (op, oopt) = _twins(torch.float32)
+    (tp, topt), (op, oopt) = twins("SGD", torch.float32)
     for k in range(2):
-        _grads((tp, op), k, fresh=False)
+        grads((tp, op), k, fresh=False)
         topt.step()
         oopt.step()
     calls = []
@@ -130,18 +104,18 @@ def test_hooks_and_profiler_around_a_short_path_step():
         oopt.register_step_pre_hook(lambda opt, args, kwargs: calls.append("pre")),
         register_optimizer_step_post_hook(lambda opt, args, kwargs: calls.append("post")),
     ]
-    _grads((tp, op), 2, fresh=False)
+    grads((tp, op), 2, fresh=False)
     oopt.step()
     for handle in handles:
         handle.remove()
     topt.step()
     assert calls == ["pre", "post"] and oopt._fast is not None
     with torch.profiler.profile() as profile:
-        _grads((tp, op), 3, fresh=False)
+        grads((tp, op), 3, fresh=False)
         oopt.step()
     topt.step()
     assert [e.name for e in profile.events()].count("Optimizer.step#SGD.step") == 1
-    assert oopt._fast is not None and _equal(tp, op)
+    assert oopt._fast is not None and equal(tp, op)
 
 
 def _copied_state(opt):
@@ -173,7 +147,7 @@ def test_momentum_steps_on_the_short_path_keep_torchs_bits(dtype, kwargs):
     """After the first step made every buffer, momentum steps take the short path; a state_dict loaded, a
     buffer replaced by hand or its memory swapped, the state cleared send a step to the generic one (which
     re-plans from the state as it is now), an lr change keeps it."""
-    (tp, topt), (op, oopt) = _twins(dtype, **kwargs)
+    (tp, topt), (op, oopt) = twins("SGD", dtype, **kwargs)
     saved = {}
     changes = {
         3: lambda ps, opt: opt.param_groups[0].update(lr=0.0041),
@@ -185,7 +159,7 @@ def test_momentum_steps_on_the_short_path_keep_torchs_bits(dtype, kwargs):
     }
     used = 0
     for k in range(16):
-        _grads((tp, op), k, fresh=k % 4 == 0)
+        grads((tp, op), k, fresh=k % 4 == 0)
         if k in changes:
             for ps, opt in ((tp, topt), (op, oopt)):
                 changes[k](ps, opt)
@@ -193,7 +167,7 @@ def test_momentum_steps_on_the_short_path_keep_torchs_bits(dtype, kwargs):
         topt.step()
         oopt.step()
         used += ready and oopt._fast is not None
-        assert _equal(tp, op), k
+        assert equal(tp, op), k
         bufs = [(topt.state[p]["momentum_buffer"], oopt.state[q]["momentum_buffer"]) for p, q in zip(tp, op)]
         assert all(torch.equal(a, b) for a, b in bufs), k
     assert used >= 8, "the short path was not taken"
