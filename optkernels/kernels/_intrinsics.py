@@ -336,7 +336,7 @@ def _estimate_function(module: Any, name: str, llvm_type: Any) -> Any:
     ``vector-function-abi-variant``): a loop calling it vectorises, each lane computed by the packed
     instruction, which gives each lane the scalar instruction's bits. It is kept out of line
     (``noinline``) until the vectoriser has seen the call; the packed forms are inlined after it."""
-    scalar_name = "optkernels." + name.split("x86.")[1].replace(".", "_")
+    scalar_name = ESTIMATE_PREFIX + name.split("x86.")[1].replace(".", "_")
     function = module.globals.get(scalar_name)
     if function is not None:
         return function
@@ -365,6 +365,28 @@ def _estimate_function(module: Any, name: str, llvm_type: Any) -> Any:
     block = ir.IRBuilder(function.append_basic_block())
     block.ret(_estimate_call(block, name, function.args[0]))
     return function
+
+
+#: Prefix of the functions :func:`_estimate_function` defines (their vector variants end in ``_v<lanes>``).
+ESTIMATE_PREFIX = "optkernels."
+
+
+def inline_vector_variants(codegen: Any, module: Any) -> None:
+    """Inline, in the optimised LLVM ``module`` (llvmlite binding), the calls of the estimates' vector
+    variants that the loop vectoriser made (it runs after the inliner, so each packed estimate would stay a
+    call, around which every live vector register is spilled): one always-inline pass, where any is used.
+    ``codegen``: the Numba CPU codegen that optimised the module (its target machine)."""
+    from llvmlite import binding
+
+    if not any(
+        f.name.startswith(ESTIMATE_PREFIX) and f.name.rsplit("_", 1)[-1][:1] == "v" and not f.is_declaration
+        for f in module.functions
+    ):
+        return
+    builder = codegen._pass_builder(opt=0, loop_vectorize=False, slp_vectorize=False)
+    manager = binding.ModulePassManager()
+    manager.add_always_inliner_pass()
+    manager.run(module, builder)
 
 
 def _estimate_intrinsic(names: dict, available: Callable[[], bool]) -> Any:
