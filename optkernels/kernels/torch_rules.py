@@ -125,6 +125,8 @@ class SqrtKernel(int):
     simulator) it is the int."""
 
     __slots__ = ()
+    #: A CUDA launch passes it as a plain int (:func:`optkernels.kernels._elementwise._run_time_ints`).
+    compile_time_int = True
 
 
 class SqrtKernelType(types.Dummy):
