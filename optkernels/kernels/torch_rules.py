@@ -7,9 +7,9 @@ Each function computes, per element, the sequence of tensor operations of torch'
 * ``x.add(y, alpha=a)`` is ``fma(y, a, x)``; ``x.addcmul_(y, z, value=v)`` is ``fma(v·y, z, x)``;
 * ``x.lerp_(y, w)`` is ``fma(w, y − x, x)`` when ``|w| < 0.5``, else ``fma(w − 1, y − x, y)``;
 * ``x.addcdiv_(y, z, value=v)`` is ``x + (v·y)/z`` and ``x.mul_(c)`` is ``x·c``: each operation rounded;
-* ``sqrt`` is :func:`torch_sqrt`: IEEE ``sqrt``, or (the ``mkl`` scalar, float32) MKL's AVX-path kernel,
-  which torch's CPU ``sqrt`` runs on some CPUs; MKL's other non-IEEE kernels are not reproduced
-  (``docs/guide/torch_bits.rst``): where torch runs one, sqrt is the only difference.
+* ``sqrt`` is :func:`torch_sqrt`: IEEE ``sqrt``, or (the ``mkl`` scalar) one of the MKL kernels that torch's
+  CPU ``sqrt`` runs on some CPUs (``docs/guide/torch_bits.rst``): where torch runs another, sqrt is the
+  only difference.
 
 The fused steps call :func:`optkernels.kernels._intrinsics.fma` explicitly (no ``fastmath``, so LLVM fuses
 nothing else). Scalars arrive already converted to the arrays' dtype, as torch converts a Python scalar
