@@ -121,7 +121,8 @@ def mkl_avx512_sqrt64_selected(x):
     tiny = fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
     plain = fma(fma(-s, s, x), h, s)
     mkl = tiny if r > _R_LARGE else plain
-    return mkl if x > 0.0 and x < math.inf else sqrt_outside(x, math.inf)
+    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it: one test
+    return mkl if mkl == mkl else sqrt_outside(x, math.inf)
 
 
 @register_jitable

@@ -267,7 +267,8 @@ def _mkl_avx512_sqrt32(x):
     tiny = fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
     plain = fma(fma(-s, s, x), h, s)
     mkl = tiny if r > _R_LARGE else plain
-    return mkl if x > _FLT_ZERO and x < _FLT_INF else sqrt_outside(x, _FLT_INF)
+    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it: one test
+    return mkl if mkl == mkl else sqrt_outside(x, _FLT_INF)
 
 
 @_scalar_helper
