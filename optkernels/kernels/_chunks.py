@@ -48,7 +48,7 @@ from numba import types
 from numba.core import cgutils, compiler
 from numba.extending import intrinsic
 
-from ._intrinsics import fetch_add
+from ._intrinsics import fetch_add, inline_vector_variants
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -163,6 +163,21 @@ def _simplify(codegen: Any, library: Any) -> None:
     manager.run(module, builder)
 
 
+def _inline_after_optimising(library: Any) -> None:
+    """Have ``library`` (the entry's) inline the packed estimates' calls that the loop vectoriser leaves
+    after its optimisation (:func:`._intrinsics.inline_vector_variants`)."""
+    if getattr(library, "_inlines_variants", False):
+        return
+    optimise = library._optimize_final_module
+
+    def optimise_and_inline() -> None:
+        optimise()
+        inline_vector_variants(library.codegen, library._final_module)
+
+    library._optimize_final_module = optimise_and_inline
+    library._inlines_variants = True
+
+
 def _compile_parts(context: Any, parts: Callable, signature: Any, simplify: bool) -> Any:
     """Compile ``parts`` for ``signature`` with ``noalias`` array arguments, to be linked into the library
     being built (``context.active_code_library``, the entry's) and optimised there, once, with the entry
@@ -180,6 +195,7 @@ def _compile_parts(context: Any, parts: Callable, signature: Any, simplify: bool
     if simplify:
         _simplify(context.codegen(), library)
     target = context.active_code_library
+    _inline_after_optimising(target)
     # linked first, then what it calls (Numba's runtime, helpers compiled apart): a linkonce_odr function is
     # only taken from a library linked after its first use
     target._linking_libraries.append(_LinkedUnoptimised(library))

@@ -189,7 +189,7 @@ class Elementwise:
                 else:
                     for_this_process(self.cpu)(n, *args)
             return
-        _cuda_launch(self.cuda, n, stream)(n, *args)
+        _cuda_launch(self.cuda, n, stream)(n, *_run_time_ints(args))
 
     def many(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
         """The compiled, cached multi-tensor CPU loop for ``n_arrays`` array arguments:
@@ -938,6 +938,13 @@ def _workspace(n_half: int) -> np.ndarray:
     return cached
 
 
+def _run_time_ints(args: tuple) -> tuple:
+    """``args`` with each compile-time int (a type with ``compile_time_int``, such as
+    :class:`~optkernels.kernels.torch_rules.SqrtKernel`, which the CPU loops compile as a constant) as a
+    plain int: a CUDA kernel takes it as a value (its target knows no such type)."""
+    return tuple(int(a) if getattr(type(a), "compile_time_int", False) else a for a in args)
+
+
 def _cuda_launch(kernel: Any, n: int, stream: Any) -> Any:
     """``kernel`` configured for ``n`` elements (a grid-stride loop), on ``stream`` if one is given."""
     blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
@@ -970,7 +977,7 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
                 workspace = _workspace(len(half))
             for_this_process(driver)(n, workspace, *views, *extra)
         return
-    _cuda_launch(driver, n, stream)(n, *views, *extra)
+    _cuda_launch(driver, n, stream)(n, *_run_time_ints(tuple(views)), *extra)
 
 
 class HalfLauncher:

@@ -263,10 +263,136 @@ def _reciprocal_sqrt(builder: Any, value: Any) -> Any:
     return builder.fdiv(ir.Constant(llvm_type, 1.0), builder.call(function, [value]))
 
 
-def _estimate_intrinsic(names: dict, extra_args: int, available: Callable[[], bool]) -> Any:
+#: The packed forms of the scalar estimates, per float type: ``(lanes, intrinsic, AVX-512 masked form)``.
+#: The loop vectoriser maps a call of the scalar function to them (:func:`_estimate_function`).
+_PACKED = {
+    "llvm.x86.sse.rsqrt.ss": ((4, "llvm.x86.sse.rsqrt.ps", False), (8, "llvm.x86.avx.rsqrt.ps.256", False)),
+    "llvm.x86.avx512.rsqrt14.ss": (
+        (4, "llvm.x86.avx512.rsqrt14.ps.128", True),
+        (8, "llvm.x86.avx512.rsqrt14.ps.256", True),
+        (16, "llvm.x86.avx512.rsqrt14.ps.512", True),
+    ),
+    "llvm.x86.avx512.rsqrt14.sd": (
+        (2, "llvm.x86.avx512.rsqrt14.pd.128", True),
+        (4, "llvm.x86.avx512.rsqrt14.pd.256", True),
+        (8, "llvm.x86.avx512.rsqrt14.pd.512", True),
+    ),
+}
+
+
+def _packed_available(name: str, lanes: int, element: Any) -> bool:
+    """Whether the target compiled for has the packed intrinsic ``name`` of ``lanes`` elements."""
+    features = _target_features().split(",")
+    bits = (
+        lanes * element.width
+        if isinstance(element, ir.IntType)
+        else lanes * (32 if element == ir.FloatType() else 64)
+    )
+    if "avx512" in name:
+        return "+avx512f" in features and (bits == 512 or "+avx512vl" in features)
+    return bits == 128 or "+avx" in features
+
+
+def _estimate_call(builder: Any, name: str, value: Any) -> Any:
+    """The x86 estimate ``name`` (scalar or packed) of ``value`` (a float, or a vector of them)."""
+    if isinstance(value.type, ir.VectorType):
+        vector, lanes = value.type, value.type.count
+    else:
+        vector = ir.VectorType(value.type, 128 // (32 if value.type == ir.FloatType() else 64))
+        lanes = 1
+    packed = value if lanes > 1 else builder.insert_element(ir.Constant(vector, None), value, _I32(0))
+    scalar = name.endswith((".ss", ".sd"))
+    masked = "avx512" in name
+    operands = [packed] * (2 if scalar and masked else 1)
+    types_ = [vector] * len(operands)
+    if masked:  # (a, [b,] passthru, mask): all lanes
+        operands.append(packed)
+        types_.append(vector)
+        mask = ir.IntType(max(8, vector.count))
+        operands.append(mask(-1))
+        types_.append(mask)
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, types_), name)
+    result = builder.call(function, operands)
+    return result if lanes > 1 else builder.extract_element(result, _I32(0))
+
+
+def _keep(module: Any, functions: list) -> None:
+    """Add ``functions`` to ``module``'s ``llvm.compiler.used``: the vector variants are unused until the
+    vectoriser runs, and would be removed as dead code before it (LLVM keeps its own variants so)."""
+    used = module.globals.get("llvm.compiler.used")
+    if used is None:
+        used = ir.GlobalVariable(module, ir.ArrayType(functions[0].type, 0), "llvm.compiler.used")
+        used.linkage = "appending"
+        used.section = "llvm.metadata"
+        used.initializer = ir.Constant(used.value_type, [])
+    values = list(used.initializer.constant) + list(functions)
+    used.value_type = ir.ArrayType(functions[0].type, len(values))
+    used.initializer = ir.Constant(used.value_type, values)
+
+
+def _estimate_function(module: Any, name: str, llvm_type: Any) -> Any:
+    """The function ``float f(float)`` (in ``module``) computing the scalar estimate ``name``, with its
+    packed forms as vector variants the loop vectoriser substitutes for it (LLVM's
+    ``vector-function-abi-variant``): a loop calling it vectorises, each lane computed by the packed
+    instruction, which gives each lane the scalar instruction's bits. It is kept out of line
+    (``noinline``) until the vectoriser has seen the call; the packed forms are inlined after it."""
+    scalar_name = ESTIMATE_PREFIX + name.split("x86.")[1].replace(".", "_")
+    function = module.globals.get(scalar_name)
+    if function is not None:
+        return function
+    variants: list = []
+    kept: list = []
+    for lanes, packed, _ in _PACKED[name]:
+        if not _packed_available(packed, lanes, llvm_type):
+            continue
+        vector = ir.VectorType(llvm_type, lanes)
+        vector_function = ir.Function(module, ir.FunctionType(vector, [vector]), f"{scalar_name}_v{lanes}")
+        vector_function.linkage = "linkonce_odr"
+        set.add(vector_function.attributes, "nounwind")
+        set.add(vector_function.attributes, "memory(none)")
+        set.add(vector_function.attributes, "alwaysinline")
+        block = ir.IRBuilder(vector_function.append_basic_block())
+        block.ret(_estimate_call(block, packed, vector_function.args[0]))
+        variants.append(f"_ZGV_LLVM_N{lanes}v_{scalar_name}({vector_function.name})")
+        kept.append(vector_function)
+    function = ir.Function(module, ir.FunctionType(llvm_type, [llvm_type]), scalar_name)
+    function.linkage = "linkonce_odr"
+    for attribute in ("nounwind", "memory(none)", "noinline", "willreturn"):
+        set.add(function.attributes, attribute)
+    if variants:
+        set.add(function.attributes, '"vector-function-abi-variant"="' + ",".join(variants) + '"')
+        _keep(module, kept)
+    block = ir.IRBuilder(function.append_basic_block())
+    block.ret(_estimate_call(block, name, function.args[0]))
+    return function
+
+
+#: Prefix of the functions :func:`_estimate_function` defines (their vector variants end in ``_v<lanes>``).
+ESTIMATE_PREFIX = "optkernels."
+
+
+def inline_vector_variants(codegen: Any, module: Any) -> None:
+    """Inline, in the optimised LLVM ``module`` (llvmlite binding), the calls of the estimates' vector
+    variants that the loop vectoriser made (it runs after the inliner, so each packed estimate would stay a
+    call, around which every live vector register is spilled): one always-inline pass, where any is used.
+    ``codegen``: the Numba CPU codegen that optimised the module (its target machine)."""
+    from llvmlite import binding
+
+    if not any(
+        f.name.startswith(ESTIMATE_PREFIX) and f.name.rsplit("_", 1)[-1][:1] == "v" and not f.is_declaration
+        for f in module.functions
+    ):
+        return
+    builder = codegen._pass_builder(opt=0, loop_vectorize=False, slp_vectorize=False)
+    manager = binding.ModulePassManager()
+    manager.add_always_inliner_pass()
+    manager.run(module, builder)
+
+
+def _estimate_intrinsic(names: dict, available: Callable[[], bool]) -> Any:
     """An intrinsic calling the x86 scalar estimate ``names[type]`` (per float type; a type without one gets
-    ``1/sqrt``) on lane 0 of a vector (``extra_args`` further vector operands equal to it, then an all-ones
-    mask if any), ``1/sqrt`` where unavailable."""
+    ``1/sqrt``) through :func:`_estimate_function` (so that loops calling it vectorise), ``1/sqrt`` where
+    unavailable."""
 
     def typer(typingctx, x):
         if not isinstance(x, types.Float):
@@ -279,15 +405,7 @@ def _estimate_intrinsic(names: dict, extra_args: int, available: Callable[[], bo
             name = names.get(signature.args[0])
             if name is None or not isinstance(context, CPUContext) or not available():
                 return _reciprocal_sqrt(builder, value)
-            vector = ir.VectorType(value.type, 128 // (32 if signature.args[0] == types.float32 else 64))
-            packed = builder.insert_element(ir.Constant(vector, None), value, _I32(0))
-            operands = [packed] * (1 + extra_args)
-            types_ = [vector] * (1 + extra_args)
-            if extra_args:
-                operands.append(ir.IntType(8)(0xFF))
-                types_.append(ir.IntType(8))
-            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, types_), name)
-            return builder.extract_element(builder.call(function, operands), _I32(0))
+            return builder.call(_estimate_function(builder.module, name, value.type), [value])
 
         return x(x), codegen
 
@@ -295,10 +413,10 @@ def _estimate_intrinsic(names: dict, extra_args: int, available: Callable[[], bo
     return intrinsic(typer)
 
 
-_rsqrt_estimate = _estimate_intrinsic({types.float32: "llvm.x86.sse.rsqrt.ss"}, 0, lambda: _X86)
+_rsqrt_estimate = _estimate_intrinsic({types.float32: "llvm.x86.sse.rsqrt.ss"}, lambda: _X86)
 # vrsqrt14ss/sd(a, b, passthru, mask): lane 0 is rsqrt14(b[0])
 _rsqrt14 = _estimate_intrinsic(
-    {types.float32: "llvm.x86.avx512.rsqrt14.ss", types.float64: "llvm.x86.avx512.rsqrt14.sd"}, 2, _avx512
+    {types.float32: "llvm.x86.avx512.rsqrt14.ss", types.float64: "llvm.x86.avx512.rsqrt14.sd"}, _avx512
 )
 
 

@@ -33,7 +33,13 @@ from numba.extending import register_jitable
 
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
 
-__all__ = ["mkl_avx2_sqrt64", "mkl_avx512_sqrt64", "mkl_avx_sqrt64"]
+__all__ = [
+    "mkl_avx2_sqrt64",
+    "mkl_avx512_sqrt64",
+    "mkl_avx512_sqrt64_selected",
+    "mkl_avx_sqrt64",
+    "sqrt_outside",
+]
 
 # MKL's polynomial for (1 - t)^(-1/2) - 1 (the Taylor coefficients 35/128, 5/16, 3/8, 1/2, adjusted)
 _C0 = float(np.uint64(0x3FD1800032338CBB).view(np.float64))
@@ -45,6 +51,16 @@ _X_MAX = 2.0**1022
 _R_LARGE = 2.0**458
 _X_UP = 2.0**916
 _H_DOWN = 2.0**-916
+
+
+@register_jitable
+def sqrt_outside(x, inf):
+    """IEEE ``sqrt`` of an ``x`` that is not finite and positive (``inf``: infinity in ``x``'s type),
+    without a root: ``x`` for ±0 and +∞, ``(x − x)·∞`` else, the processor's default NaN for a negative
+    ``x`` (as ``sqrt`` gives it) and a NaN ``x`` quieted with its sign and payload (as ``sqrt`` returns
+    it). For the branch-free kernels, which select it for those inputs: a square root of every element
+    costs more than the rest of the kernel."""
+    return x if x >= 0 else (x - x) * inf
 
 
 @register_jitable
@@ -89,6 +105,24 @@ def mkl_avx2_sqrt64(x):
     t = fma(-(r * r), x, 1.0)
     p = t * fma(fma(fma(_C0, t, _C1), t, _C2), t, _C3)
     return fma(r, x, x * (r * p))
+
+
+@register_jitable
+def mkl_avx512_sqrt64_selected(x):
+    """:func:`mkl_avx512_sqrt64` without branches, for compiled loops (they vectorise): both the scaled and
+    the plain result computed, one selected, and :func:`sqrt_outside` for the inputs outside the path."""
+    r = rsqrt14(x)
+    h = r * 0.5
+    s = r * x
+    e = fma(-s, h, 0.5)
+    s = fma(e, s, s)
+    h = fma(e, h, h)
+    scaled = s * _R_LARGE
+    tiny = fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
+    plain = fma(fma(-s, s, x), h, s)
+    mkl = tiny if r > _R_LARGE else plain
+    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it: one test
+    return mkl if mkl == mkl else sqrt_outside(x, math.inf)
 
 
 @register_jitable

@@ -7,9 +7,9 @@ Each function computes, per element, the sequence of tensor operations of torch'
 * ``x.add(y, alpha=a)`` is ``fma(y, a, x)``; ``x.addcmul_(y, z, value=v)`` is ``fma(v·y, z, x)``;
 * ``x.lerp_(y, w)`` is ``fma(w, y − x, x)`` when ``|w| < 0.5``, else ``fma(w − 1, y − x, y)``;
 * ``x.addcdiv_(y, z, value=v)`` is ``x + (v·y)/z`` and ``x.mul_(c)`` is ``x·c``: each operation rounded;
-* ``sqrt`` is :func:`torch_sqrt`: IEEE ``sqrt``, or (the ``mkl`` scalar, float32) MKL's AVX-path kernel,
-  which torch's CPU ``sqrt`` runs on some CPUs; MKL's other non-IEEE kernels are not reproduced
-  (``docs/guide/torch_bits.rst``): where torch runs one, sqrt is the only difference.
+* ``sqrt`` is :func:`torch_sqrt`: IEEE ``sqrt``, or (the ``mkl`` scalar) one of the MKL kernels that torch's
+  CPU ``sqrt`` runs on some CPUs (``docs/guide/torch_bits.rst``): where torch runs another, sqrt is the
+  only difference.
 
 The fused steps call :func:`optkernels.kernels._intrinsics.fma` explicitly (no ``fastmath``, so LLVM fuses
 nothing else). Scalars arrive already converted to the arrays' dtype, as torch converts a Python scalar
@@ -26,14 +26,28 @@ from typing import Any
 import numba
 import numpy as np
 from numba import prange, types
-from numba.extending import overload, register_jitable
+from numba.extending import (
+    NativeValue,
+    models,
+    overload,
+    register_jitable,
+    register_model,
+    typeof_impl,
+    unbox,
+)
 
 from ._checks import check_arrays, check_range
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate
 from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, rounded_as
-from ._mkl_sqrt64 import mkl_avx2_sqrt64, mkl_avx512_sqrt64, mkl_avx_sqrt64
+from ._mkl_sqrt64 import (
+    mkl_avx2_sqrt64,
+    mkl_avx512_sqrt64,
+    mkl_avx512_sqrt64_selected,
+    mkl_avx_sqrt64,
+    sqrt_outside,
+)
 from ._torch_nan import torch_max_nan, torch_nan
 from ._torch_tail import NO_TAIL, torch_tail
 from ._torch_tail import torch_tail_scalars as torch_tail_scalars  # optkernels.torch's import
@@ -104,11 +118,45 @@ _X_UP = np.float32(2.0**78)
 _H_DOWN = np.float32(2.0**-78)
 
 
+class SqrtKernel(int):
+    """One of the ``mkl`` kernel numbers of :func:`torch_sqrt` (:func:`mkl_flag` makes them), whose value
+    compiled code takes as a constant (Numba types it as :class:`SqrtKernelType` of that value): a loop
+    over it holds that kernel alone, without a run-time switch, and vectorises. In Python (the CUDA
+    simulator) it is the int."""
+
+    __slots__ = ()
+    #: A CUDA launch passes it as a plain int (:func:`optkernels.kernels._elementwise._run_time_ints`).
+    compile_time_int = True
+
+
+class SqrtKernelType(types.Dummy):
+    """Numba's type of a :class:`SqrtKernel`: the kernel number is part of the type."""
+
+    def __init__(self, kernel: int):
+        self.kernel = int(kernel)
+        super().__init__(f"SqrtKernel({self.kernel})")
+
+
+@typeof_impl.register(SqrtKernel)
+def _typeof_sqrt_kernel(value: SqrtKernel, context: Any) -> SqrtKernelType:
+    return SqrtKernelType(int(value))
+
+
+register_model(SqrtKernelType)(models.OpaqueModel)
+
+
+@unbox(SqrtKernelType)
+def _unbox_sqrt_kernel(typ: SqrtKernelType, obj: Any, c: Any) -> NativeValue:
+    return NativeValue(c.context.get_dummy_value())
+
+
 @_scalar_helper
 def torch_sqrt(x, mkl):
-    """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt`` where ``mkl`` is None (a compile-time choice: that loop
-    has no other branch and vectorises), else one of MKL's kernels for ``x``'s dtype, every operation
-    rounded as MKL rounds it:
+    """torch's CPU ``sqrt`` of ``x``: IEEE ``sqrt`` where ``mkl`` is None, else one of MKL's kernels for
+    ``x``'s dtype, every operation rounded as MKL rounds it. Both choices are compile-time ones for a
+    :class:`SqrtKernel` ``mkl`` (what :func:`mkl_flag` gives): such a loop has no other branch, and
+    vectorises (the estimates' packed forms, :func:`~optkernels.kernels._intrinsics.rsqrt14`); a plain int
+    ``mkl`` is switched on at run time.
 
     * ``MKL_AVX_SQRT`` (``H8``/``EX``, the AVX path MKL gives AMD processors, among others):
       ``r = rsqrtss(x)``, ``s = x·r``, ``h = r/2``, ``t = 1/2 − s·h``, ``s' = s + s·t``, ``h' = h + h·t``,
@@ -122,9 +170,38 @@ def torch_sqrt(x, mkl):
     """
     if mkl is None:
         return math.sqrt(x)
+    return _mkl_root(x, mkl)
+
+
+@_scalar_helper
+def _mkl_root_switched(x, mkl):
+    """:func:`torch_sqrt`'s MKL kernel ``mkl``, chosen at run time."""
     if mkl >= MKL_AVX_SQRT64:
         return _mkl_sqrt64(x, mkl)
     return _mkl_sqrt(x, mkl)
+
+
+def _mkl_root(x: Any, mkl: Any) -> Any:
+    """MKL's kernel ``mkl`` of ``x`` (compiled: chosen when compiling, for a :class:`SqrtKernel`)."""
+    return _mkl_root_switched(x, mkl)
+
+
+@overload(_mkl_root, jit_options=dict(error_model="numpy", fastmath=False))
+def _mkl_root_compiled(x, mkl):
+    if not isinstance(mkl, SqrtKernelType):
+        return lambda x, mkl: _mkl_root_switched(x, mkl)
+    kernel = mkl.kernel
+    if x == types.float32 and kernel == MKL_AVX_SQRT:
+        return lambda x, mkl: _mkl_avx_sqrt32(x)
+    if x == types.float32 and kernel == MKL_AVX512_SQRT:
+        return lambda x, mkl: _mkl_avx512_sqrt32(x)
+    if x == types.float64 and kernel == MKL_AVX_SQRT64:
+        return lambda x, mkl: mkl_avx_sqrt64(x)
+    if x == types.float64 and kernel == MKL_AVX2_SQRT64:
+        return lambda x, mkl: mkl_avx2_sqrt64(x)
+    if x == types.float64 and kernel == MKL_AVX512_SQRT64:
+        return lambda x, mkl: mkl_avx512_sqrt64_selected(x)
+    return lambda x, mkl: _mkl_root_switched(x, np.int64(kernel))
 
 
 def _mkl_sqrt64_python(x, mkl):  # the float64 overload: Numba wants the typing signature's names, unannotated
@@ -163,7 +240,41 @@ def _torch_sqrt_as_compiled(x, mkl, like):
 
 
 @_scalar_helper
+def _mkl_avx_sqrt32(x):
+    """MKL's float32 ``H8``/``EX`` (:func:`torch_sqrt`) of a float32 ``x`` in compiled code, without
+    branches: every input takes the kernel's operations, and the ones outside its path take IEEE ``sqrt``
+    by a select (the same bits as :func:`_mkl_sqrt`'s branches)."""
+    r = rsqrt_estimate(x)
+    s = x * r
+    h = r * _HALF
+    t = _HALF - s * h
+    s = s + s * t
+    h = h + h * t
+    mkl = s + (x - s * s) * h
+    ieee = math.sqrt(x)  # computed for every x: a call in a branch would stop the vectoriser
+    return mkl if x >= _FLT_MIN and x < _FLT_INF else ieee
+
+
+@_scalar_helper
+def _mkl_avx512_sqrt32(x):
+    """MKL's float32 ``Z0`` (:func:`torch_sqrt`), without branches (as :func:`_mkl_avx_sqrt32`): the scaled
+    and the plain results both computed, one selected by ``r``; the inputs outside the kernel's path by
+    :func:`~optkernels.kernels._mkl_sqrt64.sqrt_outside`, IEEE ``sqrt``'s bits without a root."""
+    r = rsqrt14(x)
+    h = r * _HALF
+    s = r * x
+    scaled = s * _R_LARGE
+    tiny = fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
+    plain = fma(fma(-s, s, x), h, s)
+    mkl = tiny if r > _R_LARGE else plain
+    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it: one test
+    return mkl if mkl == mkl else sqrt_outside(x, _FLT_INF)
+
+
+@_scalar_helper
 def _mkl_sqrt(x, mkl):
+    """MKL's float32 kernel ``mkl`` of ``x`` with a branch per path: the run-time switch, and the Python of
+    the CUDA simulator (which computes no path it does not take)."""
     if mkl == MKL_AVX_SQRT and x >= _FLT_MIN and x < _FLT_INF:
         x = np.float32(x)  # float32 by contract (a Python float holding one, under the CUDA simulator)
         r = rsqrt_estimate(x)
@@ -671,9 +782,9 @@ def lerp_weight(dtype: np.dtype, weight: float) -> tuple:
 
 def mkl_flag(dtype: np.dtype, mkl_sqrt: int) -> Any:
     """The ``mkl`` scalar of the element functions (:func:`torch_sqrt`): ``mkl_sqrt`` (which MKL kernel
-    torch's ``sqrt`` is) where it is one of ``dtype``'s (:data:`MKL_SQRT_KERNELS`); None (IEEE ``sqrt``,
-    the vectorised loop) otherwise."""
-    return int(mkl_sqrt) if mkl_sqrt in MKL_SQRT_KERNELS.get(np.dtype(dtype), ()) else None
+    torch's ``sqrt`` is) as a :class:`SqrtKernel` (compiled as a constant) where it is one of ``dtype``'s
+    (:data:`MKL_SQRT_KERNELS`); None (IEEE ``sqrt``) otherwise."""
+    return SqrtKernel(mkl_sqrt) if mkl_sqrt in MKL_SQRT_KERNELS.get(np.dtype(dtype), ()) else None
 
 
 def grad_prestep(dtype: np.dtype, maximize: bool, weight_decay: float) -> tuple:

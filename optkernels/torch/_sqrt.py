@@ -2,7 +2,8 @@
 ``OPTKERNELS_TORCH_SQRT=torch`` in the environment, the one torch's CPU ``sqrt`` computes here when it is one
 of the MKL kernels that :func:`optkernels.kernels.torch_rules.torch_sqrt` reproduces (float32: the AVX-path
 kernel MKL runs on AMD processors among others, the AVX-512 one it runs on Intel processors; float64: those
-two and the AVX2 one): torch's bits, at the cost of a scalar loop (docs/guide/torch_bits.rst). Which kernel
+two and the AVX2 one): torch's bits, in loops that vectorise too (the kernel is a compile-time choice and the
+estimates have packed forms), at some cost in float32 (docs/guide/torch_bits.rst). Which kernel
 torch runs is found once per dtype, on first use, by running ``torch.sqrt`` on probe inputs."""
 
 from __future__ import annotations
