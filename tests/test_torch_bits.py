@@ -437,10 +437,10 @@ def test_mkl_float64_sqrt_kernels_reproduced(kernel, name, flag):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,flags", [("Adam", dict(amsgrad=True)), ("RMSprop", dict(centered=True, momentum=0.5)),
                                         ("Adagrad", {})], ids=["Adam", "RMSprop", "Adagrad"])
-def test_default_ieee_sqrt_differs_from_torch_by_sqrt_alone(name, flags, dtype, monkeypatch):
-    """Without ``OPTKERNELS_TORCH_SQRT=torch`` the roots are IEEE sqrt (the vectorised loops): torch.optim with
-    an IEEE ``Tensor.sqrt`` gives the same bits."""
-    monkeypatch.delenv(ENVIRONMENT, raising=False)
+def test_ieee_sqrt_differs_from_torch_by_sqrt_alone(name, flags, dtype, monkeypatch):
+    """With ``OPTKERNELS_TORCH_SQRT=ieee`` the roots are IEEE sqrt: torch.optim with an IEEE ``Tensor.sqrt``
+    gives the same bits."""
+    monkeypatch.setenv(ENVIRONMENT, "ieee")
     gen = torch.Generator().manual_seed(2)
     init = torch.randn(1000, generator=gen, dtype=dtype)
     a, b = init.clone().requires_grad_(), init.clone().requires_grad_()
@@ -469,6 +469,9 @@ def test_sqrt_choice_is_checked(monkeypatch):
     monkeypatch.setenv(ENVIRONMENT, "ieee")
     assert float32_sqrt() == 0
     assert sqrt_kernel(np.dtype(np.float64)) == 0
+    monkeypatch.delenv(ENVIRONMENT)  # the default: torch's own
+    assert float32_sqrt() == mkl_float32_sqrt()
+    assert sqrt_kernel(np.dtype(np.float64)) == mkl_float64_sqrt()
 
 
 # half parameters laid out unlike their gradients: torch's ``grad.add(param, alpha=wd)`` iterates in the

@@ -1,10 +1,11 @@
-"""The square root optkernels.torch computes: IEEE ``sqrt`` by default (the vectorised loops), or, with
-``OPTKERNELS_TORCH_SQRT=torch`` in the environment, the one torch's CPU ``sqrt`` computes here when it is one
-of the MKL kernels that :func:`optkernels.kernels.torch_rules.torch_sqrt` reproduces (float32: the AVX-path
+"""The square root optkernels.torch computes: by default (or with ``OPTKERNELS_TORCH_SQRT=torch`` in the
+environment) the one torch's CPU ``sqrt`` computes here when it is one of the MKL kernels that
+:func:`optkernels.kernels.torch_rules.torch_sqrt` reproduces (float32: the AVX-path
 kernel MKL runs on AMD processors among others, the AVX-512 one it runs on Intel processors; float64: those
 two and the AVX2 one): torch's bits, in loops that vectorise too (the kernel is a compile-time choice and the
-estimates have packed forms), at some cost in float32 (docs/guide/torch_bits.rst). Which kernel
-torch runs is found once per dtype, on first use, by running ``torch.sqrt`` on probe inputs."""
+estimates have packed forms), at some cost in float32 (docs/guide/torch_bits.rst); with
+``OPTKERNELS_TORCH_SQRT=ieee``, IEEE ``sqrt``. Which kernel torch runs is found once per dtype, on first
+use, by running ``torch.sqrt`` on probe inputs."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from ..kernels.torch_rules import (
 
 __all__ = ["float32_sqrt", "mkl_float32_sqrt", "mkl_float64_sqrt", "sqrt_kernel"]
 
-#: The environment variable that asks for torch's own sqrt ("torch"; default "ieee").
+#: The environment variable that chooses the sqrt: "torch" (torch's own, the default) or "ieee".
 ENVIRONMENT = "OPTKERNELS_TORCH_SQRT"
 
 
@@ -62,9 +63,9 @@ def mkl_float64_sqrt() -> int:
 
 
 def sqrt_kernel(dtype: np.dtype) -> int:
-    """The sqrt kernel the classes use for arrays of ``dtype``: if the environment variable
-    ``OPTKERNELS_TORCH_SQRT`` is ``torch``, :func:`mkl_float32_sqrt` for float32 and
-    :func:`mkl_float64_sqrt` for float64; else (and for other dtypes) ``IEEE_SQRT``.
+    """The sqrt kernel the classes use for arrays of ``dtype``: :func:`mkl_float32_sqrt` for float32 and
+    :func:`mkl_float64_sqrt` for float64 (torch's own sqrt), unless the environment variable
+    ``OPTKERNELS_TORCH_SQRT`` is ``ieee``; ``IEEE_SQRT`` then, and for other dtypes.
 
     Parameters
     ----------
@@ -76,7 +77,7 @@ def sqrt_kernel(dtype: np.dtype) -> int:
     ValueError
         The variable is set to something else than ``torch`` or ``ieee``.
     """
-    choice = os.environ.get(ENVIRONMENT, "ieee").strip().lower()
+    choice = os.environ.get(ENVIRONMENT, "torch").strip().lower()
     if choice == "ieee":
         return IEEE_SQRT
     if choice != "torch":
