@@ -87,6 +87,16 @@ def test_explicit_fma_stays_fused(ptx):
     assert "fma.rn.f32" in source
 
 
+def test_kernels_link_as_ptx():
+    """optkernels' kernels are linked from PTX, not LTO-IR: an LTO link re-optimises in libNVVM with -fma=1
+    and contracts the multiply-adds that the PTX keeps apart (an H200 gave the fused sums of squares)."""
+    from optkernels.kernels.sum_squares import _pair
+
+    if not _cuda._jit_takes_lto(_cuda.module()):
+        pytest.skip("this numba-cuda has no lto option (it links PTX)")
+    assert _pair.cuda.targetoptions["lto"] is False
+
+
 def _torch_adam_types(f, arr):
     import inspect
 

@@ -60,7 +60,21 @@ def kernel(function: Any) -> Any:
     cuda = module()
     if simulator_enabled():
         return cuda.jit(function)
+    if _jit_takes_lto(cuda):
+        # Linked as PTX, not as LTO-IR: an LTO link optimises the whole kernel again in libNVVM with its
+        # default -fma=1 (which no link option turns off), contracting the multiply-adds that the -fma=0
+        # compilation kept apart (seen on an H200 with numba-cuda 0.30, where LTO is the default). PTX keeps
+        # its separately rounded mul.rn/add.rn pairs apart when it becomes machine code.
+        return cuda.jit(function, extensions=[_NONE_ARGUMENTS], lto=False)
     return cuda.jit(function, extensions=[_NONE_ARGUMENTS])
+
+
+@functools.cache
+def _jit_takes_lto(cuda: Any) -> bool:
+    """Whether numba-cuda's ``jit`` takes ``lto`` (numba-cuda 0.16 and later)."""
+    import inspect
+
+    return "lto" in inspect.signature(cuda.jit).parameters
 
 
 class _NoneArguments:

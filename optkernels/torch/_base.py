@@ -53,7 +53,7 @@ from ..kernels._torch_tail import NO_TAIL, strided_tail_scalars
 from ..kernels.axpy import _axpy_scal
 from ..kernels.torch_rules import TAKES_TAIL, torch_tail_scalars
 from . import _delegate, _fields, _memory, _views
-from ._sqrt import sqrt_kernel
+from ._sqrt import for_device, sqrt_kernel
 
 __all__ = ["KernelOptimizer"]
 
@@ -829,7 +829,7 @@ class KernelOptimizer(torch.optim.Optimizer):
                     True,
                 )
                 grad = buffer
-            scalars = self._scalars(group, step, dtype)
+            scalars = for_device(self._scalars(group, step, dtype), kind)
             if kernel in TAKES_TAIL and params[k].dtype in _views.HALF_DTYPES:
                 scalars = scalars[:-3] + _grad_tail(params[k], given, k)
             kernel.launch(kind, n, *arrays, grad, *scalars)

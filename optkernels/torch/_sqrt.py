@@ -22,10 +22,11 @@ from ..kernels.torch_rules import (
     MKL_AVX512_SQRT64,
     MKL_AVX_SQRT,
     MKL_AVX_SQRT64,
+    SqrtKernel,
     torch_sqrt_array,
 )
 
-__all__ = ["float32_sqrt", "mkl_float32_sqrt", "mkl_float64_sqrt", "sqrt_kernel"]
+__all__ = ["float32_sqrt", "for_device", "mkl_float32_sqrt", "mkl_float64_sqrt", "sqrt_kernel"]
 
 #: The environment variable that chooses the sqrt: "torch" (torch's own, the default) or "ieee".
 ENVIRONMENT = "OPTKERNELS_TORCH_SQRT"
@@ -98,3 +99,13 @@ def float32_sqrt() -> int:
         ``OPTKERNELS_TORCH_SQRT`` is set to something else than ``torch`` or ``ieee``.
     """
     return sqrt_kernel(np.dtype(np.float32))
+
+
+def for_device(scalars: tuple, kind: str) -> tuple:
+    """A kernel's ``scalars`` for a launch on ``kind`` ('cpu' or 'cuda'): on a CUDA device each MKL kernel
+    (a :class:`~optkernels.kernels.torch_rules.SqrtKernel`) becomes None, IEEE ``sqrt``, which is what
+    torch's CUDA ``sqrt`` computes (correctly rounded: equal to NumPy's on 4M float32 and float64 inputs on
+    an H200); the CPU's MKL kernels concern CPU tensors only."""
+    if kind != "cuda":
+        return scalars
+    return tuple(None if isinstance(s, SqrtKernel) else s for s in scalars)

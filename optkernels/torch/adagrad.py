@@ -25,6 +25,7 @@ from ..kernels.torch_rules import (
 from . import _views
 from ._base import KernelOptimizer
 from ._sparse import coalesced_rows, launch_rows
+from ._sqrt import for_device
 from .adam import host_lr
 
 __all__ = ["Adagrad", "RMSprop"]
@@ -140,7 +141,7 @@ class Adagrad(KernelOptimizer):
         # torch's dense += sparse·α rounds the product first only for one scalar value (a sparse tensor of
         # one element, dense_dim 0, is flagged coalesced and takes another loop); else a fused multiply-add
         fused = grad.dense_dim() > 0 or rows[0].size != 1
-        launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, (*scalars, fused))
+        launch_rows(_torch_sparse_adagrad, kind, [p, state["sum"]], rows, (*for_device(scalars, kind), fused))
 
 
 class RMSprop(KernelOptimizer):

@@ -20,6 +20,7 @@ from ..kernels.torch_rules import (
 from . import _views
 from ._base import KernelOptimizer
 from ._sparse import coalesced_rows, launch_rows
+from ._sqrt import for_device
 from .adam import host_lr
 
 __all__ = ["SparseAdam"]
@@ -96,4 +97,4 @@ class SparseAdam(KernelOptimizer):
                 with parallel_launch():
                     for_this_process(torch_sparse_adam_rows_parallel)(*arrays, *rows, *scalars)
             return
-        launch_rows(_torch_sparse_adam, kind, tensors, rows, scalars)
+        launch_rows(_torch_sparse_adam, kind, tensors, rows, for_device(scalars, kind))
