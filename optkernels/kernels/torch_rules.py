@@ -257,16 +257,22 @@ def _mkl_avx_sqrt32(x):
 
 @_scalar_helper
 def _mkl_avx512_sqrt32(x):
-    """MKL's float32 ``Z0`` (:func:`torch_sqrt`), without branches (as :func:`_mkl_avx_sqrt32`): the scaled
-    and the plain results both computed, one selected by ``r``; the inputs outside the kernel's path by
+    """MKL's float32 ``Z0`` (:func:`torch_sqrt`), without branches (as :func:`_mkl_avx_sqrt32`): one
+    ``fma(fma(−s_k, s_k, x_k), h_k, s)`` whose operands are the scaled path's where ``r > 2³⁹``
+    (``x_k = x·2⁷⁸``, ``s_k = s·2³⁹``, ``h_k = h·2⁻⁷⁸``) and the plain path's elsewhere: each factor a power
+    of two (exact), so the bits of both paths, at one masked multiplication per operand instead of a
+    second result and a select; the inputs outside the kernel's path by
     :func:`~optkernels.kernels._mkl_sqrt64.sqrt_outside`, IEEE ``sqrt``'s bits without a root."""
     r = rsqrt14(x)
     h = r * _HALF
     s = r * x
-    scaled = s * _R_LARGE
-    tiny = fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
-    plain = fma(fma(-s, s, x), h, s)
-    mkl = tiny if r > _R_LARGE else plain
+    large = r > _R_LARGE
+    # the scaled path's operands where r > 2^39, else the plain path's: exact power-of-two factors, one
+    # masked multiplication each (the last addend is s on both paths)
+    xs = x * _X_UP if large else x
+    ss = s * _R_LARGE if large else s
+    hs = h * _H_DOWN if large else h
+    mkl = fma(fma(-ss, ss, xs), hs, s)
     # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it: one test
     return mkl if mkl == mkl else sqrt_outside(x, _FLT_INF)
 
