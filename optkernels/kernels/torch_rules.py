@@ -1093,3 +1093,6 @@ TAKES_TAIL.update(
 KEEPS_NAN_PAYLOAD.update(f.py_func for f in TAKES_TAIL)  # their writes pass through torch_nan
 for _kernel in TAKES_TAIL:  # their flags guard the half tail's rounding and whole update terms
     _kernel.constant_flags = True
+# Adam's root (MKL's Z0 above all) and division make its loop arithmetic-bound below memory speed
+for _kernel in (_torch_adam, _torch_adam_amsgrad):
+    _kernel.wide_vectors = True
