@@ -39,14 +39,13 @@ from numba.extending import (
 from ._checks import check_arrays, check_range
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
-from ._intrinsics import fma, rsqrt14, rsqrt_estimate
+from ._intrinsics import fma, rsqrt14, rsqrt_estimate, sqrt_special
 from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, rounded_as
 from ._mkl_sqrt64 import (
     mkl_avx2_sqrt64,
     mkl_avx512_sqrt64,
     mkl_avx512_sqrt64_selected,
     mkl_avx_sqrt64,
-    sqrt_outside,
 )
 from ._torch_nan import torch_max_nan, torch_nan
 from ._torch_tail import NO_TAIL, torch_tail
@@ -262,7 +261,8 @@ def _mkl_avx512_sqrt32(x):
     (``x_k = x·2⁷⁸``, ``s_k = s·2³⁹``, ``h_k = h·2⁻⁷⁸``) and the plain path's elsewhere: each factor a power
     of two (exact), so the bits of both paths, at one masked multiplication per operand instead of a
     second result and a select; the inputs outside the kernel's path by
-    :func:`~optkernels.kernels._mkl_sqrt64.sqrt_outside`, IEEE ``sqrt``'s bits without a root."""
+    :func:`~optkernels.kernels._intrinsics.sqrt_special` (one ``vfixupimmps`` per vector), IEEE ``sqrt``'s
+    bits without a root."""
     r = rsqrt14(x)
     h = r * _HALF
     s = r * x
@@ -273,8 +273,8 @@ def _mkl_avx512_sqrt32(x):
     ss = s * _R_LARGE if large else s
     hs = h * _H_DOWN if large else h
     mkl = fma(fma(-ss, ss, xs), hs, s)
-    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it: one test
-    return mkl if mkl == mkl else sqrt_outside(x, _FLT_INF)
+    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it
+    return sqrt_special(mkl, x)
 
 
 @_scalar_helper
