@@ -178,17 +178,36 @@ def _inline_after_optimising(library: Any) -> None:
     library._inlines_variants = True
 
 
-def _compile_parts(context: Any, parts: Callable, signature: Any, simplify: bool) -> Any:
+def _prefer_wide_vectors(library: Any) -> None:
+    """Have every function that ``library`` gets (as LLVM IR) prefer 512-bit vectors (LLVM's
+    ``prefer-vector-width``): on processors with AVX-512 whose tuning prefers 256-bit vectors (Intel's
+    server cores), the loop vectoriser then takes 16 float32 lanes, not 8; elsewhere it changes nothing.
+    Each lane computes the element function as any other lane or the scalar tail does: the same bits."""
+    add = library.add_ir_module
+
+    def add_preferring_wide(module: Any) -> None:
+        for function in module.functions:
+            if not function.is_declaration:
+                set.add(function.attributes, '"prefer-vector-width"="512"')
+        add(module)
+
+    library.add_ir_module = add_preferring_wide
+
+
+def _compile_parts(context: Any, parts: Callable, signature: Any, simplify: bool, wide: bool = False) -> Any:
     """Compile ``parts`` for ``signature`` with ``noalias`` array arguments, to be linked into the library
     being built (``context.active_code_library``, the entry's) and optimised there, once, with the entry
     (see :class:`_LinkedUnoptimised`); ``simplify``: first inline its callees and prune its reference
-    counts (:func:`_simplify`). Returns the compile result (its ``fndesc`` is what to call)."""
+    counts (:func:`_simplify`); ``wide``: vectorise with 512-bit vectors where the target has them
+    (:func:`_prefer_wide_vectors`). Returns the compile result (its ``fndesc`` is what to call)."""
     flags = compiler.Flags()
     flags.noalias = True
     flags.nrt = True
     flags.error_model = "numpy"
     flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
     library = context.codegen().create_library(parts.__name__)
+    if wide:
+        _prefer_wide_vectors(library)
     result = compiler.compile_internal(
         context.typing_context, context, library, parts, signature.args, signature.return_type, flags, {}
     )
@@ -234,9 +253,9 @@ def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
     return args, dims, steps
 
 
-def _runner(parts: Callable, simplify: bool) -> Any:
+def _runner(parts: Callable, simplify: bool, wide: bool = False) -> Any:
     """The intrinsic ``run_chunks(parallel, n, args)`` of an entry whose part loop is ``parts`` (see the
-    module docstring; ``simplify``: see :func:`_compile_parts`)."""
+    module docstring; ``simplify``, ``wide``: see :func:`_compile_parts`)."""
 
     @intrinsic
     def run_chunks(typingctx, parallel, n, *args):
@@ -245,7 +264,7 @@ def _runner(parts: Callable, simplify: bool) -> Any:
 
         def codegen(context, builder, signature, llargs):
             parts_signature = types.void(types.int64, types.int64, *packed.types)
-            compiled = _compile_parts(context, parts, parts_signature, simplify)
+            compiled = _compile_parts(context, parts, parts_signature, simplify, wide)
             mod = builder.module
             worker = _define_worker(context, mod, compiled, parts_signature, packed)
             is_parallel, count, values = llargs
@@ -303,6 +322,7 @@ def entry(
     cache: bool = True,
     views: bool = False,
     guard: GuardedEntry | None = None,
+    wide: bool = False,
 ) -> Any:
     """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
     ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
@@ -316,7 +336,9 @@ def entry(
 
     ``guard``: a :class:`GuardedEntry`; the entry then checks its arguments and rounds its scalars before it
     launches, and returns an int. Such an entry holds the GIL (a prelude may read Python objects); the
-    prelude's and the rounding's sources are part of the name."""
+    prelude's and the rounding's sources are part of the name.
+
+    ``wide``: the part loop prefers 512-bit vectors (:func:`_prefer_wide_vectors`); part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     params = _params(py_func)
     namespace: dict[str, Any] = {}
@@ -341,14 +363,12 @@ def entry(
             "zeros": np.zeros,
             "int64": np.int64,
         }
-    name = (
-        f"_chunked_{py_func.__name__}_{_digest(template, parts_template, _module_source(), salt, str(views))}"
-    )
+    name = f"_chunked_{py_func.__name__}_{_digest(template, parts_template, _module_source(), salt, str(views), 'wide' * wide)}"
     parts = generate(
         parts_template,
         f"{name}_parts",
         py_func,
         {"uint64": np.uint64, "element": element, "fetch_add": fetch_add},
     )
-    function = generate(template, name, py_func, {"run_chunks": _runner(parts, views), **namespace})
+    function = generate(template, name, py_func, {"run_chunks": _runner(parts, views, wide), **namespace})
     return numba.njit(cache=cache, nogil=guard is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

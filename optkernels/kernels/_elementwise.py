@@ -121,6 +121,10 @@ class Elementwise:
     #: its index (its arguments are then the template's: ``chunked(parallel, iterations, *cpu_args)``),
     #: rather than the element function itself.
     chunk_rows = False
+    #: Whether the chunked CPU launches vectorise with 512-bit vectors where the processor has them
+    #: (:func:`._chunks.entry`'s ``wide``), for element functions with enough arithmetic per element that
+    #: the narrower vectors' extra instructions cost time (the same bits: each lane computes alike).
+    wide_vectors = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -153,7 +157,7 @@ class Elementwise:
         """The chunked CPU launch (:mod:`._chunks`): ``chunked(parallel, n, *arrays, *scalars)``, compiled
         per argument types on first use (a cached entry and a C chunk worker, no parallel loop)."""
         if not self.chunk_rows:
-            return _chunks.entry(self.py_func)
+            return _chunks.entry(self.py_func, wide=self.wide_vectors)
         name = f"_rows_{self.py_func.__name__}"
         params = ", ".join(list(inspect.signature(self.py_func).parameters)[1:])
         name, source = _as_row_function(name, self.cpu_template.format(name=name, args=params))
@@ -212,7 +216,9 @@ class Elementwise:
         key = (n_arrays, prologue)
         driver = drivers.get(key)
         if driver is None:
-            driver = drivers[key] = _many_entry(self.py_func, n_arrays, prologue and prologue.py_func, True)
+            driver = drivers[key] = _many_entry(
+                self.py_func, n_arrays, prologue and prologue.py_func, True, self.wide_vectors
+            )
         return driver
 
     def many_guarded(self, n_arrays: int, guard: _chunks.GuardedEntry) -> Callable:
@@ -225,7 +231,9 @@ class Elementwise:
         driver = drivers.get(key)
         if driver is None:
             function, source = _many_function(self.py_func, n_arrays, None, True)
-            driver = drivers[key] = _chunks.entry(function, salt=source, views=True, guard=guard)
+            driver = drivers[key] = _chunks.entry(
+                function, salt=source, views=True, guard=guard, wide=self.wide_vectors
+            )
         return driver
 
     def guarded_launcher(self, tensors: Any, guard: _chunks.GuardedEntry) -> Callable[[tuple, tuple], int]:
@@ -526,11 +534,14 @@ def _many_function(py_func: Callable, n_arrays: int, prologue: Callable | None, 
     return _chunks.define(name, source, py_func, namespace), source
 
 
-def _many_entry(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:
+def _many_entry(
+    py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool, wide: bool = False
+) -> Callable:
     """The chunked entry of the multi-tensor loop (:meth:`Elementwise.many_chunked`; ``cache``: False for
-    a fresh compile whose code can be inspected). Its rows make views of addresses (``views``)."""
+    a fresh compile whose code can be inspected; ``wide``: :attr:`Elementwise.wide_vectors`). Its rows
+    make views of addresses (``views``)."""
     function, source = _many_function(py_func, n_arrays, prologue, True)
-    return _chunks.entry(function, salt=source, cache=cache, views=True)
+    return _chunks.entry(function, salt=source, cache=cache, views=True, wide=wide)
 
 
 def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:

@@ -462,6 +462,117 @@ def _rsqrt14_cpu(x):
     return _rsqrt14(x)
 
 
+#: ``vfixupimmps``'s response per class of its input (4 bits each, class 0 first: quiet NaN, signalling NaN,
+#: ±0, +1, −∞, +∞, negative, positive) for :func:`sqrt_special`: the NaN quieted (2), ±0 and +∞ passed (1),
+#: −∞ and negatives the default NaN (3), +1 and positives the computed root kept (0).
+_SQRT_FIXUP_TABLE = 0x03130122
+_FIXUP_SCALAR = "llvm.x86.avx512.mask.fixupimm.ss"
+#: ``(lanes, intrinsic, takes a rounding operand)`` of the packed forms of :data:`_FIXUP_SCALAR`.
+_FIXUP_PACKED = (
+    (4, "llvm.x86.avx512.mask.fixupimm.ps.128", False),
+    (8, "llvm.x86.avx512.mask.fixupimm.ps.256", False),
+    (16, "llvm.x86.avx512.mask.fixupimm.ps.512", True),
+)
+
+
+def _fixup_call(builder: Any, name: str, root: Any, x: Any, rounding: bool) -> Any:
+    """``vfixupimm`` (intrinsic ``name``, on vectors) of ``root`` by the class of each lane of ``x``, with
+    :data:`_SQRT_FIXUP_TABLE`, every lane, no fault reported."""
+    vector = root.type
+    ints = ir.VectorType(_I32, vector.count)
+    mask = ir.IntType(max(8, vector.count))
+    operands = [root, x, ir.Constant(ints, [_SQRT_FIXUP_TABLE] * vector.count), _I32(0), mask(-1)]
+    if rounding:
+        operands.append(_I32(4))  # the current rounding direction
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vector, [o.type for o in operands]), name
+    )
+    return builder.call(function, operands)
+
+
+def _fixup_function(module: Any) -> Any:
+    """The function ``float f(float root, float x)`` (in ``module``) computing :func:`sqrt_special` by the
+    scalar ``vfixupimmss``, with its packed forms as vector variants (as :func:`_estimate_function`)."""
+    scalar_name = ESTIMATE_PREFIX + "avx512_fixupimm_sqrt_ss"
+    function = module.globals.get(scalar_name)
+    if function is not None:
+        return function
+    f32 = ir.FloatType()
+    variants: list = []
+    kept: list = []
+    for lanes, packed, rounding in _FIXUP_PACKED:
+        if not _packed_available(packed, lanes, f32):
+            continue
+        vector = ir.VectorType(f32, lanes)
+        vector_function = ir.Function(
+            module, ir.FunctionType(vector, [vector, vector]), f"{scalar_name}_v{lanes}"
+        )
+        vector_function.linkage = "linkonce_odr"
+        for attribute in ("nounwind", "memory(none)", "alwaysinline"):
+            set.add(vector_function.attributes, attribute)
+        block = ir.IRBuilder(vector_function.append_basic_block())
+        block.ret(_fixup_call(block, packed, *vector_function.args, rounding))
+        variants.append(f"_ZGV_LLVM_N{lanes}vv_{scalar_name}({vector_function.name})")
+        kept.append(vector_function)
+    function = ir.Function(module, ir.FunctionType(f32, [f32, f32]), scalar_name)
+    function.linkage = "linkonce_odr"
+    for attribute in ("nounwind", "memory(none)", "noinline", "willreturn"):
+        set.add(function.attributes, attribute)
+    if variants:
+        set.add(function.attributes, '"vector-function-abi-variant"="' + ",".join(variants) + '"')
+        _keep(module, kept)
+    block = ir.IRBuilder(function.append_basic_block())
+    vector = ir.VectorType(f32, 4)
+    root, x = (block.insert_element(ir.Constant(vector, None), a, _I32(0)) for a in function.args)
+    fixed = _fixup_call(block, _FIXUP_SCALAR, root, x, True)
+    block.ret(block.extract_element(fixed, _I32(0)))
+    return function
+
+
+def _sqrt_special_select(builder: Any, root: Any, x: Any) -> Any:
+    """:func:`sqrt_special` without ``vfixupimm``: ``root`` where it is not NaN, else ``x`` for ``x ≥ 0``
+    and ``(x − x)·∞`` otherwise (a NaN ``x`` quieted, the default NaN for a negative one)."""
+    zero, infinity = ir.Constant(x.type, 0.0), ir.Constant(x.type, math.inf)
+    outside = builder.select(
+        builder.fcmp_ordered(">=", x, zero), x, builder.fmul(builder.fsub(x, x), infinity)
+    )
+    return builder.select(builder.fcmp_ordered("ord", root, root), root, outside)
+
+
+@intrinsic
+def _sqrt_special(typingctx, root, x):
+    if not (root == x == types.float32):
+        raise TypingError(f"sqrt_special takes two float32, got ({root}, {x})")
+
+    def codegen(context, builder, signature, args):
+        from numba.core.cpu import CPUContext
+
+        if isinstance(context, CPUContext) and _avx512():
+            return builder.call(_fixup_function(builder.module), list(args))
+        return _sqrt_special_select(builder, *args)
+
+    return root(root, x), codegen
+
+
+def sqrt_special(root: Any, x: Any) -> Any:
+    """IEEE ``sqrt``'s result for the float32 ``x`` outside a root kernel's path (``x`` ≤ 0, +∞, NaN), the
+    kernel's result ``root`` elsewhere, for a kernel whose ``root`` is NaN exactly outside its path:
+    ``root`` where ``x`` is positive and finite, ``x`` for ±0 and +∞, ``x`` quieted for a NaN (its sign and payload kept) and the
+    processor's default NaN for a negative ``x``. With AVX-512, one ``vfixupimmps`` per vector (by the class
+    of ``x``; the loop vectoriser maps the scalar ``vfixupimmss`` to it); elsewhere a select on ``root``
+    being NaN. From Python: that select."""
+    if root == root:
+        return root
+    return x if x >= 0 else (x - x) * np.float32(np.inf)
+
+
+@overload(sqrt_special, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
+def _sqrt_special_compiled(root, x):
+    if root == x == types.float32:
+        return lambda root, x: _sqrt_special(root, x)
+    raise TypingError(f"sqrt_special takes two float32, got ({root}, {x})")
+
+
 #: Allow :func:`lookup_block` where the compiling target has AVX-512 VBMI (tests set False to compile the
 #: portable loop; the decision is taken when a function is compiled).
 BYTE_PERMUTES = True

@@ -39,14 +39,13 @@ from numba.extending import (
 from ._checks import check_arrays, check_range
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
-from ._intrinsics import fma, rsqrt14, rsqrt_estimate
+from ._intrinsics import fma, rsqrt14, rsqrt_estimate, sqrt_special
 from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, rounded_as
 from ._mkl_sqrt64 import (
     mkl_avx2_sqrt64,
     mkl_avx512_sqrt64,
     mkl_avx512_sqrt64_selected,
     mkl_avx_sqrt64,
-    sqrt_outside,
 )
 from ._torch_nan import torch_max_nan, torch_nan
 from ._torch_tail import NO_TAIL, torch_tail
@@ -257,18 +256,25 @@ def _mkl_avx_sqrt32(x):
 
 @_scalar_helper
 def _mkl_avx512_sqrt32(x):
-    """MKL's float32 ``Z0`` (:func:`torch_sqrt`), without branches (as :func:`_mkl_avx_sqrt32`): the scaled
-    and the plain results both computed, one selected by ``r``; the inputs outside the kernel's path by
-    :func:`~optkernels.kernels._mkl_sqrt64.sqrt_outside`, IEEE ``sqrt``'s bits without a root."""
+    """MKL's float32 ``Z0`` (:func:`torch_sqrt`), without branches (as :func:`_mkl_avx_sqrt32`): one
+    ``fma(fma(−s_k, s_k, x_k), h_k, s)`` whose operands are the scaled path's where ``r > 2³⁹``
+    (``x_k = x·2⁷⁸``, ``s_k = s·2³⁹``, ``h_k = h·2⁻⁷⁸``) and the plain path's elsewhere: each factor a power
+    of two (exact), so the bits of both paths, at one masked multiplication per operand instead of a
+    second result and a select; the inputs outside the kernel's path by
+    :func:`~optkernels.kernels._intrinsics.sqrt_special` (one ``vfixupimmps`` per vector), IEEE ``sqrt``'s
+    bits without a root."""
     r = rsqrt14(x)
     h = r * _HALF
     s = r * x
-    scaled = s * _R_LARGE
-    tiny = fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
-    plain = fma(fma(-s, s, x), h, s)
-    mkl = tiny if r > _R_LARGE else plain
-    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it: one test
-    return mkl if mkl == mkl else sqrt_outside(x, _FLT_INF)
+    large = r > _R_LARGE
+    # the scaled path's operands where r > 2^39, else the plain path's: exact power-of-two factors, one
+    # masked multiplication each (the last addend is s on both paths)
+    xs = x * _X_UP if large else x
+    ss = s * _R_LARGE if large else s
+    hs = h * _H_DOWN if large else h
+    mkl = fma(fma(-ss, ss, xs), hs, s)
+    # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it
+    return sqrt_special(mkl, x)
 
 
 @_scalar_helper
@@ -1087,3 +1093,6 @@ TAKES_TAIL.update(
 KEEPS_NAN_PAYLOAD.update(f.py_func for f in TAKES_TAIL)  # their writes pass through torch_nan
 for _kernel in TAKES_TAIL:  # their flags guard the half tail's rounding and whole update terms
     _kernel.constant_flags = True
+# Adam's root (MKL's Z0 above all) and division make its loop arithmetic-bound below memory speed
+for _kernel in (_torch_adam, _torch_adam_amsgrad):
+    _kernel.wide_vectors = True
