@@ -64,6 +64,7 @@ ALGORITHMS = ("adam", "ademamix", "momentum", "lion", "rmsprop", "adagrad")
 ADAM, ADEMAMIX, MOMENTUM, LION, RMSPROP, ADAGRAD = range(6)
 _F32 = np.float32
 INF = np.float32(np.inf)
+NAN = np.float32(np.nan)
 
 
 @scalar_math
@@ -209,6 +210,32 @@ def _requantize_loops(
 _requantize_loops_cpu = table_math(_requantize_loops)
 
 
+def _requantize_dynamic_loops(out, first, scratch, base, count, top, keys, key_base, signed, nonneg):
+    """CUDA twin of :func:`_requantize_dynamic`: never served (the caller then runs :func:`_requantize`)."""
+    return False
+
+
+@table_math(device=_requantize_dynamic_loops)
+def _requantize_dynamic(out, first, scratch, base, count, top, keys, key_base, signed, nonneg):
+    """:func:`_requantize`'s searches of a full block of a dynamic map in registers
+    (:func:`._intrinsics.search_dynamic_block`, :func:`._intrinsics.search_dynamic_nonnegative`), where the
+    CPU has them; whether it served the block (else the caller runs :func:`_requantize`, with the same
+    arguments). Inlined into the kernel: a call of :func:`_requantize` (a function of its own) takes and
+    releases a reference to each of its arrays, atomic operations on counters every thread shares."""
+    if not (count == BLOCK and register_search() and byte_permutes()):
+        return False
+    if not (registers_exact(keys, key_base) and registers_dynamic(keys, key_base)):
+        return False
+    finite = top > ZERO and top < INF
+    if signed and not finite:
+        return False
+    if nonneg and finite and registers_unsigned_dynamic(keys, key_base):
+        search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, not signed)
+    else:
+        search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
+    return True
+
+
 @table_math(device=_requantize_loops, inline=False)
 def _requantize(
     out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base, nonneg
@@ -277,6 +304,35 @@ def _requantize(
         if keep == 0:
             c = _sign_fixed(c, s, negatives)
         out[np.uint64(first + k)] = c
+
+
+def _magnitude_float(x):
+    """CUDA twin of :func:`_magnitude`: ``|x|``, -1 for a NaN."""
+    return abs(x) if x == x else np.float32(-1.0)
+
+
+@table_math(device=_magnitude_float)
+def _magnitude(x):
+    """``|x|`` as its bits (an int32, ordered as the magnitudes, +inf's the largest), -1 for a NaN: a running
+    maximum of these is an integer maximum, which the rule's loop vectorises (:func:`_merge_top` turns it
+    into the float again)."""
+    bits = np.int32(f32_bits(x) & np.uint32(0x7FFFFFFF))
+    return bits if bits <= np.int32(0x7F800000) else np.int32(-1)
+
+
+def _merge_top_float(most, top):
+    """CUDA twin of :func:`_merge_top`."""
+    return most if most > top else top
+
+
+@table_math(device=_merge_top_float)
+def _merge_top(most, top):
+    """``max(top, m)`` (``fmaxf`` from ``top``) of the magnitude ``m`` whose :func:`_magnitude` is ``most``
+    (the running maximum over a block, -1 where no value counted)."""
+    if most < 0:
+        return top
+    found = f32_from_bits(most)
+    return found if found > top else top
 
 
 def _abs_max_float(x, base, count, top):
@@ -380,6 +436,9 @@ def _block_8bit(
         _dequantize_into(scratch, sv, c2, start, count, q2, planes, 1024, o2)
     if algo == ADEMAMIX:
         _dequantize_into(scratch, sm2, c3, start, count, q1, planes, 0, o3)
+    # the new absmax of each state (the magnitudes' running maxima, in the same loop: it is bound by the
+    # rule's division and square root, so the maxima come for free there)
+    most1, most2, most3 = _magnitude(NAN), _magnitude(NAN), _magnitude(NAN)
     for k in range(count):
         i = np.uint64(start + k)
         x, m1, m2, v = _rule_call(
@@ -387,8 +446,8 @@ def _block_8bit(
             p[i],
             g[i],
             scratch[np.uint64(sm1 + k)],
-            scratch[np.uint64(sm2 + k)],
-            scratch[np.uint64(sv + k)],
+            scratch[np.uint64(sm2 + k)] if algo == ADEMAMIX else ZERO,
+            scratch[np.uint64(sv + k)] if two else ZERO,
             first,
             decayed,
             b1,
@@ -411,8 +470,18 @@ def _block_8bit(
         )
         p[i] = x
         scratch[np.uint64(sm1 + k)] = m1
-        scratch[np.uint64(sm2 + k)] = m2
-        scratch[np.uint64(sv + k)] = v
+        if algo == ADEMAMIX:
+            scratch[np.uint64(sm2 + k)] = m2
+        if two:
+            scratch[np.uint64(sv + k)] = v
+        h1 = _magnitude(m1)
+        most1 = h1 if h1 > most1 else most1
+        if two:
+            h2 = _magnitude(v)
+            most2 = h2 if h2 > most2 else most2
+        if algo == ADEMAMIX:
+            h3 = _magnitude(m2)
+            most3 = h3 if h3 > most3 else most3
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:  # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
         _, top1, top3, top2 = _rule_call(
@@ -445,41 +514,58 @@ def _block_8bit(
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
-    # Pass 2: the new absmax, then the codes (one vectorised loop per state).
-    top1 = _abs_max(scratch, sm1, count, top1)
+    # Pass 2: the new absmax, then the codes.
+    top1 = _merge_top(most1, top1)
     a1[b] = top1
-    _requantize(
-        c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
-    )
+    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, 0, True, False):
+        _requantize(
+            c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
+        )
     if two:
         # v' = v·β2 + ((1−β2)·g)·g >= +0 (or 0 for a non-finite g) where v >= +0 is finite: a map of
         # entries >= +0 (_requantize checks it) times a finite old absmax >= 0
         nonneg = o2 >= ZERO and o2 < INF
-        top2 = _abs_max(scratch, sv, count, top2)
+        top2 = _merge_top(most2, top2)
         a2[b] = top2
-        _requantize(
-            c2,
-            start,
-            scratch,
-            sv,
-            count,
-            top2,
-            q2,
-            mids2,
-            start2,
-            negatives,
-            False,
-            spare,
-            keys,
-            REGISTER_WORDS,
-            nonneg,
-        )
+        if not _requantize_dynamic(c2, start, scratch, sv, count, top2, keys, REGISTER_WORDS, False, nonneg):
+            _requantize(
+                c2,
+                start,
+                scratch,
+                sv,
+                count,
+                top2,
+                q2,
+                mids2,
+                start2,
+                negatives,
+                False,
+                spare,
+                keys,
+                REGISTER_WORDS,
+                nonneg,
+            )
     if algo == ADEMAMIX:
-        top3 = _abs_max(scratch, sm2, count, top3)
+        top3 = _merge_top(most3, top3)
         a3[b] = top3
-        _requantize(
-            c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True, spare, keys, 0, False
-        )
+        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, 0, True, False):
+            _requantize(
+                c3,
+                start,
+                scratch,
+                sm2,
+                count,
+                top3,
+                q1,
+                mids1,
+                start1,
+                negatives,
+                True,
+                spare,
+                keys,
+                0,
+                False,
+            )
 
 
 # The 8-bit step's element function (one quantization block b) for one algorithm, the algorithm a constant
