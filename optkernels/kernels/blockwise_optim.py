@@ -27,6 +27,7 @@ from ._intrinsics import (
     scalar_lookups,
     search_block,
     search_dynamic_block,
+    search_dynamic_finite,
     search_dynamic_nonnegative,
 )
 from ._lowp import f32_bits, f32_from_bits
@@ -210,27 +211,31 @@ def _requantize_loops(
 _requantize_loops_cpu = table_math(_requantize_loops)
 
 
-def _requantize_dynamic_loops(out, first, scratch, base, count, top, keys, key_base, signed, nonneg):
+def _requantize_dynamic_loops(out, first, scratch, base, count, top, keys, key_base, signed, nonneg, finite):
     """CUDA twin of :func:`_requantize_dynamic`: never served (the caller then runs :func:`_requantize`)."""
     return False
 
 
 @table_math(device=_requantize_dynamic_loops)
-def _requantize_dynamic(out, first, scratch, base, count, top, keys, key_base, signed, nonneg):
+def _requantize_dynamic(out, first, scratch, base, count, top, keys, key_base, signed, nonneg, finite):
     """:func:`_requantize`'s searches of a full block of a dynamic map in registers
     (:func:`._intrinsics.search_dynamic_block`, :func:`._intrinsics.search_dynamic_nonnegative`), where the
     CPU has them; whether it served the block (else the caller runs :func:`_requantize`, with the same
     arguments). Inlined into the kernel: a call of :func:`_requantize` (a function of its own) takes and
-    releases a reference to each of its arrays, atomic operations on counters every thread shares."""
+    releases a reference to each of its arrays, atomic operations on counters every thread shares.
+    ``finite``: the caller's word that every ``s`` is finite (then ``|s| <= top`` where ``top``, their
+    absmax, is finite): :func:`._intrinsics.search_dynamic_finite` serves a signed map."""
     if not (count == BLOCK and register_search() and byte_permutes()):
         return False
     if not (registers_exact(keys, key_base) and registers_dynamic(keys, key_base)):
         return False
-    finite = top > ZERO and top < INF
-    if signed and not finite:
+    bounded = top > ZERO and top < INF
+    if signed and not bounded:
         return False
-    if nonneg and finite and registers_unsigned_dynamic(keys, key_base):
+    if nonneg and bounded and registers_unsigned_dynamic(keys, key_base):
         search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, not signed)
+    elif signed and finite:
+        search_dynamic_finite(out, first, scratch, base, top, keys, key_base, not signed)
     else:
         search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
     return True
@@ -514,10 +519,14 @@ def _block_8bit(
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
-    # Pass 2: the new absmax, then the codes.
+    # Pass 2: the new absmax, then the codes. A 2-state rule's m' is 0 for a non-finite g and else
+    # m·β1 + (1−β1)·g with m a map entry (|entry| <= 1) times the old absmax: finite where that absmax is,
+    # or an infinity (then absmax is infinite too, which _requantize_dynamic leaves to _requantize).
+    finite1 = two and abs(o1) < INF
+    finite3 = algo == ADEMAMIX and abs(o3) < INF
     top1 = _merge_top(most1, top1)
     a1[b] = top1
-    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, 0, True, False):
+    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, 0, True, False, finite1):
         _requantize(
             c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
         )
@@ -527,7 +536,9 @@ def _block_8bit(
         nonneg = o2 >= ZERO and o2 < INF
         top2 = _merge_top(most2, top2)
         a2[b] = top2
-        if not _requantize_dynamic(c2, start, scratch, sv, count, top2, keys, REGISTER_WORDS, False, nonneg):
+        if not _requantize_dynamic(
+            c2, start, scratch, sv, count, top2, keys, REGISTER_WORDS, False, nonneg, False
+        ):
             _requantize(
                 c2,
                 start,
@@ -548,7 +559,7 @@ def _block_8bit(
     if algo == ADEMAMIX:
         top3 = _merge_top(most3, top3)
         a3[b] = top3
-        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, 0, True, False):
+        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, 0, True, False, finite3):
             _requantize(
                 c3,
                 start,
