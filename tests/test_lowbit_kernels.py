@@ -81,8 +81,13 @@ def _dynamic_block_search():
 def _requantize():
     @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
     def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed, keys, key_base):
-        bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768, keys,
-                       key_base, False)
+        finite = True  # as the kernel: the register search of a dynamic map for a block without NaN
+        for k in range(count):
+            finite = finite and scratch[k] == scratch[k]
+        if not bo._requantize_dynamic(out, first, scratch, 0, count, top, keys, key_base, signed, False,
+                                      finite):
+            bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768,
+                           keys, key_base, False)
 
     return requantize
 

@@ -26,7 +26,6 @@ from ._intrinsics import (
     register_search,
     scalar_lookups,
     search_block,
-    search_dynamic_block,
     search_dynamic_finite,
     search_dynamic_nonnegative,
 )
@@ -218,26 +217,29 @@ def _requantize_dynamic_loops(out, first, scratch, base, count, top, keys, key_b
 
 @table_math(device=_requantize_dynamic_loops)
 def _requantize_dynamic(out, first, scratch, base, count, top, keys, key_base, signed, nonneg, finite):
-    """:func:`_requantize`'s searches of a full block of a dynamic map in registers
-    (:func:`._intrinsics.search_dynamic_block`, :func:`._intrinsics.search_dynamic_nonnegative`), where the
-    CPU has them; whether it served the block (else the caller runs :func:`_requantize`, with the same
-    arguments). Inlined into the kernel: a call of :func:`_requantize` (a function of its own) takes and
-    releases a reference to each of its arrays, atomic operations on counters every thread shares.
-    ``finite``: the caller's word that every ``s`` is finite (then ``|s| <= top`` where ``top``, their
-    absmax, is finite): :func:`._intrinsics.search_dynamic_finite` serves a signed map."""
+    """The codes of a full block of a dynamic map searched in registers where the CPU has AVX-512 VBMI
+    (a start from the value's decade, one threshold looked up by byte permutes), for values the caller
+    vouches for: ``finite`` (a signed map; every ``s`` finite, hence ``|s| <= top``, their absmax):
+    :func:`._intrinsics.search_dynamic_finite`; ``nonneg`` (the unsigned map; the states a map of entries
+    >= +0 times a finite scale >= 0, updated by adding products >= +0, so ``+0 <= s <= top``):
+    :func:`._intrinsics.search_dynamic_nonnegative`; both only for ``top`` finite and > 0. Whether it
+    served the block; else the caller runs :func:`_requantize` with the same arguments (the same codes).
+    Inlined into the kernel: a call of :func:`_requantize` (a function of its own) takes and releases a
+    reference to each of its arrays, atomic operations on counters every thread shares."""
     if not (count == BLOCK and register_search() and byte_permutes()):
         return False
     if not (registers_exact(keys, key_base) and registers_dynamic(keys, key_base)):
         return False
-    bounded = top > ZERO and top < INF
-    if signed and not bounded:
+    if not (top > ZERO and top < INF):
         return False
-    if nonneg and bounded and registers_unsigned_dynamic(keys, key_base):
-        search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, not signed)
-    elif signed and finite:
-        search_dynamic_finite(out, first, scratch, base, top, keys, key_base, not signed)
-    else:
-        search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
+    if signed:
+        if not finite:
+            return False
+        search_dynamic_finite(out, first, scratch, base, top, keys, key_base, False)
+        return True
+    if not (nonneg and registers_unsigned_dynamic(keys, key_base)):
+        return False
+    search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, True)
     return True
 
 
@@ -252,25 +254,13 @@ def _requantize(
     :func:`.quantization.bucket_code` (and the sign fix). A full block of a table the start table cannot
     search (the binary search) is searched in registers where the CPU allows
     (:func:`._intrinsics.search_block` with the table's ``keys[key_base:]``, the sign fix folded in where
-    ``signed``, then only for a finite ``top`` > 0), and so is a full block of a dynamic map where the CPU
-    also has AVX-512 VBMI (:func:`._intrinsics.search_dynamic_block`: a start from the value's decade, one
-    threshold looked up by byte permutes; it leaves keys in ``scratch[base:base + 256]``), with fewer
-    instructions where every ``s`` is in ``[+0, top]`` (:func:`._intrinsics.search_dynamic_nonnegative`):
-    ``top`` finite and > 0, the map the unsigned dynamic one, and ``nonneg`` the caller's word that the
-    states are a map of entries >= +0 times a finite scale >= 0, updated by adding products >= +0. The
-    same codes."""
+    ``signed``, then only for a finite ``top`` > 0). The kernel first tries :func:`_requantize_dynamic`
+    (``nonneg`` is its word, unused here). The same codes."""
     mode = _search_mode(start, negatives, signed, top)
     registers = count == BLOCK and register_search() and registers_exact(keys, key_base)
-    if registers and (not signed or (top > ZERO and top < INF)):
-        if byte_permutes() and registers_dynamic(keys, key_base):
-            if nonneg and top > ZERO and top < INF and registers_unsigned_dynamic(keys, key_base):
-                search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, not signed)
-            else:
-                search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
-            return
-        if mode == 0:
-            search_block(out, first, scratch, base, top, keys, key_base, not signed)
-            return
+    if registers and (not signed or (top > ZERO and top < INF)) and mode == 0:
+        search_block(out, first, scratch, base, top, keys, key_base, not signed)
+        return
     if count != BLOCK or mode == 0:
         _requantize_loops_cpu(
             out,
@@ -334,30 +324,6 @@ def _merge_top_float(most, top):
 def _merge_top(most, top):
     """``max(top, m)`` (``fmaxf`` from ``top``) of the magnitude ``m`` whose :func:`_magnitude` is ``most``
     (the running maximum over a block, -1 where no value counted)."""
-    if most < 0:
-        return top
-    found = f32_from_bits(most)
-    return found if found > top else top
-
-
-def _abs_max_float(x, base, count, top):
-    """CUDA twin of :func:`_abs_max` (the same value)."""
-    for k in range(count):
-        a = abs(x[base + k])
-        top = a if a > top else top
-    return top
-
-
-@table_math(device=_abs_max_float)
-def _abs_max(x, base, count, top):
-    """``max(top, |x[base]|, ..., |x[base + count - 1]|)`` with NaN left out (``fmaxf`` from ``top``, itself
-    -FLT_MAX or an absolute value). On the magnitudes' bits (ordered as the values, NaN's above +inf's): an
-    integer maximum, which is vectorised, with the same result."""
-    most = np.int32(-1)
-    for k in range(count):
-        bits = np.int32(f32_bits(x[np.uint64(base + k)]) & np.uint32(0x7FFFFFFF))
-        bits = bits if bits <= np.int32(0x7F800000) else np.int32(-1)
-        most = bits if bits > most else most
     if most < 0:
         return top
     found = f32_from_bits(most)
@@ -444,6 +410,7 @@ def _block_8bit(
     # the new absmax of each state (the magnitudes' running maxima, in the same loop: it is bound by the
     # rule's division and square root, so the maxima come for free there)
     most1, most2, most3 = _magnitude(NAN), _magnitude(NAN), _magnitude(NAN)
+    least1, least3 = _magnitude(ZERO), _magnitude(ZERO)  # below 0 once a NaN came
     for k in range(count):
         i = np.uint64(start + k)
         x, m1, m2, v = _rule_call(
@@ -481,12 +448,14 @@ def _block_8bit(
             scratch[np.uint64(sv + k)] = v
         h1 = _magnitude(m1)
         most1 = h1 if h1 > most1 else most1
+        least1 = h1 if h1 < least1 else least1
         if two:
             h2 = _magnitude(v)
             most2 = h2 if h2 > most2 else most2
         if algo == ADEMAMIX:
             h3 = _magnitude(m2)
             most3 = h3 if h3 > most3 else most3
+            least3 = h3 if h3 < least3 else least3
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:  # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
         _, top1, top3, top2 = _rule_call(
@@ -519,11 +488,10 @@ def _block_8bit(
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
-    # Pass 2: the new absmax, then the codes. A 2-state rule's m' is 0 for a non-finite g and else
-    # m·β1 + (1−β1)·g with m a map entry (|entry| <= 1) times the old absmax: finite where that absmax is,
-    # or an infinity (then absmax is infinite too, which _requantize_dynamic leaves to _requantize).
-    finite1 = two and abs(o1) < INF
-    finite3 = algo == ADEMAMIX and abs(o3) < INF
+    # Pass 2: the new absmax, then the codes. No NaN among the block's m' and a finite absmax (which
+    # _requantize_dynamic checks): every m' is finite.
+    finite1 = least1 >= 0
+    finite3 = least3 >= 0
     top1 = _merge_top(most1, top1)
     a1[b] = top1
     if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, 0, True, False, finite1):
