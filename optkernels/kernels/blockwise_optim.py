@@ -30,6 +30,7 @@ from ._intrinsics import (
     search_dynamic_nonnegative,
 )
 from ._lowp import f32_bits, f32_from_bits
+from ._pointers import address_as_pointer
 from ._upcast import via_float32
 from .quantization import (
     NEG_INF,
@@ -215,6 +216,35 @@ def _requantize_dynamic_loops(out, first, scratch, base, count, top, keys, key_b
     return False
 
 
+_BYTE, _WORD, _FLOAT = np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.float32)
+
+
+@numba.njit(**_JIT_OPTIONS)
+def _dynamic_at(out_address, values_address, count, top, keys_address, signed, nonneg, finite):
+    """:func:`_requantize_dynamic` on the bytes at ``out_address``, the float32 at ``values_address`` and
+    the table words at ``keys_address``. A function of its own, compiled once for every call site and
+    called with addresses: arrays would be referenced and released per call (atomic operations on
+    counters every thread shares), and an inlined copy per call site costs compile time."""
+    if not (count == BLOCK and register_search() and byte_permutes()):
+        return False
+    keys = numba.carray(address_as_pointer(keys_address, _WORD), REGISTER_WORDS)
+    if not (registers_exact(keys, 0) and registers_dynamic(keys, 0)):
+        return False
+    if not (top > ZERO and top < INF):
+        return False
+    out = numba.carray(address_as_pointer(out_address, _BYTE), BLOCK)
+    values = numba.carray(address_as_pointer(values_address, _FLOAT), BLOCK)
+    if signed:
+        if not finite:
+            return False
+        search_dynamic_finite(out, 0, values, 0, top, keys, 0, False)
+        return True
+    if not (nonneg and registers_unsigned_dynamic(keys, 0)):
+        return False
+    search_dynamic_nonnegative(out, 0, values, 0, top, keys, 0, True)
+    return True
+
+
 @table_math(device=_requantize_dynamic_loops)
 def _requantize_dynamic(out, first, scratch, base, count, top, keys, key_base, signed, nonneg, finite):
     """The codes of a full block of a dynamic map searched in registers where the CPU has AVX-512 VBMI
@@ -224,23 +254,17 @@ def _requantize_dynamic(out, first, scratch, base, count, top, keys, key_base, s
     >= +0 times a finite scale >= 0, updated by adding products >= +0, so ``+0 <= s <= top``):
     :func:`._intrinsics.search_dynamic_nonnegative`; both only for ``top`` finite and > 0. Whether it
     served the block; else the caller runs :func:`_requantize` with the same arguments (the same codes).
-    Inlined into the kernel: a call of :func:`_requantize` (a function of its own) takes and releases a
-    reference to each of its arrays, atomic operations on counters every thread shares."""
-    if not (count == BLOCK and register_search() and byte_permutes()):
-        return False
-    if not (registers_exact(keys, key_base) and registers_dynamic(keys, key_base)):
-        return False
-    if not (top > ZERO and top < INF):
-        return False
-    if signed:
-        if not finite:
-            return False
-        search_dynamic_finite(out, first, scratch, base, top, keys, key_base, False)
-        return True
-    if not (nonneg and registers_unsigned_dynamic(keys, key_base)):
-        return False
-    search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, True)
-    return True
+    By :func:`_dynamic_at`, called with the arrays' addresses."""
+    return _dynamic_at(
+        out.ctypes.data + first,
+        scratch.ctypes.data + 4 * base,
+        count,
+        top,
+        keys.ctypes.data + 4 * key_base,
+        signed,
+        nonneg,
+        finite,
+    )
 
 
 @table_math(device=_requantize_loops, inline=False)
@@ -306,7 +330,7 @@ def _magnitude_float(x):
     return abs(x) if x == x else np.float32(-1.0)
 
 
-@table_math(device=_magnitude_float)
+@table_math(device=_magnitude_float, inline=False)
 def _magnitude(x):
     """``|x|`` as its bits (an int32, ordered as the magnitudes, +inf's the largest), -1 for a NaN: a running
     maximum of these is an integer maximum, which the rule's loop vectorises (:func:`_merge_top` turns it
@@ -320,7 +344,7 @@ def _merge_top_float(most, top):
     return most if most > top else top
 
 
-@table_math(device=_merge_top_float)
+@table_math(device=_merge_top_float, inline=False)
 def _merge_top(most, top):
     """``max(top, m)`` (``fmaxf`` from ``top``) of the magnitude ``m`` whose :func:`_magnitude` is ``most``
     (the running maximum over a block, -1 where no value counted)."""
