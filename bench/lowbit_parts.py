@@ -93,7 +93,7 @@ def whole_block(reps, p, g, c1, c2, a1, a2, scratch):
                           START2, KEYS, NEG, N, FIRST, DECAYED, H, scratch, 0)
 
 
-PARTS = {"dequantize both": dequantize, "Adam rule + p + absmax": rule,
+PARTS = {"dequantize both": dequantize, "rule + p + absmax": rule,
          "requantize m": requantize_1, "requantize v": requantize_2, "whole block": whole_block}
 
 
