@@ -59,14 +59,17 @@ def _dynamic_block_search():
         byte_permutes,
         register_search,
         search_dynamic_block,
+        search_dynamic_finite,
         search_dynamic_nonnegative,
     )
 
     @numba.njit(error_model="numpy")
-    def search(out, values, top, keys, nan_low, nonnegative):
+    def search(out, values, top, keys, nan_low, nonnegative, finite=False):
         for b in range(values.size // 256):
             if nonnegative:
                 search_dynamic_nonnegative(out, b * 256, values, b * 256, top, keys, 0, nan_low)
+            elif finite:
+                search_dynamic_finite(out, b * 256, values, b * 256, top, keys, 0, nan_low)
             else:
                 search_dynamic_block(out, b * 256, values, b * 256, top, keys, 0, nan_low)
         return register_search() and byte_permutes()
@@ -78,8 +81,13 @@ def _dynamic_block_search():
 def _requantize():
     @numba.njit(error_model="numpy")  # as the kernels: x/0 is inf or NaN
     def requantize(out, first, scratch, count, top, code, mids, start, negatives, signed, keys, key_base):
-        bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768, keys,
-                       key_base, False)
+        finite = True  # as the kernel: the register search of a dynamic map for a block without NaN
+        for k in range(count):
+            finite = finite and scratch[k] == scratch[k]
+        if not bo._requantize_dynamic(out, first, scratch, 0, count, top, keys, key_base, signed, False,
+                                      finite):
+            bo._requantize(out, first, scratch, 0, count, top, code, mids, start, negatives, signed, 768,
+                           keys, key_base, False)
 
     return requantize
 
@@ -477,6 +485,15 @@ def test_register_dynamic_search_at_every_change_point(signed):
         if signed:
             want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
         assert np.array_equal(out, (want % 256).astype(np.uint8)), top
+        if signed:  # finite values (a 2-state rule's m' under a finite absmax): search_dynamic_finite
+            keep = s == s
+            t = np.resize(s[keep], -(-int(keep.sum()) // 256) * 256).astype(f32)
+            out = np.zeros(t.size, np.uint8)
+            search(out, t.copy(), top, keys, False, False, True)
+            with np.errstate(under="ignore"):
+                want = ref._nearest(t / top, code).astype(np.int32)
+            want = np.where(np.signbit(code[want]) != np.signbit(t), np.where(t > 0, want + 1, want - 1), want)
+            assert np.array_equal(out, (want % 256).astype(np.uint8)), top
         if not signed:  # the values of state 2 (+0 <= s <= top): search_dynamic_nonnegative, the same codes
             keep = ~np.signbit(s) & (s == s)
             t = np.resize(s[keep], -(-int(keep.sum()) // 256) * 256).astype(f32)

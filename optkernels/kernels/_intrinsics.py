@@ -34,14 +34,14 @@
   word. A vector gather fetches about one element per cycle on some processors (AMD Zen 4), while their
   load ports take three scalar loads a cycle; LLVM would turn a plain loop of such loads back into
   gathers, so on x86-64 each table load is an inline-assembly ``mov``.
-* :func:`register_search`, :func:`search_block`, :func:`search_dynamic_block` and
-  :func:`search_dynamic_nonnegative`: the nearest code of 256 values ``s/top`` without table loads per
+* :func:`register_search`, :func:`search_block`, :func:`search_dynamic_block`,
+  :func:`search_dynamic_nonnegative` and :func:`search_dynamic_finite`: the nearest code of 256 values ``s/top`` without table loads per
   value. ``search_block``: a binary search of 8 steps over 255
   integer thresholds held in AVX-512 registers (``vpermd``/``vpermt2d`` pick each step's candidates), for
   any ascending table. ``search_dynamic_block``: for bitsandbytes' dynamic maps, a start from the value's
   decade (register permutes of per-binade tables) and one threshold looked up by ``vpermi2b`` byte
-  permutes (``search_dynamic_nonnegative``: the same for values known to be in ``[+0, top]``, with less
-  work). Used only where :func:`register_search` (AVX-512F; the dynamic ones also :func:`byte_permutes`)
+  permutes (``search_dynamic_nonnegative``: the same for values known to be in ``[+0, top]``, and
+  ``search_dynamic_finite`` for finite values in ``[-top, top]``, with less work). Used only where :func:`register_search` (AVX-512F; the dynamic ones also :func:`byte_permutes`)
   is true, decided when compiling.
 """
 
@@ -934,7 +934,7 @@ def search_block(typingctx, out, out_base, values, base, top, table, table_base,
 DYNAMIC_LINES, DYNAMIC_PLANES = 320, 512
 
 
-def _dynamic_codegen(context, builder, signature, args, nonnegative=False):
+def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finite=False):
     out_type, out_base_type, values_type, base_type, _, table_type, table_base_type, _ = signature.args
     if not (_register_search_here(context) and _byte_permutes_here(context)):  # callers test first
         return context.get_dummy_value()
@@ -1000,9 +1000,11 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False):
         else:
             bits, key = _search_key(builder, x, nan_low)
             a = builder.bitcast(builder.and_(bits, splat(0x7FFFFFFF)), floats)
-            a = builder.select(builder.fcmp_ordered("<", a, infinity), a, infinity)  # NaN as inf
+            if not finite:  # else |x| <= 1: no NaN, binade <= 127
+                a = builder.select(builder.fcmp_ordered("<", a, infinity), a, infinity)  # NaN as inf
             magnitude = builder.bitcast(a, ints)
-            magnitude = builder.select(builder.icmp_signed("<", magnitude, high), magnitude, high)
+            if not finite:
+                magnitude = builder.select(builder.icmp_signed("<", magnitude, high), magnitude, high)
         builder.store(key, _vector_at(builder, keys, chunk, ints), align=4)
         magnitude = builder.select(builder.icmp_signed(">", magnitude, low), magnitude, low)
         binade = builder.lshr(magnitude, splat(23))  # 100 .. 127: its low 5 bits index the binade tables
@@ -1062,6 +1064,17 @@ def search_dynamic_nonnegative(typingctx, out, out_base, values, base, top, tabl
     return _search_signature(
         "search_dynamic_nonnegative", out, out_base, values, base, top, table, table_base, nan_low
     ), functools.partial(_dynamic_codegen, nonnegative=True)
+
+
+@intrinsic
+def search_dynamic_finite(typingctx, out, out_base, values, base, top, table, table_base, nan_low):
+    """:func:`search_dynamic_block` where every value is known to be finite with ``|s| <= top`` and ``top``
+    finite and > 0, so that ``x = s/top`` lies in ``[-1, 1]``: no NaN to take as infinity and no clamp of
+    the binade above 1 (fewer instructions, the same codes). The caller proves that promise; a value
+    breaking it gets an unspecified code."""
+    return _search_signature(
+        "search_dynamic_finite", out, out_base, values, base, top, table, table_base, nan_low
+    ), functools.partial(_dynamic_codegen, finite=True)
 
 
 def _search_signature(name, out, out_base, values, base, top, table, table_base, nan_low):

@@ -26,10 +26,11 @@ from ._intrinsics import (
     register_search,
     scalar_lookups,
     search_block,
-    search_dynamic_block,
+    search_dynamic_finite,
     search_dynamic_nonnegative,
 )
 from ._lowp import f32_bits, f32_from_bits
+from ._pointers import address_as_pointer
 from ._upcast import via_float32
 from .quantization import (
     NEG_INF,
@@ -64,6 +65,7 @@ ALGORITHMS = ("adam", "ademamix", "momentum", "lion", "rmsprop", "adagrad")
 ADAM, ADEMAMIX, MOMENTUM, LION, RMSPROP, ADAGRAD = range(6)
 _F32 = np.float32
 INF = np.float32(np.inf)
+NAN = np.float32(np.nan)
 
 
 @scalar_math
@@ -209,6 +211,62 @@ def _requantize_loops(
 _requantize_loops_cpu = table_math(_requantize_loops)
 
 
+def _requantize_dynamic_loops(out, first, scratch, base, count, top, keys, key_base, signed, nonneg, finite):
+    """CUDA twin of :func:`_requantize_dynamic`: never served (the caller then runs :func:`_requantize`)."""
+    return False
+
+
+_BYTE, _WORD, _FLOAT = np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.float32)
+
+
+@numba.njit(**_JIT_OPTIONS)
+def _dynamic_at(out_address, values_address, count, top, keys_address, signed, nonneg, finite):
+    """:func:`_requantize_dynamic` on the bytes at ``out_address``, the float32 at ``values_address`` and
+    the table words at ``keys_address``. A function of its own, compiled once for every call site and
+    called with addresses: arrays would be referenced and released per call (atomic operations on
+    counters every thread shares), and an inlined copy per call site costs compile time."""
+    if not (count == BLOCK and register_search() and byte_permutes()):
+        return False
+    keys = numba.carray(address_as_pointer(keys_address, _WORD), REGISTER_WORDS)
+    if not (registers_exact(keys, 0) and registers_dynamic(keys, 0)):
+        return False
+    if not (top > ZERO and top < INF):
+        return False
+    out = numba.carray(address_as_pointer(out_address, _BYTE), BLOCK)
+    values = numba.carray(address_as_pointer(values_address, _FLOAT), BLOCK)
+    if signed:
+        if not finite:
+            return False
+        search_dynamic_finite(out, 0, values, 0, top, keys, 0, False)
+        return True
+    if not (nonneg and registers_unsigned_dynamic(keys, 0)):
+        return False
+    search_dynamic_nonnegative(out, 0, values, 0, top, keys, 0, True)
+    return True
+
+
+@table_math(device=_requantize_dynamic_loops)
+def _requantize_dynamic(out, first, scratch, base, count, top, keys, key_base, signed, nonneg, finite):
+    """The codes of a full block of a dynamic map searched in registers where the CPU has AVX-512 VBMI
+    (a start from the value's decade, one threshold looked up by byte permutes), for values the caller
+    vouches for: ``finite`` (a signed map; every ``s`` finite, hence ``|s| <= top``, their absmax):
+    :func:`._intrinsics.search_dynamic_finite`; ``nonneg`` (the unsigned map; the states a map of entries
+    >= +0 times a finite scale >= 0, updated by adding products >= +0, so ``+0 <= s <= top``):
+    :func:`._intrinsics.search_dynamic_nonnegative`; both only for ``top`` finite and > 0. Whether it
+    served the block; else the caller runs :func:`_requantize` with the same arguments (the same codes).
+    By :func:`_dynamic_at`, called with the arrays' addresses."""
+    return _dynamic_at(
+        out.ctypes.data + first,
+        scratch.ctypes.data + 4 * base,
+        count,
+        top,
+        keys.ctypes.data + 4 * key_base,
+        signed,
+        nonneg,
+        finite,
+    )
+
+
 @table_math(device=_requantize_loops, inline=False)
 def _requantize(
     out, first, scratch, base, count, top, code, mids, start, negatives, signed, spare, keys, key_base, nonneg
@@ -220,25 +278,13 @@ def _requantize(
     :func:`.quantization.bucket_code` (and the sign fix). A full block of a table the start table cannot
     search (the binary search) is searched in registers where the CPU allows
     (:func:`._intrinsics.search_block` with the table's ``keys[key_base:]``, the sign fix folded in where
-    ``signed``, then only for a finite ``top`` > 0), and so is a full block of a dynamic map where the CPU
-    also has AVX-512 VBMI (:func:`._intrinsics.search_dynamic_block`: a start from the value's decade, one
-    threshold looked up by byte permutes; it leaves keys in ``scratch[base:base + 256]``), with fewer
-    instructions where every ``s`` is in ``[+0, top]`` (:func:`._intrinsics.search_dynamic_nonnegative`):
-    ``top`` finite and > 0, the map the unsigned dynamic one, and ``nonneg`` the caller's word that the
-    states are a map of entries >= +0 times a finite scale >= 0, updated by adding products >= +0. The
-    same codes."""
+    ``signed``, then only for a finite ``top`` > 0). The kernel first tries :func:`_requantize_dynamic`
+    (``nonneg`` is its word, unused here). The same codes."""
     mode = _search_mode(start, negatives, signed, top)
     registers = count == BLOCK and register_search() and registers_exact(keys, key_base)
-    if registers and (not signed or (top > ZERO and top < INF)):
-        if byte_permutes() and registers_dynamic(keys, key_base):
-            if nonneg and top > ZERO and top < INF and registers_unsigned_dynamic(keys, key_base):
-                search_dynamic_nonnegative(out, first, scratch, base, top, keys, key_base, not signed)
-            else:
-                search_dynamic_block(out, first, scratch, base, top, keys, key_base, not signed)
-            return
-        if mode == 0:
-            search_block(out, first, scratch, base, top, keys, key_base, not signed)
-            return
+    if registers and (not signed or (top > ZERO and top < INF)) and mode == 0:
+        search_block(out, first, scratch, base, top, keys, key_base, not signed)
+        return
     if count != BLOCK or mode == 0:
         _requantize_loops_cpu(
             out,
@@ -279,24 +325,29 @@ def _requantize(
         out[np.uint64(first + k)] = c
 
 
-def _abs_max_float(x, base, count, top):
-    """CUDA twin of :func:`_abs_max` (the same value)."""
-    for k in range(count):
-        a = abs(x[base + k])
-        top = a if a > top else top
-    return top
+def _magnitude_float(x):
+    """CUDA twin of :func:`_magnitude`: ``|x|``, -1 for a NaN."""
+    return abs(x) if x == x else np.float32(-1.0)
 
 
-@table_math(device=_abs_max_float)
-def _abs_max(x, base, count, top):
-    """``max(top, |x[base]|, ..., |x[base + count - 1]|)`` with NaN left out (``fmaxf`` from ``top``, itself
-    -FLT_MAX or an absolute value). On the magnitudes' bits (ordered as the values, NaN's above +inf's): an
-    integer maximum, which is vectorised, with the same result."""
-    most = np.int32(-1)
-    for k in range(count):
-        bits = np.int32(f32_bits(x[np.uint64(base + k)]) & np.uint32(0x7FFFFFFF))
-        bits = bits if bits <= np.int32(0x7F800000) else np.int32(-1)
-        most = bits if bits > most else most
+@table_math(device=_magnitude_float, inline=False)
+def _magnitude(x):
+    """``|x|`` as its bits (an int32, ordered as the magnitudes, +inf's the largest), -1 for a NaN: a running
+    maximum of these is an integer maximum, which the rule's loop vectorises (:func:`_merge_top` turns it
+    into the float again)."""
+    bits = np.int32(f32_bits(x) & np.uint32(0x7FFFFFFF))
+    return bits if bits <= np.int32(0x7F800000) else np.int32(-1)
+
+
+def _merge_top_float(most, top):
+    """CUDA twin of :func:`_merge_top`."""
+    return most if most > top else top
+
+
+@table_math(device=_merge_top_float, inline=False)
+def _merge_top(most, top):
+    """``max(top, m)`` (``fmaxf`` from ``top``) of the magnitude ``m`` whose :func:`_magnitude` is ``most``
+    (the running maximum over a block, -1 where no value counted)."""
     if most < 0:
         return top
     found = f32_from_bits(most)
@@ -380,6 +431,10 @@ def _block_8bit(
         _dequantize_into(scratch, sv, c2, start, count, q2, planes, 1024, o2)
     if algo == ADEMAMIX:
         _dequantize_into(scratch, sm2, c3, start, count, q1, planes, 0, o3)
+    # the new absmax of each state (the magnitudes' running maxima, in the same loop: it is bound by the
+    # rule's division and square root, so the maxima come for free there)
+    most1, most2, most3 = _magnitude(NAN), _magnitude(NAN), _magnitude(NAN)
+    least1, least3 = _magnitude(ZERO), _magnitude(ZERO)  # below 0 once a NaN came
     for k in range(count):
         i = np.uint64(start + k)
         x, m1, m2, v = _rule_call(
@@ -387,8 +442,8 @@ def _block_8bit(
             p[i],
             g[i],
             scratch[np.uint64(sm1 + k)],
-            scratch[np.uint64(sm2 + k)],
-            scratch[np.uint64(sv + k)],
+            scratch[np.uint64(sm2 + k)] if algo == ADEMAMIX else ZERO,
+            scratch[np.uint64(sv + k)] if two else ZERO,
             first,
             decayed,
             b1,
@@ -411,8 +466,20 @@ def _block_8bit(
         )
         p[i] = x
         scratch[np.uint64(sm1 + k)] = m1
-        scratch[np.uint64(sm2 + k)] = m2
-        scratch[np.uint64(sv + k)] = v
+        if algo == ADEMAMIX:
+            scratch[np.uint64(sm2 + k)] = m2
+        if two:
+            scratch[np.uint64(sv + k)] = v
+        h1 = _magnitude(m1)
+        most1 = h1 if h1 > most1 else most1
+        least1 = h1 if h1 < least1 else least1
+        if two:
+            h2 = _magnitude(v)
+            most2 = h2 if h2 > most2 else most2
+        if algo == ADEMAMIX:
+            h3 = _magnitude(m2)
+            most3 = h3 if h3 > most3 else most3
+            least3 = h3 if h3 < least3 else least3
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:  # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
         _, top1, top3, top2 = _rule_call(
@@ -445,41 +512,63 @@ def _block_8bit(
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
-    # Pass 2: the new absmax, then the codes (one vectorised loop per state).
-    top1 = _abs_max(scratch, sm1, count, top1)
+    # Pass 2: the new absmax, then the codes. No NaN among the block's m' and a finite absmax (which
+    # _requantize_dynamic checks): every m' is finite.
+    finite1 = least1 >= 0
+    finite3 = least3 >= 0
+    top1 = _merge_top(most1, top1)
     a1[b] = top1
-    _requantize(
-        c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
-    )
+    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, 0, True, False, finite1):
+        _requantize(
+            c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
+        )
     if two:
         # v' = v·β2 + ((1−β2)·g)·g >= +0 (or 0 for a non-finite g) where v >= +0 is finite: a map of
         # entries >= +0 (_requantize checks it) times a finite old absmax >= 0
         nonneg = o2 >= ZERO and o2 < INF
-        top2 = _abs_max(scratch, sv, count, top2)
+        top2 = _merge_top(most2, top2)
         a2[b] = top2
-        _requantize(
-            c2,
-            start,
-            scratch,
-            sv,
-            count,
-            top2,
-            q2,
-            mids2,
-            start2,
-            negatives,
-            False,
-            spare,
-            keys,
-            REGISTER_WORDS,
-            nonneg,
-        )
+        if not _requantize_dynamic(
+            c2, start, scratch, sv, count, top2, keys, REGISTER_WORDS, False, nonneg, False
+        ):
+            _requantize(
+                c2,
+                start,
+                scratch,
+                sv,
+                count,
+                top2,
+                q2,
+                mids2,
+                start2,
+                negatives,
+                False,
+                spare,
+                keys,
+                REGISTER_WORDS,
+                nonneg,
+            )
     if algo == ADEMAMIX:
-        top3 = _abs_max(scratch, sm2, count, top3)
+        top3 = _merge_top(most3, top3)
         a3[b] = top3
-        _requantize(
-            c3, start, scratch, sm2, count, top3, q1, mids1, start1, negatives, True, spare, keys, 0, False
-        )
+        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, 0, True, False, finite3):
+            _requantize(
+                c3,
+                start,
+                scratch,
+                sm2,
+                count,
+                top3,
+                q1,
+                mids1,
+                start1,
+                negatives,
+                True,
+                spare,
+                keys,
+                0,
+                False,
+            )
 
 
 # The 8-bit step's element function (one quantization block b) for one algorithm, the algorithm a constant
