@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _cuda
+from ._address import data_address
 
 #: Storage dtypes of the kernels' arrays. float16 and bfloat16 (``ml_dtypes.bfloat16``) arrays are computed
 #: in float32 (scalars too) and rounded once to their storage dtype (see ``_lowp``); they may be mixed with
@@ -82,7 +83,7 @@ def _byte_span(x: np.ndarray) -> tuple[int, int]:
     """[first byte, past the last byte) of a NumPy array's memory; (0, 0) when empty."""
     if x.size == 0:
         return 0, 0
-    lo = hi = x.__array_interface__["data"][0]
+    lo = hi = data_address(x)  # x.__array_interface__["data"][0], without building the dict
     for extent, stride in zip(x.shape, x.strides):
         reach = (extent - 1) * stride
         lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)

@@ -37,6 +37,7 @@ from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from . import _chunks
+from ._address import data_address
 from ._threading import parallel_allowed, parallel_launch, thread_mask
 
 #: The C signature of a worker: Numba's parallel kernel ``void(char **args, intp *dims, intp *steps, void
@@ -113,29 +114,6 @@ def type_key(value: Any) -> Any:
         flags = value.flags
         return value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
     return type(value)
-
-
-def _data_field_offset() -> int | None:
-    """Where an ndarray object keeps its data pointer, found by probing (the first field after the object
-    header in NumPy's ``PyArrayObject_fields``), or None if not found where expected."""
-    probe = np.zeros(3)
-    expected = probe.ctypes.data
-    for offset in range(8, 65, 8):
-        if ctypes.c_void_p.from_address(id(probe) + offset).value == expected:
-            return offset
-    return None
-
-
-_DATA_OFFSET = _data_field_offset()
-
-
-def data_address(a: np.ndarray) -> int:
-    """The address of ``a``'s data, read from the array object (NumPy's ``PyArrayObject_fields.data``, at
-    the offset found once by probing): much quicker than ``a.ctypes.data``, which every launch would pay
-    for each array; ``a.ctypes.data`` where the probe found nothing."""
-    if _DATA_OFFSET is None:
-        return a.ctypes.data
-    return ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value or 0
 
 
 class Fields(tuple):

@@ -96,9 +96,11 @@ def fill_balanced_tasks(starts, n_rows, bounds, row_cost, decreasing=False):
 inline_fill_balanced_tasks = numba.njit(inline="always", **_JIT)(fill_balanced_tasks.py_func)
 
 
-@numba.njit(cache=True)
-def balanced_tasks(starts, n_tasks, row_cost):
-    """The boundaries of :func:`fill_balanced_tasks` over all of ``starts``' rows, as a new array."""
+def balanced_tasks(starts: np.ndarray, n_tasks: int, row_cost: int) -> np.ndarray:
+    """The boundaries of :func:`fill_balanced_tasks` over all of ``starts``' rows (an int64 array), as a
+    new int64 array of at most ``n_tasks + 1`` entries: ``[0, b_1, ..., n_rows]``, ``[0]`` without rows.
+    The array is made here, not in compiled code, so that a first call compiles only
+    :func:`fill_balanced_tasks` (a compiled wrapper would also compile ``np.empty`` and ``max``)."""
     bounds = np.empty(max(1, n_tasks) + 1, np.int64)
     return bounds[: fill_balanced_tasks(starts, starts.shape[0] - 1, bounds, row_cost) + 1]
 
