@@ -511,7 +511,8 @@ def _fixup_function(module: Any) -> Any:
         for attribute in ("nounwind", "memory(none)", "alwaysinline"):
             set.add(vector_function.attributes, attribute)
         block = ir.IRBuilder(vector_function.append_basic_block())
-        block.ret(_fixup_call(block, packed, *vector_function.args, rounding))
+        lanes_root, lanes_x = vector_function.args
+        block.ret(_fixup_call(block, packed, lanes_root, lanes_x, rounding))
         variants.append(f"_ZGV_LLVM_N{lanes}vv_{scalar_name}({vector_function.name})")
         kept.append(vector_function)
     function = ir.Function(module, ir.FunctionType(f32, [f32, f32]), scalar_name)
