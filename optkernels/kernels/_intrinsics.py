@@ -337,25 +337,51 @@ def _estimate_function(module: Any, name: str, llvm_type: Any) -> Any:
     instruction, which gives each lane the scalar instruction's bits. It is kept out of line
     (``noinline``) until the vectoriser has seen the call; the packed forms are inlined after it."""
     scalar_name = ESTIMATE_PREFIX + name.split("x86.")[1].replace(".", "_")
+    return _with_vector_variants(
+        module,
+        scalar_name,
+        llvm_type,
+        1,
+        _PACKED[name],
+        lambda builder, packed, _, args: _estimate_call(builder, packed, args[0]),
+        lambda builder, args: _estimate_call(builder, name, args[0]),
+    )
+
+
+def _with_vector_variants(
+    module: Any,
+    scalar_name: str,
+    element: Any,
+    arity: int,
+    packed_forms: tuple,
+    vector_body: Callable,
+    scalar_body: Callable,
+) -> Any:
+    """The function ``scalar_name`` of ``arity`` ``element`` arguments in ``module`` (made once, kept out of
+    line), returning ``scalar_body(builder, arguments)``, with a vector variant per ``(lanes, intrinsic,
+    flag)`` of ``packed_forms`` that the target has: ``vector_body(builder, intrinsic, flag, arguments)``
+    on vectors of ``lanes``, inlined wherever the loop vectoriser substitutes it (LLVM's
+    ``vector-function-abi-variant``)."""
     function = module.globals.get(scalar_name)
     if function is not None:
         return function
     variants: list = []
     kept: list = []
-    for lanes, packed, _ in _PACKED[name]:
-        if not _packed_available(packed, lanes, llvm_type):
+    for lanes, packed, flag in packed_forms:
+        if not _packed_available(packed, lanes, element):
             continue
-        vector = ir.VectorType(llvm_type, lanes)
-        vector_function = ir.Function(module, ir.FunctionType(vector, [vector]), f"{scalar_name}_v{lanes}")
+        vector = ir.VectorType(element, lanes)
+        vector_function = ir.Function(
+            module, ir.FunctionType(vector, [vector] * arity), f"{scalar_name}_v{lanes}"
+        )
         vector_function.linkage = "linkonce_odr"
-        set.add(vector_function.attributes, "nounwind")
-        set.add(vector_function.attributes, "memory(none)")
-        set.add(vector_function.attributes, "alwaysinline")
+        for attribute in ("nounwind", "memory(none)", "alwaysinline"):
+            set.add(vector_function.attributes, attribute)
         block = ir.IRBuilder(vector_function.append_basic_block())
-        block.ret(_estimate_call(block, packed, vector_function.args[0]))
-        variants.append(f"_ZGV_LLVM_N{lanes}v_{scalar_name}({vector_function.name})")
+        block.ret(vector_body(block, packed, flag, list(vector_function.args)))
+        variants.append(f"_ZGV_LLVM_N{lanes}{'v' * arity}_{scalar_name}({vector_function.name})")
         kept.append(vector_function)
-    function = ir.Function(module, ir.FunctionType(llvm_type, [llvm_type]), scalar_name)
+    function = ir.Function(module, ir.FunctionType(element, [element] * arity), scalar_name)
     function.linkage = "linkonce_odr"
     for attribute in ("nounwind", "memory(none)", "noinline", "willreturn"):
         set.add(function.attributes, attribute)
@@ -363,7 +389,7 @@ def _estimate_function(module: Any, name: str, llvm_type: Any) -> Any:
         set.add(function.attributes, '"vector-function-abi-variant"="' + ",".join(variants) + '"')
         _keep(module, kept)
     block = ir.IRBuilder(function.append_basic_block())
-    block.ret(_estimate_call(block, name, function.args[0]))
+    block.ret(scalar_body(block, list(function.args)))
     return function
 
 
@@ -494,40 +520,21 @@ def _fixup_function(module: Any) -> Any:
     """The function ``float f(float root, float x)`` (in ``module``) computing :func:`sqrt_special` by the
     scalar ``vfixupimmss``, with its packed forms as vector variants (as :func:`_estimate_function`)."""
     scalar_name = ESTIMATE_PREFIX + "avx512_fixupimm_sqrt_ss"
-    function = module.globals.get(scalar_name)
-    if function is not None:
-        return function
-    f32 = ir.FloatType()
-    variants: list = []
-    kept: list = []
-    for lanes, packed, rounding in _FIXUP_PACKED:
-        if not _packed_available(packed, lanes, f32):
-            continue
-        vector = ir.VectorType(f32, lanes)
-        vector_function = ir.Function(
-            module, ir.FunctionType(vector, [vector, vector]), f"{scalar_name}_v{lanes}"
-        )
-        vector_function.linkage = "linkonce_odr"
-        for attribute in ("nounwind", "memory(none)", "alwaysinline"):
-            set.add(vector_function.attributes, attribute)
-        block = ir.IRBuilder(vector_function.append_basic_block())
-        lanes_root, lanes_x = vector_function.args
-        block.ret(_fixup_call(block, packed, lanes_root, lanes_x, rounding))
-        variants.append(f"_ZGV_LLVM_N{lanes}vv_{scalar_name}({vector_function.name})")
-        kept.append(vector_function)
-    function = ir.Function(module, ir.FunctionType(f32, [f32, f32]), scalar_name)
-    function.linkage = "linkonce_odr"
-    for attribute in ("nounwind", "memory(none)", "noinline", "willreturn"):
-        set.add(function.attributes, attribute)
-    if variants:
-        set.add(function.attributes, '"vector-function-abi-variant"="' + ",".join(variants) + '"')
-        _keep(module, kept)
-    block = ir.IRBuilder(function.append_basic_block())
-    vector = ir.VectorType(f32, 4)
-    root, x = (block.insert_element(ir.Constant(vector, None), a, _I32(0)) for a in function.args)
-    fixed = _fixup_call(block, _FIXUP_SCALAR, root, x, True)
-    block.ret(block.extract_element(fixed, _I32(0)))
-    return function
+
+    def scalar_body(builder: Any, args: list) -> Any:
+        vector = ir.VectorType(ir.FloatType(), 4)
+        root, x = (builder.insert_element(ir.Constant(vector, None), a, _I32(0)) for a in args)
+        return builder.extract_element(_fixup_call(builder, _FIXUP_SCALAR, root, x, True), _I32(0))
+
+    return _with_vector_variants(
+        module,
+        scalar_name,
+        ir.FloatType(),
+        2,
+        _FIXUP_PACKED,
+        lambda builder, packed, rounding, args: _fixup_call(builder, packed, args[0], args[1], rounding),
+        scalar_body,
+    )
 
 
 def _sqrt_special_select(builder: Any, root: Any, x: Any) -> Any:
