@@ -108,15 +108,21 @@ def mkl_avx2_sqrt64(x):
 
 
 @register_jitable
-def mkl_avx512_sqrt64_selected(x):
-    """:func:`mkl_avx512_sqrt64` without branches, for compiled loops (they vectorise): both the scaled and
-    the plain result computed, one selected, and :func:`sqrt_outside` for the inputs outside the path."""
+def _z0_refined(x):
+    """Z0's estimate ``r = rsqrt14(x)`` and its once-refined root and half-reciprocal: ``h = r/2``,
+    ``s = r·x``, ``e = fma(−s, h, 1/2)``, ``s ← fma(e, s, s)``, ``h ← fma(e, h, h)``; returns ``(r, s, h)``."""
     r = rsqrt14(x)
     h = r * 0.5
     s = r * x
     e = fma(-s, h, 0.5)
-    s = fma(e, s, s)
-    h = fma(e, h, h)
+    return r, fma(e, s, s), fma(e, h, h)
+
+
+@register_jitable
+def mkl_avx512_sqrt64_selected(x):
+    """:func:`mkl_avx512_sqrt64` without branches, for compiled loops (they vectorise): both the scaled and
+    the plain result computed, one selected, and :func:`sqrt_outside` for the inputs outside the path."""
+    r, s, h = _z0_refined(x)
     scaled = s * _R_LARGE
     tiny = fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)
     plain = fma(fma(-s, s, x), h, s)
@@ -130,12 +136,7 @@ def mkl_avx512_sqrt64(x):
     """MKL's ``Z0`` float64 sqrt of the float64 ``x`` (module docstring)."""
     if not (x > 0.0 and x < math.inf):
         return math.sqrt(x)
-    r = rsqrt14(x)
-    h = r * 0.5
-    s = r * x
-    e = fma(-s, h, 0.5)
-    s = fma(e, s, s)
-    h = fma(e, h, h)
+    r, s, h = _z0_refined(x)
     if r > _R_LARGE:
         scaled = s * _R_LARGE
         return fma(fma(-scaled, scaled, x * _X_UP), h * _H_DOWN, s)

@@ -239,17 +239,24 @@ def _torch_sqrt_as_compiled(x, mkl, like):
 
 
 @_scalar_helper
-def _mkl_avx_sqrt32(x):
-    """MKL's float32 ``H8``/``EX`` (:func:`torch_sqrt`) of a float32 ``x`` in compiled code, without
-    branches: every input takes the kernel's operations, and the ones outside its path take IEEE ``sqrt``
-    by a select (the same bits as :func:`_mkl_sqrt`'s branches)."""
+def _h8_root(x):
+    """MKL's float32 ``H8``/``EX`` operations on a float32 ``x`` of its path: ``r = rsqrtss(x)``, ``s = x·r``,
+    ``h = r/2``, ``t = 1/2 − s·h``, ``s' = s + s·t``, ``h' = h + h·t``, ``s' + (x − s'·s')·h'``."""
     r = rsqrt_estimate(x)
     s = x * r
     h = r * _HALF
     t = _HALF - s * h
     s = s + s * t
     h = h + h * t
-    mkl = s + (x - s * s) * h
+    return s + (x - s * s) * h
+
+
+@_scalar_helper
+def _mkl_avx_sqrt32(x):
+    """MKL's float32 ``H8``/``EX`` (:func:`torch_sqrt`) of a float32 ``x`` in compiled code, without
+    branches: every input takes the kernel's operations, and the ones outside its path take IEEE ``sqrt``
+    by a select (the same bits as :func:`_mkl_sqrt`'s branches)."""
+    mkl = _h8_root(x)
     ieee = math.sqrt(x)  # computed for every x: a call in a branch would stop the vectoriser
     return mkl if x >= _FLT_MIN and x < _FLT_INF else ieee
 
@@ -282,14 +289,9 @@ def _mkl_sqrt(x, mkl):
     """MKL's float32 kernel ``mkl`` of ``x`` with a branch per path: the run-time switch, and the Python of
     the CUDA simulator (which computes no path it does not take)."""
     if mkl == MKL_AVX_SQRT and x >= _FLT_MIN and x < _FLT_INF:
-        x = np.float32(x)  # float32 by contract (a Python float holding one, under the CUDA simulator)
-        r = rsqrt_estimate(x)
-        s = x * r
-        h = r * _HALF
-        t = _HALF - s * h
-        s = s + s * t
-        h = h + h * t
-        return s + (x - s * s) * h
+        return _h8_root(
+            np.float32(x)
+        )  # float32 by contract (a Python float holding one, under the simulator)
     if mkl == MKL_AVX512_SQRT and x > _FLT_ZERO and x < _FLT_INF:
         x = np.float32(x)
         r = rsqrt14(x)
