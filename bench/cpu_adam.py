@@ -124,11 +124,18 @@ def adam_shaped_memory_mixed(var, m, v, g):
 
 
 def deepspeed_adam():
-    """``(DeepSpeedCPUAdam, None)``, or ``(None, why not)``."""
+    """``(DeepSpeedCPUAdam, None)``, or ``(None, why not)``: deepspeed does not import, or its op does not
+    build or load (a first construction builds it)."""
     try:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
     except Exception as error:  # noqa: BLE001 -- any failure to import means "not here"
         return None, f"deepspeed does not import ({type(error).__name__}: {error}); pip install deepspeed"
+    import torch
+
+    try:  # the op builds (or loads) on the first construction
+        DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    except Exception as error:  # noqa: BLE001 -- a failed build means "not here" too
+        return None, f"DeepSpeed's cpu_adam op does not build or load ({type(error).__name__}: {error})"
     return DeepSpeedCPUAdam, None
 
 
