@@ -102,7 +102,7 @@ def test_many_tensor_step_equals_torch(monkeypatch, own, dtype):
         monkeypatch.setattr(ot.adafactor, "_norm", refuse)
         monkeypatch.setattr(torch, "_foreach_norm", refuse)
     else:
-        monkeypatch.setattr(_reductions, "matches_torch", lambda dtype: False)
+        monkeypatch.setattr(_reductions, "matches_torch", lambda dtype, matrices=True: False)
     gen = torch.Generator().manual_seed(3)
     shapes = [(), (1,), (13,), *MATRICES, (33000, 1)]
     ours = [torch.randn(s, generator=gen, dtype=tdtype) for s in shapes]
@@ -160,3 +160,24 @@ def test_a_copied_optimizer_writes_its_own_scratch():
     assert all(torch.equal(p, q) for p, q in zip(params, twin.param_groups[0]["params"]))
     (layout,), (twin_layout,) = opt._layouts.values(), twin._layouts.values()
     assert not np.intersect1d(layout.update_addresses, twin_layout.update_addresses).size
+
+
+def test_a_step_over_vectors_alone_probes_no_matrix_kernel(monkeypatch):
+    """Compile only what a call needs: Adafactor over 1-D parameters checks the norms, never the factored
+    moments' kernel (whose first compile costs seconds), and still gives torch's bits."""
+
+    def refuse(dtype):
+        raise AssertionError("the factored moments were probed for a step without matrices")
+
+    monkeypatch.setattr(_reductions, "_factored_match", refuse)
+    gen = torch.Generator().manual_seed(3)
+    ours = [torch.randn(n, generator=gen) for n in (7, 1000)]
+    theirs = [p.clone() for p in ours]
+    mine, its = ot.Adafactor(ours, foreach=False), torch.optim.Adafactor(theirs, foreach=False)
+    for _ in range(3):
+        for p, q in zip(ours, theirs):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        mine.step()
+        its.step()
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs))

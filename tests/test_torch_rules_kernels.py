@@ -165,12 +165,13 @@ def test_torch_sparse_adam_rows_are_the_element_functions_bits(rows_loop):
 def test_division_by_bias_correction_is_the_float32_division():
     """divide_by_constant's float64 product rounds to the float32 quotient for every float32 significand
     (all 2^23 of one binade: the exponent only shifts the result), for the bias corrections of torch's
-    default betas and for divisors whose significand is all ones or a single bit; zeros, inf, NaN too."""
+    default betas (rooted, and unrooted as Schedule-Free AdamW divides) and for divisors whose significand is all ones or a single bit; zeros, inf, NaN too."""
     s = (np.arange(1 << 23, dtype=np.uint32) + np.uint32(0x3F800000)).view(np.float32)
     special = np.array([0.0, -0.0, np.inf, np.nan, 3.7e-23, 1.8e19], np.float32)
     divisors = [K.adam_scalars(np.dtype(np.float32), t, 1e-3, 0.9, beta2, 1e-8, 0.0, False, False)[10]
                 for beta2 in (0.999, 0.95, 0.0) for t in (1, 2, 7, 1000)]
     divisors += [np.float32(1 - 2.0**-24), np.float32(0.5), np.nextafter(np.float32(0.75), np.float32(1))]
+    divisors += [np.float32(1 - 0.999**t) for t in (1, 2, 7, 1000)]  # Schedule-Free AdamW's, unrooted
     for c in divisors:
         got = K.divide_by_constant(s, c, 1.0 / float(c))
         np.testing.assert_array_equal(got.view(np.uint32), (s / c).view(np.uint32), err_msg=f"divisor {c!r}")

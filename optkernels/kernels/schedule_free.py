@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_arrays, check_range, to_scalar
+from ._divide import constant_inverse, divide_by_constant
 from ._elementwise import elementwise, scalar_math
 from ._torch_lerp import lerp, lerp_scalars
 from .adam import Scalar
@@ -40,13 +41,14 @@ def _schedule_free_adamw(
     beta2,
     one_minus_beta2,
     bias_correction2,
+    inv_bias_correction2,
     epsilon,
     weight_decay,
 ):
     g = grad[i]
     v = exp_avg_sq[i] * beta2 + (one_minus_beta2 * g) * g
     exp_avg_sq[i] = v
-    h = g / (math.sqrt(v / bias_correction2) + epsilon)
+    h = g / (math.sqrt(divide_by_constant(v, bias_correction2, inv_bias_correction2)) + epsilon)
     w = y[i]
     if weight_decay != 0:  # decay at y, folded into the step
         h = h + w * weight_decay
@@ -121,11 +123,18 @@ def _host_head(lr: Scalar, beta: Scalar, weight_decay: Scalar, c: Scalar, beta_n
 
 def _rounded(dtype: Any, host: tuple) -> tuple:
     """The element function's scalars from host values ``(lr, y_step, c, *rest)``: each rounded once to
-    ``dtype``, ``c`` as :func:`lerp_scalars` (the compiled twins: :func:`sgd_rounding`,
-    :func:`adamw_rounding`)."""
+    ``dtype``, ``c`` as :func:`lerp_scalars` (the compiled twin: :func:`sgd_rounding`)."""
     t = np.dtype(dtype).type
     lr, y_step, c, *rest = host
     return (t(lr), t(y_step), *lerp_scalars(dtype, c), *(t(v) for v in rest))
+
+
+def _rounded_adamw(dtype: Any, host: tuple) -> tuple:
+    """:func:`_rounded` with the inverse of ``1 − β2^step`` after it (:func:`constant_inverse`; the compiled
+    twin: :func:`adamw_rounding`)."""
+    head = _rounded(dtype, host)
+    bias_correction2 = head[7]
+    return (*head[:8], constant_inverse(bias_correction2, np.dtype(dtype)), *head[8:])
 
 
 @scalar_math
@@ -151,7 +160,15 @@ def adamw_rounding(host, like):
     lr, y_step, c, beta2, one_minus_beta2, bias_correction2, epsilon, weight_decay = host
     t = like.dtype.type
     head = (t(lr), t(y_step)) + _lerp_rounded(c, like)
-    return head + (t(beta2), t(one_minus_beta2), t(bias_correction2), t(epsilon), t(weight_decay))
+    bc2 = t(bias_correction2)
+    return head + (
+        t(beta2),
+        t(one_minus_beta2),
+        bc2,
+        constant_inverse(bc2, like),
+        t(epsilon),
+        t(weight_decay),
+    )
 
 
 def schedule_free_adamw_host(
@@ -183,8 +200,9 @@ def schedule_free_adamw_scalars(
 ) -> tuple:
     """The AdamW element function's scalars in ``dtype``, after range checks: ``lr``, the y step
     ``lr·(β1·(1 − c) − 1)``, the lerp scalars of ``c``, ``β2, 1 − β2, 1 − β2^step, ε, wd`` (host values
-    in float64, rounded once)."""
-    return _rounded(dtype, schedule_free_adamw_host(lr, beta1, beta2, epsilon, weight_decay, c, step))
+    in float64, rounded once), then the float64 inverse of ``1 − β2^step`` for float32 arithmetic (None for
+    float64: the kernel divides; :func:`~optkernels.kernels._divide.divide_by_constant`)."""
+    return _rounded_adamw(dtype, schedule_free_adamw_host(lr, beta1, beta2, epsilon, weight_decay, c, step))
 
 
 def schedule_free_sgd_host(lr: Scalar, momentum: Scalar, weight_decay: Scalar, c: Scalar) -> tuple:

@@ -125,7 +125,9 @@ def _lanes_overload(x):
     return lambda x: lanes
 
 
-@numba.njit(inline="always", **_JIT_OPTIONS)
+# Not inlined (nor cascade_sum): compiled once each and called, they cut the first compile of the factored
+# chunk from 6.7 to 3.6 CPU s (LLVM optimised each inlined copy of their unrolled lanes); the same operations.
+@numba.njit(**_JIT_OPTIONS)
 def _norm(x, start, n):
     """torch's 2-norm of the contiguous run ``x[start : start + n]``."""
     if n == 1:
@@ -178,7 +180,7 @@ def _cascade(x, start, stride, width, size, acc):
             acc[0, k] += acc[j, k]
 
 
-@numba.njit(inline="always", **_JIT_OPTIONS)
+@numba.njit(**_JIT_OPTIONS)
 def cascade_sum(x, start, n, acc):
     """torch's CPU ``sum`` of the contiguous run ``x[start : start + n]`` (module docstring); ``acc``: a
     (4, 4·L) scratch array of ``x``'s dtype."""

@@ -37,6 +37,7 @@ from numba.extending import (
 )
 
 from ._checks import check_arrays, check_range
+from ._divide import divide_by_constant
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate, sqrt_special
@@ -305,19 +306,6 @@ def _mkl_sqrt(x, mkl):
 
 
 # ------------------------------------------------------------------------------------------- Adam, AdamW
-
-
-@_scalar_helper
-def divide_by_constant(s, c, inv_c):
-    """``s / c`` rounded once in ``s``'s dtype. ``inv_c`` None: a division. Else (float32 ``s`` and ``c``,
-    ``inv_c`` the float64 ``1/c`` correctly rounded): ``float32(float64(s)·inv_c)``, the same bits for
-    every ``s`` at the cost of a multiplication: the product is within 2⁻⁵² (relative) of ``s/c``, while
-    a quotient of two float32 numbers is never a float32 rounding midpoint and lies at least 2⁻⁴⁹
-    (relative) from every one, so both round to the same float32 (no underflow or overflow for
-    ``0 < c ≤ 1``; zeros, infinities and NaN as the division gives them)."""
-    if inv_c is None:
-        return s / c
-    return np.float32(np.float64(np.float32(s)) * inv_c)
 
 
 def torch_div_scalar(s: Any, c: Any, inv_c: Any, like: Any) -> Any:

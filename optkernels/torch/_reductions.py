@@ -26,21 +26,30 @@ _VECTOR_SIZES = (*range(1, 26), 64, 100, 1000, 4099)
 _MATRIX_SHAPES = ((7, 5), (1, 9), (9, 1), (3, 4, 5), (2, 6, 1), (20, 33), (70, 16), (300, 12), (1, 1))
 
 
-@functools.cache
-def matches_torch(dtype: torch.dtype) -> bool:
-    """Whether the kernels' norms and row means of ``dtype`` (float32 or float64) CPU tensors are this
-    torch's bits, on the probe tensors (checked once per dtype and process).
+def matches_torch(dtype: torch.dtype, matrices: bool = True) -> bool:
+    """Whether the kernels' norms (and, with ``matrices``, the factored moments' row and column norms and
+    row means) of ``dtype`` (float32 or float64) CPU tensors are this torch's bits, on the probe tensors
+    (each part checked once per dtype and process, when a step first needs it: a step over vectors alone
+    compiles no matrix kernel).
 
     Parameters
     ----------
     dtype : torch.dtype
         ``torch.float32`` or ``torch.float64``.
+    matrices : bool
+        Whether the step has matrices (factored moments) too.
 
     Returns
     -------
     bool
         True where every probe gives torch's bits.
     """
+    return _norms_match(dtype) and (not matrices or _factored_match(dtype))
+
+
+@functools.cache
+def _norms_match(dtype: torch.dtype) -> bool:
+    """The full-tensor norms on the vector probes."""
     np_dtype = _views.FLOAT_DTYPES[dtype]
     like = np.empty(0, np_dtype)
     gen = torch.Generator().manual_seed(20261126)
@@ -48,8 +57,15 @@ def matches_torch(dtype: torch.dtype) -> bool:
     tasks = np.array([[t, 0, v.numel(), v.numel()] for t, v in enumerate(vectors)], np.int64)
     ours = M.tensor_norms(tasks, _views.addresses(vectors)[0], like)
     theirs = np.array([torch.linalg.vector_norm(v).item() for v in vectors])
-    if not np.array_equal(ours, theirs):
-        return False
+    return bool(np.array_equal(ours, theirs))
+
+
+@functools.cache
+def _factored_match(dtype: torch.dtype) -> bool:
+    """The factored moments on the matrix probes."""
+    np_dtype = _views.FLOAT_DTYPES[dtype]
+    like = np.empty(0, np_dtype)
+    gen = torch.Generator().manual_seed(20261127)
     grads = [torch.randn(s, generator=gen, dtype=dtype) for s in _MATRIX_SHAPES]
     rows = [torch.rand(list(g.shape[:-1]) + [1], generator=gen, dtype=dtype) for g in grads]
     cols = [torch.rand(list(g.shape[:-2]) + [1, g.shape[-1]], generator=gen, dtype=dtype) for g in grads]

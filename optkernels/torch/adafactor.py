@@ -189,7 +189,7 @@ class Adafactor(KernelOptimizer):
         # the host's scalars, per tensor as torch's loop computes them (Python floats: numpy's float64)
         steps = _increment([s["step"] for s in states])
         terms = {t: (t**tau, min(lr, 1 / (t**0.5))) for t in set(steps)}  # (w_t, ρ) of each step number
-        own = _reductions.matches_torch(dtype)  # torch's reductions reproduced in our kernels
+        own = _reductions.matches_torch(dtype, bool(layout.matrices))  # torch's reductions in our kernels
         rms = (
             M.tensor_norms(layout.tasks, _views.addresses(params)[0], like)
             if own

@@ -18,6 +18,7 @@ from ..kernels._torch_lerp import lerp_scalars
 from ..kernels.schedule_free import (
     _lerp_towards,
     _rounded,
+    _rounded_adamw,
     _schedule_free_adamw,
     _schedule_free_sgd,
     adamw_rounding,
@@ -44,6 +45,7 @@ class _ScheduleFree(KernelOptimizer):
     _beta_of: Callable[[dict], float]
     _host_scalars: Callable[[dict, float, float, int], tuple]  # (group, lr_t, c, k + 1): Python floats
     _rounding: tuple[Any, int]  # the compiled rounding of those (a Numba function), their count
+    _rounded_host: Callable[[Any, tuple], tuple]  # the same rounding on the host: (dtype, host values)
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         if name == "z":
@@ -137,7 +139,7 @@ class _ScheduleFree(KernelOptimizer):
         for (_guard, _launcher, plan, _params, host), grads in zip(launches, found):
             dtype, _positions, tensors, _members = plan.cpu[0]
             tensors.addresses[-1, :] = grads
-            plan.key[1][0].launch_many("cpu", tensors, *_rounded(dtype, host))
+            plan.key[1][0].launch_many("cpu", tensors, *self._rounded_host(dtype, host))
         for group, entry in zip(groups, entries):
             _record(group, entry)
         return True
@@ -155,7 +157,7 @@ class _ScheduleFree(KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         lr_t, c, k1 = self._weights[id(group)][:3]
-        return _rounded(dtype, self._host_scalars(group, lr_t, c, k1))
+        return self._rounded_host(dtype, self._host_scalars(group, lr_t, c, k1))
 
     @torch.no_grad()
     def eval(self) -> None:
@@ -291,6 +293,7 @@ class AdamWScheduleFree(_ScheduleFree):
         return _schedule_free_adamw, ("z", "exp_avg_sq")
 
     _rounding = (adamw_rounding, 8)
+    _rounded_host = staticmethod(_rounded_adamw)
 
     def _host_scalars(self, group: dict, lr_t: float, c: float, step: int) -> tuple:
         beta1, beta2 = group["betas"]
@@ -356,6 +359,7 @@ class SGDScheduleFree(_ScheduleFree):
         return _schedule_free_sgd, ("z",)
 
     _rounding = (sgd_rounding, 4)
+    _rounded_host = staticmethod(_rounded)
 
     def _host_scalars(self, group: dict, lr_t: float, c: float, step: int) -> tuple:
         return schedule_free_sgd_host(lr_t, group["momentum"], group["weight_decay"], c)
