@@ -434,6 +434,25 @@ def _dynamic_check_points(signed):
 
 
 @pytest.mark.parametrize("signed", [True, False])
+def test_decade_lines_need_no_clamp_up_to_one(signed):
+    # search_dynamic_finite / _nonnegative truncate u = fma(a, A, D) without dynamic_lower's clamp to
+    # [C, M]: the same index wherever C - 1 < u < M + 1, which holds for every a <= 1 since u is
+    # non-decreasing in a inside a decade (A > 0): checked at each decade's smallest and largest float32.
+    from optkernels.kernels._intrinsics import fma
+    from optkernels.kernels.quantization import DECADES, SIGNED_LINES, UNSIGNED_LINES
+
+    lines = SIGNED_LINES if signed else UNSIGNED_LINES
+    starts = [f32(0.0), *DECADES]
+    ends = [np.nextafter(d, f32(0)) for d in DECADES] + [f32(1.0)]
+    for (A, D, C, M), lo, hi in zip(lines, starts, ends):
+        assert A > 0
+        u = [fma(lo, A, D), fma(hi, A, D)]
+        assert C - 1 < u[0] <= u[1] < M + 1, (C, M, u)
+        assert int(u[0]) >= C and int(u[1]) <= M  # the truncation is the clamp's
+    assert [int(line[2]) for line in lines][:2] == ([127, 128] if signed else [0, 2])
+
+
+@pytest.mark.parametrize("signed", [True, False])
 def test_dynamic_search_is_exact_on_every_float32(signed):
     # nearest_dynamic(x) = dynamic_start(x) + one midpoint step, exact iff j = dynamic_start(x) <= t <= j + 1
     # with t the nearest code (ties to the even index), checked at every change point of either.

@@ -937,12 +937,17 @@ def search_block(typingctx, out, out_base, values, base, top, table, table_base,
 
 
 #: Where a :func:`search_dynamic_block` table keeps its decade lines (``dlo``, ``bnd`` per binade, then
-#: ``A``, ``B``, ``C``, ``N`` per decade and the mirror ``M``) and its thresholds' byte planes, in 32-bit
+#: ``A``, ``D``, ``C``, ``M`` per decade and the mirror) and its thresholds' byte planes, in 32-bit
 #: words from the table's start.
 DYNAMIC_LINES, DYNAMIC_PLANES = 320, 512
+# The decade one above where |x| >= the binade's decade start: one masked subtraction of -1 (LLVM would
+# widen the compare's mask to a vector and subtract it).
+_ABOVE_ASM = "vcmpps $$29, $2, $1, %k1\n\tvpsubd $4, $0, $0 {%k1}"
 
 
 def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finite=False):
+    from llvmlite import binding
+
     out_type, out_base_type, values_type, base_type, _, table_type, table_base_type, _ = signature.args
     if not (_register_search_here(context) and _byte_permutes_here(context)):  # callers test first
         return context.get_dummy_value()
@@ -973,9 +978,7 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
     lines = DYNAMIC_LINES
     dlo = [load(lines + 16 * k, ints) for k in range(2)]
     bnd = [load(lines + 32 + 16 * k, floats) for k in range(2)]
-    slope, offset, base_code, count = (
-        load(lines + 64 + 16 * k, v) for k, v in enumerate((floats, floats, ints, floats))
-    )
+    slope, offset, lowest, highest = (load(lines + 64 + 16 * k, floats) for k in range(4))
     mirror = builder.load(builder.gep(words, [ir.IntType(64)(lines + 128)]), align=4)
     mirror = builder.shuffle_vector(
         builder.insert_element(ir.Constant(ints, None), mirror, i32(0)),
@@ -986,7 +989,6 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
     permute2_f = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(floats, [floats, ints, floats]), "llvm.x86.avx512.vpermi2var.ps.512"
     )
-    permute_i = function("llvm.x86.avx512.permvar.si.512", ints, ints)
     permute_f = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(floats, [floats, ints]), "llvm.x86.avx512.permvar.sf.512"
     )
@@ -998,7 +1000,10 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
     tops = builder.insert_element(ir.Constant(floats, None), top, i32(0))
     tops = builder.shuffle_vector(tops, tops, _mask([0] * 16))
     infinity = splat(math.inf, floats)
-    zero_f = splat(0.0, floats)
+    ones = splat(-1)
+    above_type = ir.FunctionType(ints, [floats, floats, ints, ints])
+    fma = function("llvm.fma.v16f32", floats, floats, floats)
+    binding.initialize_native_asmparser()  # inline assembly needs it (idempotent)
     for chunk in range(0, LOOKUP_BLOCK, 16):
         x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
         low, high = splat(100 << 23), splat(127 << 23)
@@ -1017,16 +1022,16 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
         magnitude = builder.select(builder.icmp_signed(">", magnitude, low), magnitude, low)
         binade = builder.lshr(magnitude, splat(23))  # 100 .. 127: its low 5 bits index the binade tables
         decade = builder.call(permute2_i, [dlo[0], binade, dlo[1]])
-        above = builder.fcmp_ordered(">=", a, builder.call(permute2_f, [bnd[0], binade, bnd[1]]))
-        decade = builder.add(decade, builder.zext(above, ints))
-        u = builder.fsub(
-            builder.fmul(a, builder.call(permute_f, [slope, decade])),
-            builder.call(permute_f, [offset, decade]),
-        )
-        u = builder.select(builder.fcmp_ordered(">", u, zero_f), u, zero_f)
-        n = builder.call(permute_f, [count, decade])
-        u = builder.select(builder.fcmp_ordered("<", u, n), u, n)
-        j = builder.add(builder.call(permute_i, [base_code, decade]), builder.fptosi(u, ints))
+        bound = builder.call(permute2_f, [bnd[0], binade, bnd[1]])
+        decade = builder.asm(above_type, _ABOVE_ASM, "=v,v,v,0,v,~{k1}", [a, bound, decade, ones], False)
+        line = [builder.call(permute_f, [words, decade]) for words in (slope, offset)]
+        u = builder.call(fma, [a, *line])
+        if not (finite or nonnegative):  # else a <= 1: C − 1 < u < M + 1, whose truncation is the clamp's
+            c = builder.call(permute_f, [lowest, decade])
+            u = builder.select(builder.fcmp_ordered(">", u, c), u, c)
+            m = builder.call(permute_f, [highest, decade])
+            u = builder.select(builder.fcmp_ordered("<", u, m), u, m)
+        j = builder.fptosi(u, ints)
         if not nonnegative:
             mirrored = builder.sub(mirror, j)
             mirrored = builder.select(builder.icmp_signed(">", mirrored, splat(0)), mirrored, splat(0))
@@ -1054,7 +1059,8 @@ def search_dynamic_block(typingctx, out, out_base, values, base, top, table, tab
     """:func:`search_block`'s result for a table of piecewise-linear decades (bitsandbytes' dynamic maps)
     from its ``table`` words (``.quantization.register_search_tables``): per value, the decade of
     ``|x|`` (its binade's decade, one more at or above the decade start inside the binade: permutes of
-    the binade tables) and that decade's line give a start ``j`` with ``j <= count <= j + 1`` (mirrored
+    the binade tables) and that decade's line (``j = clamp(a·A + D, C, M)`` truncated, as
+    :func:`.quantization.dynamic_lower`) give a start ``j`` with ``j <= count <= j + 1`` (mirrored
     for negative keys), then one threshold ``t_j`` looked up by byte permutes (``vpermi2b``) settles it.
     Writes the keys over ``values[base:base + 256]``. Only where :func:`register_search` and
     :func:`byte_permutes` are true (elsewhere it does nothing)."""
@@ -1067,7 +1073,9 @@ def search_dynamic_block(typingctx, out, out_base, values, base, top, table, tab
 def search_dynamic_nonnegative(typingctx, out, out_base, values, base, top, table, table_base, nan_low):
     """:func:`search_dynamic_block` where every value is known to be ``+0 <= s <= top`` (no NaN, no sign
     bit) and ``top`` finite and > 0, so that ``x = s/top`` lies in ``[+0, 1]``: its bits are its key and no
-    mirror, NaN or clamp above 1 is needed (fewer instructions, the same codes). The caller proves that
+    mirror, NaN, clamp above 1 or clamp of the decade's line is needed (``C − 1 < a·A + D < M + 1`` for
+    every such x, checked on every float32 of [-1, 1]: truncation gives the clamp's index; fewer
+    instructions, the same codes). The caller proves that
     promise; a value breaking it gets an unspecified code."""
     return _search_signature(
         "search_dynamic_nonnegative", out, out_base, values, base, top, table, table_base, nan_low
@@ -1077,8 +1085,9 @@ def search_dynamic_nonnegative(typingctx, out, out_base, values, base, top, tabl
 @intrinsic
 def search_dynamic_finite(typingctx, out, out_base, values, base, top, table, table_base, nan_low):
     """:func:`search_dynamic_block` where every value is known to be finite with ``|s| <= top`` and ``top``
-    finite and > 0, so that ``x = s/top`` lies in ``[-1, 1]``: no NaN to take as infinity and no clamp of
-    the binade above 1 (fewer instructions, the same codes). The caller proves that promise; a value
+    finite and > 0, so that ``x = s/top`` lies in ``[-1, 1]``: no NaN to take as infinity, no clamp of
+    the binade above 1 and none of the decade's line (as :func:`search_dynamic_nonnegative`; fewer
+    instructions, the same codes). The caller proves that promise; a value
     breaking it gets an unspecified code."""
     return _search_signature(
         "search_dynamic_finite", out, out_base, values, base, top, table, table_base, nan_low

@@ -29,6 +29,7 @@ from ._intrinsics import (
     SEARCH_WORDS,
     byte_permutes,
     byte_planes,
+    fma,
     lookup_block,
     search_candidates,
 )
@@ -254,13 +255,15 @@ SIGNED_DYNAMIC, UNSIGNED_DYNAMIC = 1, 2
 def _decade_lines(signed: bool) -> tuple[tuple, ...]:
     """Per decade i = 0..6 of :func:`dynamic_map` (``n = 2^i`` signed, ``2^(i+1)`` unsigned values, code k
     of the decade at ``10^(i-7)·(1 + 9(k + 1/2)/n)``, index ``z + n − 1 + k − e`` with zero at ``z`` = 127 or
-    0 and ``e`` = 0 or 1): ``(A, B, C, n)`` such that ``a·A − B`` is ``k + 1`` at code k of the decade,
-    and C the index of the decade's code ``k = −1`` (the previous decade's last), float32."""
+    0 and ``e`` = 0 or 1): ``(A, D, C, M)`` such that ``a·A + D`` is ``C + k + 1`` at code k of the decade,
+    C the index of the decade's code ``k = −1`` (the previous decade's last) and ``M = C + n`` the index
+    of its last code, float32 (``D = C − (n/9 − 1/2)`` rounded once)."""
     e, z = (0, 127) if signed else (1, 0)
     lines = []
     for i in range(7):
         n = 2 ** (i + e)
-        lines.append((10.0 ** (6 - i) * n / 0.9, n / 9 - 0.5, z - e + n - 1, n))
+        c = z - e + n - 1
+        lines.append((10.0 ** (6 - i) * n / 0.9, c - (n / 9 - 0.5), c, c + n))
     return tuple(tuple(np.float32(v) for v in line) for line in lines)
 
 
@@ -504,8 +507,8 @@ def _host_register_tables(code_bytes: bytes, sign_fix: bool) -> np.ndarray:
 def _decade_words(signed: bool) -> np.ndarray:
     """The words of :func:`._intrinsics.search_dynamic_block`'s decade lines: per binade index ``e & 31``
     (``e`` = 100 .. 127, the biased exponent of ``|x|`` clamped) the decades below the binade and the start
-    of the decade inside it (NaN if none); per decade :func:`_decade_lines`' ``A, B`` (float32 bits),
-    ``C`` (int) and ``N`` (float32); then the mirror ``M`` (a negative key's start is ``max(M − j, 0)``)."""
+    of the decade inside it (NaN if none); per decade :func:`_decade_lines`' ``A, D, C, M`` (float32 bits);
+    then the mirror ``253`` (a negative key's start is ``max(253 − j, 0)``; -1 for the unsigned map)."""
     words = np.zeros(129, np.int32)
     below = np.zeros(32, np.int32)
     start = np.full(32, np.nan, np.float32)
@@ -517,10 +520,9 @@ def _decade_words(signed: bool) -> np.ndarray:
             start[e & 31] = inside[0]
     lines = SIGNED_LINES if signed else UNSIGNED_LINES
     words[:32], words[32:64] = below, start.view(np.int32)
-    for k, dtype in enumerate((np.float32, np.float32, np.int32, np.float32)):
-        words[64 + 16 * k : 64 + 16 * k + 7] = (
-            np.array([line[k] for line in lines]).astype(dtype).view(np.int32)
-        )
+    for k in range(4):
+        values = np.array([line[k] for line in lines], np.float32)
+        words[64 + 16 * k : 64 + 16 * k + 7] = values.view(np.int32)
     words[128] = 253 if signed else -1
     return words
 
@@ -695,30 +697,31 @@ def map_kind(start):
 
 
 @table_math
-def _above(a, start, line, A, B, C, N):
-    """``line`` where ``a >= start``, else ``(A, B, C, N)`` (selects)."""
+def _above(a, start, line, A, D, C, M):
+    """``line`` where ``a >= start``, else ``(A, D, C, M)`` (selects)."""
     up = a >= start
-    return (line[0] if up else A), (line[1] if up else B), (line[2] if up else C), (line[3] if up else N)
+    return (line[0] if up else A), (line[1] if up else D), (line[2] if up else C), (line[3] if up else M)
 
 
 @table_math
 def dynamic_lower(a, signed):
     """For ``a = |x|`` (not NaN), the index j of a code of :func:`dynamic_map` with ``j <= nearest(a) <=
     j + 1``: the largest code <= ``a`` up to rounding. The decade of ``a`` by comparisons, then
-    ``j = C + clamp(a·A − B, 0, n)`` truncated (:func:`_decade_lines`). Only selects, no table: the loops
+    ``j = clamp(a·A + D, C, M)`` truncated (:func:`_decade_lines`; ``a·A + D`` rounded once, a fused
+    multiply-add as in :func:`._intrinsics.search_dynamic_block`). Only selects, no table: the loops
     calling it are vectorised. Non-decreasing in ``a`` (a composition of rounded monotone operations)."""
     lines = SIGNED_LINES if signed else UNSIGNED_LINES
-    A, B, C, N = lines[0]
-    A, B, C, N = _above(a, DECADES[0], lines[1], A, B, C, N)
-    A, B, C, N = _above(a, DECADES[1], lines[2], A, B, C, N)
-    A, B, C, N = _above(a, DECADES[2], lines[3], A, B, C, N)
-    A, B, C, N = _above(a, DECADES[3], lines[4], A, B, C, N)
-    A, B, C, N = _above(a, DECADES[4], lines[5], A, B, C, N)
-    A, B, C, N = _above(a, DECADES[5], lines[6], A, B, C, N)
-    u = a * A - B
-    u = u if u > ZERO_F else ZERO_F
-    u = u if u < N else N
-    return int(C) + int(u)
+    A, D, C, M = lines[0]
+    A, D, C, M = _above(a, DECADES[0], lines[1], A, D, C, M)
+    A, D, C, M = _above(a, DECADES[1], lines[2], A, D, C, M)
+    A, D, C, M = _above(a, DECADES[2], lines[3], A, D, C, M)
+    A, D, C, M = _above(a, DECADES[3], lines[4], A, D, C, M)
+    A, D, C, M = _above(a, DECADES[4], lines[5], A, D, C, M)
+    A, D, C, M = _above(a, DECADES[5], lines[6], A, D, C, M)
+    u = fma(a, A, D)
+    u = u if u > C else C
+    u = u if u < M else M
+    return int(u)
 
 
 @table_math
