@@ -37,6 +37,7 @@ from numba.extending import (
 )
 
 from ._checks import check_arrays, check_range
+from ._constant_quotient import QUOTIENT_DIVISOR_RANGE, divide_by_reciprocal
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate, sqrt_special
@@ -307,17 +308,32 @@ def _mkl_sqrt(x, mkl):
 # ------------------------------------------------------------------------------------------- Adam, AdamW
 
 
-@_scalar_helper
-def divide_by_constant(s, c, inv_c):
-    """``s / c`` rounded once in ``s``'s dtype. ``inv_c`` None: a division. Else (float32 ``s`` and ``c``,
-    ``inv_c`` the float64 ``1/c`` correctly rounded): ``float32(float64(s)·inv_c)``, the same bits for
-    every ``s`` at the cost of a multiplication: the product is within 2⁻⁵² (relative) of ``s/c``, while
-    a quotient of two float32 numbers is never a float32 rounding midpoint and lies at least 2⁻⁴⁹
-    (relative) from every one, so both round to the same float32 (no underflow or overflow for
-    ``0 < c ≤ 1``; zeros, infinities and NaN as the division gives them)."""
+def divide_by_constant(s: Any, c: Any, inv_c: Any) -> Any:
+    """``s / c`` rounded once in ``s``'s dtype. ``inv_c`` None: a division. Else ``s`` and ``c`` are float32
+    with ``c`` in :data:`~optkernels.kernels._constant_quotient.QUOTIENT_DIVISOR_RANGE` and ``inv_c`` is the
+    float64 ``1/c`` correctly rounded, and the result has the division's bits without one:
+
+    * in Python (the CUDA simulator) and CUDA code, ``float32(float64(s)·inv_c)`` for every ``s``: the
+      product is within 2⁻⁵² (relative) of ``s/c``, while a quotient of two float32 numbers is never a
+      float32 rounding midpoint and lies at least 2⁻⁴⁹ (relative) from every one, so both round to the same
+      float32 (no underflow or overflow for these ``c``; zeros, infinities and NaN as the division gives
+      them);
+    * in CPU code, :func:`~optkernels.kernels._constant_quotient.divide_by_reciprocal`'s float32 steps (a
+      multiplication, three ``fma``, one ``vfixupimmps``) for ``s`` ±0, ±∞, NaN or in
+      :data:`~optkernels.kernels._constant_quotient.QUOTIENT_DIVIDEND_RANGE`: every square root of a
+      float32, which is what the Adam loops divide."""
     if inv_c is None:
         return s / c
     return np.float32(np.float64(np.float32(s)) * inv_c)
+
+
+@overload(divide_by_constant, jit_options=dict(error_model="numpy", fastmath=False))
+def _divide_by_constant_compiled(s, c, inv_c):
+    if inv_c is None or isinstance(inv_c, types.NoneType):
+        return lambda s, c, inv_c: s / c
+    if s == c == types.float32 and inv_c == types.float64:
+        return lambda s, c, inv_c: divide_by_reciprocal(s, c, inv_c)
+    return lambda s, c, inv_c: np.float32(np.float64(np.float32(s)) * inv_c)
 
 
 def torch_div_scalar(s: Any, c: Any, inv_c: Any, like: Any) -> Any:
@@ -845,7 +861,8 @@ def adam_step_scalars(group: tuple, step: int) -> tuple:
     convert, beta1, beta2, single, head, eps, neg_lr, last = group
     t = float(step)
     bc2_sqrt = convert((1 - beta2**t) ** 0.5)
-    inv = 1.0 / float(bc2_sqrt) if single else None
+    low, high = QUOTIENT_DIVISOR_RANGE  # (always, for torch's 0 ≤ β2 < 1; else a division)
+    inv = 1.0 / float(bc2_sqrt) if single and low <= bc2_sqrt <= high else None
     return (*head, bc2_sqrt, inv, eps, convert(neg_lr / (1 - beta1**t)), *last)
 
 
