@@ -190,7 +190,8 @@ def test_the_float32_adam_loop_gives_the_bits_of_the_loop_that_divides(mkl, beta
 @pytest.mark.skipif(not AVX512, reason="checks AVX-512 instructions")
 def test_the_float32_adam_loop_divides_by_the_constant_without_conversions():
     """The 16-lane Adam loop (Z0 root) holds no float64 conversion: the root's division by the bias
-    correction is float32 arithmetic and a second vfixupimmps; one vdivps is left (the update's)."""
+    correction is float32 arithmetic and a second vfixupimmps; one vdivps is left per copy of the loop
+    (the update's)."""
     group = T.adam_group_scalars(np.dtype(F), 1e-3, 0.9, 0.999, 1e-8, 0.0, False, False, T.MKL_AVX512_SQRT)
     scalars = T.adam_step_scalars(group, 3)
     entry = _many_entry(T._torch_adam.py_func, 4, None, False, True)
@@ -201,5 +202,6 @@ def test_the_float32_adam_loop_divides_by_the_constant_without_conversions():
         entry(False, 1, chunks, addresses, np.empty(0, F), *scalars)
     asm = re.sub(r"(?ms)^optkernels\.\w+_v\d+:.*?^\.Lfunc_end\d+:", "", entry.inspect_asm(entry.signatures[0]))
     assert "vcvtps2pd" not in asm and "vcvtpd2ps" not in asm
-    assert len(re.findall(r"vfixupimmps\s.*%zmm", asm)) == 2
-    assert len(re.findall(r"vdivps\s.*%zmm", asm)) == 1
+    # (LLVM may keep several copies of the loop, one per value of a flag: each has both fixups and a division)
+    divisions = len(re.findall(r"vdivps\s.*%zmm", asm))
+    assert divisions >= 1 and len(re.findall(r"vfixupimmps\s.*%zmm", asm)) == 2 * divisions

@@ -48,6 +48,7 @@ from ._mkl_sqrt64 import (
     mkl_avx512_sqrt64_selected,
     mkl_avx_sqrt64,
 )
+from ._mkl_z0 import branching_z0_root
 from ._torch_nan import torch_max_nan, torch_nan
 from ._torch_tail import NO_TAIL, torch_tail
 from ._torch_tail import torch_tail_scalars as torch_tail_scalars  # optkernels.torch's import
@@ -263,7 +264,7 @@ def _mkl_avx_sqrt32(x):
 
 
 @_scalar_helper
-def _mkl_avx512_sqrt32(x):
+def _mkl_avx512_sqrt32_selected(x):
     """MKL's float32 ``Z0`` (:func:`torch_sqrt`), without branches (as :func:`_mkl_avx_sqrt32`): one
     ``fma(fma(−s_k, s_k, x_k), h_k, s)`` whose operands are the scaled path's where ``r > 2³⁹``
     (``x_k = x·2⁷⁸``, ``s_k = s·2³⁹``, ``h_k = h·2⁻⁷⁸``) and the plain path's elsewhere: each factor a power
@@ -283,6 +284,11 @@ def _mkl_avx512_sqrt32(x):
     mkl = fma(fma(-ss, ss, xs), hs, s)
     # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it
     return sqrt_special(mkl, x)
+
+
+#: MKL's float32 ``Z0`` in compiled code: with AVX-512 (where Z0 runs), the scaled path behind a branch per
+#: vector (:mod:`optkernels.kernels._mkl_z0`); elsewhere :func:`_mkl_avx512_sqrt32_selected`. The same bits.
+_mkl_avx512_sqrt32 = branching_z0_root(_mkl_avx512_sqrt32_selected)
 
 
 @_scalar_helper
