@@ -64,7 +64,8 @@ def divide_by_reciprocal(typingctx, s, c, inverse):
     (the same bits: see :func:`optkernels.kernels.torch_rules.divide_by_constant`).
 
     Why ``q = RN(s/c)`` (Markstein's theorem, here with its proof). Scale by powers of two, which changes
-    no step in these ranges (no operand or result is subnormal, none overflows): write ``x = s/c > 0``
+    no step in these ranges (none overflows, and only ``s·ℓ`` may be subnormal, an absolute error far
+    below step 2's margin): write ``x = s/c > 0``
     (the sign is symmetric), ``c = C·2^γ``, ``q₀ = Q·2^κ`` with ``2²³ ≤ C, Q < 2²⁴``.
 
     1. ``y = RN(1/c)``: the float64 ``1/c`` is within 2⁻⁵³ (relative) of ``1/c``, a quotient of float32
