@@ -25,6 +25,9 @@
   a float64 for ``vrsqrt14sd``), the first step of MKL's sqrt kernels that torch's CPU ``sqrt`` runs
   (:mod:`optkernels.kernels.torch_rules`). Where the instruction is missing (ARM64, CUDA, no AVX-512) they
   are ``1/√x`` rounded.
+* :func:`sqrt_special` and :func:`quotient_special`: IEEE ``sqrt``'s and IEEE division's results for the
+  float32 inputs outside a computed kernel's path (zeros, infinities, NaN, negatives), by one AVX-512
+  ``vfixupimmps`` per vector (by the input's class), a select elsewhere.
 * :func:`byte_permutes` and :func:`lookup_block`: AVX-512 VBMI's byte permute ``vpermi2b`` as a table
   lookup: 256 float32 values, kept as four planes of their bytes (:func:`byte_planes`), are looked up for
   256 byte indices with 32 register permutes instead of 256 loads (a vector gather). The kernels call it
@@ -492,6 +495,9 @@ def _rsqrt14_cpu(x):
 #: ±0, +1, −∞, +∞, negative, positive) for :func:`sqrt_special`: the NaN quieted (2), ±0 and +∞ passed (1),
 #: −∞ and negatives the default NaN (3), +1 and positives the computed root kept (0).
 _SQRT_FIXUP_TABLE = 0x03130122
+#: The same for :func:`quotient_special`: the NaN quieted (2), ±0 and ±∞ passed (1), every finite nonzero
+#: value's computed quotient kept (0).
+_QUOTIENT_FIXUP_TABLE = 0x00110122
 _FIXUP_SCALAR = "llvm.x86.avx512.mask.fixupimm.ss"
 #: ``(lanes, intrinsic, takes a rounding operand)`` of the packed forms of :data:`_FIXUP_SCALAR`.
 _FIXUP_PACKED = (
@@ -501,13 +507,13 @@ _FIXUP_PACKED = (
 )
 
 
-def _fixup_call(builder: Any, name: str, root: Any, x: Any, rounding: bool) -> Any:
-    """``vfixupimm`` (intrinsic ``name``, on vectors) of ``root`` by the class of each lane of ``x``, with
-    :data:`_SQRT_FIXUP_TABLE`, every lane, no fault reported."""
-    vector = root.type
+def _fixup_call(builder: Any, name: str, value: Any, x: Any, rounding: bool, table: int) -> Any:
+    """``vfixupimm`` (intrinsic ``name``, on vectors) of ``value`` by the class of each lane of ``x``, with
+    the response ``table``, every lane, no fault reported."""
+    vector = value.type
     ints = ir.VectorType(_I32, vector.count)
     mask = ir.IntType(max(8, vector.count))
-    operands = [root, x, ir.Constant(ints, [_SQRT_FIXUP_TABLE] * vector.count), _I32(0), mask(-1)]
+    operands = [value, x, ir.Constant(ints, [table] * vector.count), _I32(0), mask(-1)]
     if rounding:
         operands.append(_I32(4))  # the current rounding direction
     function = cgutils.get_or_insert_function(
@@ -516,23 +522,25 @@ def _fixup_call(builder: Any, name: str, root: Any, x: Any, rounding: bool) -> A
     return builder.call(function, operands)
 
 
-def _fixup_function(module: Any) -> Any:
-    """The function ``float f(float root, float x)`` (in ``module``) computing :func:`sqrt_special` by the
-    scalar ``vfixupimmss``, with its packed forms as vector variants (as :func:`_estimate_function`)."""
-    scalar_name = ESTIMATE_PREFIX + "avx512_fixupimm_sqrt_ss"
+def _fixup_function(module: Any, name: str, table: int) -> Any:
+    """The function ``float f(float value, float x)`` (in ``module``, named ``optkernels.<name>``) fixing
+    ``value`` up by the class of ``x`` with the response ``table`` by the scalar ``vfixupimmss``, with its
+    packed forms as vector variants (as :func:`_estimate_function`)."""
 
     def scalar_body(builder: Any, args: list) -> Any:
         vector = ir.VectorType(ir.FloatType(), 4)
-        root, x = (builder.insert_element(ir.Constant(vector, None), a, _I32(0)) for a in args)
-        return builder.extract_element(_fixup_call(builder, _FIXUP_SCALAR, root, x, True), _I32(0))
+        value, x = (builder.insert_element(ir.Constant(vector, None), a, _I32(0)) for a in args)
+        return builder.extract_element(_fixup_call(builder, _FIXUP_SCALAR, value, x, True, table), _I32(0))
 
     return _with_vector_variants(
         module,
-        scalar_name,
+        ESTIMATE_PREFIX + name,
         ir.FloatType(),
         2,
         _FIXUP_PACKED,
-        lambda builder, packed, rounding, args: _fixup_call(builder, packed, args[0], args[1], rounding),
+        lambda builder, packed, rounding, args: _fixup_call(
+            builder, packed, args[0], args[1], rounding, table
+        ),
         scalar_body,
     )
 
@@ -547,16 +555,22 @@ def _sqrt_special_select(builder: Any, root: Any, x: Any) -> Any:
     return builder.select(builder.fcmp_ordered("ord", root, root), root, outside)
 
 
+def _avx512_here(context: Any) -> bool:
+    """Whether code compiled now by ``context`` is CPU code for a processor with AVX-512."""
+    from numba.core.cpu import CPUContext
+
+    return isinstance(context, CPUContext) and _avx512()
+
+
 @intrinsic
 def _sqrt_special(typingctx, root, x):
     if not (root == x == types.float32):
         raise TypingError(f"sqrt_special takes two float32, got ({root}, {x})")
 
     def codegen(context, builder, signature, args):
-        from numba.core.cpu import CPUContext
-
-        if isinstance(context, CPUContext) and _avx512():
-            return builder.call(_fixup_function(builder.module), list(args))
+        if _avx512_here(context):
+            function = _fixup_function(builder.module, "avx512_fixupimm_sqrt_ss", _SQRT_FIXUP_TABLE)
+            return builder.call(function, list(args))
         return _sqrt_special_select(builder, *args)
 
     return root(root, x), codegen
@@ -579,6 +593,65 @@ def _sqrt_special_compiled(root, x):
     if root == x == types.float32:
         return lambda root, x: _sqrt_special(root, x)
     raise TypingError(f"sqrt_special takes two float32, got ({root}, {x})")
+
+
+def quotient_special_value(context: Any, builder: Any, quotient: Any, x: Any, multiplier: Any) -> Any:
+    """:func:`quotient_special` in a codegen (``context`` compiling, ``builder`` emitting): ``quotient``
+    where ``x`` (float32, as ``quotient``) is finite and nonzero, else ``x·multiplier`` (``multiplier``
+    positive and finite: ``x`` itself for ±0 and ±∞, a NaN quieted) by one ``vfixupimm`` where the target
+    has AVX-512 (it gives ``x``, or ``x`` quieted, without the product), else by a select."""
+    if _avx512_here(context):
+        function = _fixup_function(builder.module, "avx512_fixupimm_quotient_ss", _QUOTIENT_FIXUP_TABLE)
+        return builder.call(function, [quotient, x])
+    return _quotient_special_select(builder, quotient, x, multiplier)
+
+
+def _quotient_special_select(builder: Any, quotient: Any, x: Any, multiplier: Any) -> Any:
+    """:func:`quotient_special` without ``vfixupimm``: ``quotient`` where ``x`` is finite and nonzero, else
+    ``x·multiplier``."""
+    infinity = ir.Constant(x.type, math.inf)
+    regular = builder.and_(
+        builder.fcmp_ordered("!=", x, ir.Constant(x.type, 0.0)),
+        builder.fcmp_ordered("<", _fabs(builder, x), infinity),
+    )
+    return builder.select(regular, quotient, builder.fmul(x, multiplier))
+
+
+def _fabs(builder: Any, x: Any) -> Any:
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(x.type, [x.type]), f"llvm.fabs.{x.type.intrinsic_name}"
+    )
+    return builder.call(function, [x])
+
+
+@intrinsic
+def _quotient_special(typingctx, quotient, x, multiplier):
+    if not (quotient == x == multiplier == types.float32):
+        raise TypingError(f"quotient_special takes three float32, got ({quotient}, {x}, {multiplier})")
+
+    def codegen(context, builder, signature, args):
+        return quotient_special_value(context, builder, *args)
+
+    return quotient(quotient, x, multiplier), codegen
+
+
+def quotient_special(quotient: Any, x: Any, multiplier: Any) -> Any:
+    """IEEE ``x/c``'s result for a float32 ``x`` that is ±0, ±∞ or NaN, divided by a positive finite
+    ``c`` (``x`` itself, a NaN quieted with its sign and payload kept), ``quotient`` for every finite nonzero
+    ``x``: for a division computed in steps that are exact only for finite nonzero dividends.
+    ``multiplier``: any positive finite float32 (such as ``1/c``): the special result is ``x·multiplier``
+    (which is ``x``, or ``x`` quieted). With AVX-512, one ``vfixupimmps`` per vector (by the class of
+    ``x``); elsewhere a select. From Python: that select."""
+    if x != 0 and math.isfinite(x):
+        return quotient
+    return x * multiplier
+
+
+@overload(quotient_special, jit_options=dict(inline="always", error_model="numpy", fastmath=False))
+def _quotient_special_compiled(quotient, x, multiplier):
+    if quotient == x == multiplier == types.float32:
+        return lambda quotient, x, multiplier: _quotient_special(quotient, x, multiplier)
+    raise TypingError(f"quotient_special takes three float32, got ({quotient}, {x}, {multiplier})")
 
 
 #: Allow :func:`lookup_block` where the compiling target has AVX-512 VBMI (tests set False to compile the

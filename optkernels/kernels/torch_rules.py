@@ -37,6 +37,7 @@ from numba.extending import (
 )
 
 from ._checks import check_arrays, check_range
+from ._constant_quotient import QUOTIENT_DIVISOR_RANGE, divide_by_reciprocal
 from ._divide import divide_by_constant
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
@@ -48,6 +49,7 @@ from ._mkl_sqrt64 import (
     mkl_avx512_sqrt64_selected,
     mkl_avx_sqrt64,
 )
+from ._mkl_z0 import branching_z0_root
 from ._torch_nan import torch_max_nan, torch_nan
 from ._torch_tail import NO_TAIL, torch_tail
 from ._torch_tail import torch_tail_scalars as torch_tail_scalars  # optkernels.torch's import
@@ -263,7 +265,7 @@ def _mkl_avx_sqrt32(x):
 
 
 @_scalar_helper
-def _mkl_avx512_sqrt32(x):
+def _mkl_avx512_sqrt32_selected(x):
     """MKL's float32 ``Z0`` (:func:`torch_sqrt`), without branches (as :func:`_mkl_avx_sqrt32`): one
     ``fma(fma(−s_k, s_k, x_k), h_k, s)`` whose operands are the scaled path's where ``r > 2³⁹``
     (``x_k = x·2⁷⁸``, ``s_k = s·2³⁹``, ``h_k = h·2⁻⁷⁸``) and the plain path's elsewhere: each factor a power
@@ -283,6 +285,11 @@ def _mkl_avx512_sqrt32(x):
     mkl = fma(fma(-ss, ss, xs), hs, s)
     # NaN exactly outside the path (x ≤ 0, +∞, NaN: s = r·x is NaN there), finite on it
     return sqrt_special(mkl, x)
+
+
+#: MKL's float32 ``Z0`` in compiled code: with AVX-512 (where Z0 runs), the scaled path behind a branch per
+#: vector (:mod:`optkernels.kernels._mkl_z0`); elsewhere :func:`_mkl_avx512_sqrt32_selected`. The same bits.
+_mkl_avx512_sqrt32 = branching_z0_root(_mkl_avx512_sqrt32_selected)
 
 
 @_scalar_helper
@@ -308,18 +315,42 @@ def _mkl_sqrt(x, mkl):
 # ------------------------------------------------------------------------------------------- Adam, AdamW
 
 
+def divide_root_by_constant(s: Any, c: Any, inv_c: Any) -> Any:
+    """``s / c`` rounded once in ``s``'s dtype, for ``s`` a square root (or ±0, ±∞, NaN). ``inv_c`` None: a
+    division. Else ``s`` and ``c`` are float32 with ``c`` in
+    :data:`~optkernels.kernels._constant_quotient.QUOTIENT_DIVISOR_RANGE` and ``inv_c`` is the float64
+    ``1/c`` correctly rounded, and the result has the division's bits without one:
+
+    * in Python (the CUDA simulator) and CUDA code, :func:`~optkernels.kernels._divide.divide_by_constant`'s
+      float64 product (exact for every ``s``);
+    * in CPU code, :func:`~optkernels.kernels._constant_quotient.divide_by_reciprocal`'s float32 steps (a
+      multiplication, three ``fma``, one ``vfixupimmps``) for ``s`` ±0, ±∞, NaN or in
+      :data:`~optkernels.kernels._constant_quotient.QUOTIENT_DIVIDEND_RANGE`: every square root of a
+      float32, which is what the Adam loops divide."""
+    return divide_by_constant(s, c, inv_c)
+
+
+@overload(divide_root_by_constant, jit_options=dict(error_model="numpy", fastmath=False))
+def _divide_root_by_constant_compiled(s, c, inv_c):
+    if inv_c is None or isinstance(inv_c, types.NoneType):
+        return lambda s, c, inv_c: s / c
+    if s == c == types.float32 and inv_c == types.float64:
+        return lambda s, c, inv_c: divide_by_reciprocal(s, c, inv_c)
+    return lambda s, c, inv_c: divide_by_constant(s, c, inv_c)
+
+
 def torch_div_scalar(s: Any, c: Any, inv_c: Any, like: Any) -> Any:
-    """torch's CPU ``t / c`` of an element ``s`` of ``like`` by the Python scalar ``c``: :func:`divide_by_constant`;
+    """torch's CPU ``t / c`` of an element ``s`` of ``like`` by the Python scalar ``c``: :func:`divide_root_by_constant`;
     for a half ``like``, the float32 quotient (torch divides its float32 value by ``c`` converted to
     float32), rounded by the caller."""
-    return divide_by_constant(s, c, inv_c)
+    return divide_root_by_constant(s, c, inv_c)
 
 
 @overload(torch_div_scalar, jit_options=dict(error_model="numpy", fastmath=False))
 def _torch_div_scalar_compiled(s, c, inv_c, like):
     if like in HALF_MARKERS:
         return lambda s, c, inv_c, like: s / c
-    return lambda s, c, inv_c, like: divide_by_constant(s, c, inv_c)
+    return lambda s, c, inv_c, like: divide_root_by_constant(s, c, inv_c)
 
 
 @_scalar_helper
@@ -792,7 +823,7 @@ def adam_scalars(dtype: np.dtype, step: int, *hyper: Any, **named: Any) -> tuple
     """The scalars of ``_torch_adam``/``_torch_adam_amsgrad`` for step ``step`` (from 1), as
     ``_single_tensor_adam`` computes them in Python floats: ``1 − lr·wd``, ``bias_correction2**0.5``,
     ``−lr/bias_correction1``; for float32, the float64 ``1/bias_correction2**0.5`` that
-    :func:`divide_by_constant` divides by. ``hyper``/``named``: :func:`adam_group_scalars`'s arguments
+    :func:`divide_root_by_constant` divides by. ``hyper``/``named``: :func:`adam_group_scalars`'s arguments
     after ``dtype`` (``lr, beta1, beta2, eps, weight_decay, decoupled, maximize, mkl_sqrt``); the same as
     ``adam_step_scalars(adam_group_scalars(dtype, ...), step)``."""
     return adam_step_scalars(adam_group_scalars(dtype, *hyper, **named), step)
@@ -833,7 +864,8 @@ def adam_step_scalars(group: tuple, step: int) -> tuple:
     convert, beta1, beta2, single, head, eps, neg_lr, last = group
     t = float(step)
     bc2_sqrt = convert((1 - beta2**t) ** 0.5)
-    inv = 1.0 / float(bc2_sqrt) if single else None
+    low, high = QUOTIENT_DIVISOR_RANGE  # (always, for torch's 0 ≤ β2 < 1; else a division)
+    inv = 1.0 / float(bc2_sqrt) if single and low <= bc2_sqrt <= high else None
     return (*head, bc2_sqrt, inv, eps, convert(neg_lr / (1 - beta1**t)), *last)
 
 
