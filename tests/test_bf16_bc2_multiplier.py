@@ -19,34 +19,45 @@ def _c(beta2, step):
     return np.float32((1 - beta2 ** float(step)) ** 0.5)  # adam_step_scalars' bias_correction2**0.5
 
 
+# (0.999, 2934), (0.999, 4923), (0.9999, 775): float32(1/c) is wrong for some root, a neighbour is not;
+# (0.99999, 54601): no multiplier within 4 units in the last place gives every root's bits
+DIVIDES = (0.99999, 54601)
+
+
 @pytest.mark.parametrize("beta2, step", [(0.999, 1), (0.999, 2), (0.999, 777), (0.999, 2933), (0.999, 2934),
                                          (0.999, 4923), (0.9999, 775), (0.9999, 776), (0.5, 3), (0.0, 1),
-                                         (0.999, 20000)])
+                                         (0.999, 20000), DIVIDES])
 def test_the_multiplier_gives_the_quotients_bfloat16_for_every_root(beta2, step):
     """Where bf16_bc2_multiplier gives y, bfloat16(float32(r·y)) is bfloat16(float32(r/c)) for every bfloat16
-    root r; where it gives None (steps 2934 and 4923 of β2 = 0.999, 775 of 0.9999), some r differs."""
+    root r; y is float32(1/c) except at the steps where that is wrong for some r; None only where every
+    float32 within 4 units in the last place of float32(1/c) is wrong for some r."""
     c = _c(beta2, step)
     y = T.bf16_bc2_multiplier(beta2, step)
+    nearest = np.float32(1 / float(c))
     with np.errstate(over="ignore"):
         divided = (ROOTS / c).astype(BF16).view(np.uint16)
-        multiplied = (ROOTS * (y if y is not None else np.float32(1 / float(c)))).astype(BF16).view(np.uint16)
-    if (beta2, step) in ((0.999, 2934), (0.999, 4923), (0.9999, 775)):
-        assert y is None and not np.array_equal(divided, multiplied)
+        candidates = [nearest]
+        for _ in range(4):
+            candidates = [np.nextafter(candidates[0], np.float32(0)), *candidates,
+                          np.nextafter(candidates[-1], np.float32(np.inf))]
+        right = [z for z in candidates if np.array_equal((ROOTS * z).astype(BF16).view(np.uint16), divided)]
+    if (beta2, step) == DIVIDES:
+        assert y is None and not right
     else:
-        assert y is not None and y == np.float32(1 / float(c))
-        assert np.array_equal(divided, multiplied)
+        assert y is not None and y in right
+        assert (y == nearest) == ((beta2, step) not in ((0.999, 2934), (0.999, 4923), (0.9999, 775)))
 
 
-def test_half_scalars_carry_the_multiplier_only_where_it_holds():
-    group = T.adam_group_scalars(np.dtype(np.float32), 1e-3, 0.9, 0.999, 1e-8, 0.0, False, False)
-    for step in (5, 2934):
-        plain, half = T.adam_step_scalars(group, step), T.adam_half_step_scalars(group, step)
-        k = len(group[4]) + 1
-        assert half[:k] + half[k + 1:] == plain[:k] + plain[k + 1:]
-        if step == 2934:
-            assert half[k] == plain[k] and type(half[k]) is float
-        else:
-            assert type(half[k]) is np.float32 and half[k] == np.float32(plain[k])
+@pytest.mark.parametrize("beta2, step", [(0.999, 5), (0.999, 2934), DIVIDES])
+def test_half_scalars_carry_the_multiplier_only_where_it_holds(beta2, step):
+    group = T.adam_group_scalars(np.dtype(np.float32), 1e-3, 0.9, beta2, 1e-8, 0.0, False, False)
+    plain, half = T.adam_step_scalars(group, step), T.adam_half_step_scalars(group, step)
+    k = len(group[4]) + 1
+    assert half[:k] + half[k + 1:] == plain[:k] + plain[k + 1:]
+    if (beta2, step) == DIVIDES:
+        assert half[k] == plain[k] and type(half[k]) is float  # the float64 1/c: the kernel divides
+    else:
+        assert type(half[k]) is np.float32 and half[k] == T.bf16_bc2_multiplier(beta2, step)
 
 
 def _same(a, b):
@@ -54,23 +65,25 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("amsgrad", [False, True])
-def test_bfloat16_adam_steps_around_a_division_step_are_torch_bits(amsgrad):
-    """optkernels.torch.Adam on bfloat16 from torch's state at step 2931: steps 2932 .. 2936 (2934 divides,
-    the others multiply), the same bits as torch.optim.Adam(foreach=False) at every step."""
+@pytest.mark.parametrize("beta2, first", [(0.999, 2932), (DIVIDES[0], DIVIDES[1] - 2)])
+def test_bfloat16_adam_steps_around_the_checked_steps_are_torch_bits(amsgrad, beta2, first):
+    """optkernels.torch.Adam on bfloat16 from torch's state: five steps from ``first`` (one by a neighbour
+    of float32(1/c) at 2934 with β2 = 0.999, one dividing at 54601 with β2 = 0.99999), the same bits as
+    torch.optim.Adam(foreach=False) at every step."""
     gen = torch.Generator().manual_seed(3)
     init = torch.randn(4099, generator=gen).to(torch.bfloat16)
     theirs, ours = init.clone().requires_grad_(), init.clone().requires_grad_()
-    reference = torch.optim.Adam([theirs], lr=1e-2, amsgrad=amsgrad, foreach=False)
+    reference = torch.optim.Adam([theirs], lr=1e-2, betas=(0.9, beta2), amsgrad=amsgrad, foreach=False)
     theirs.grad = torch.randn(4099, generator=gen).to(torch.bfloat16)
     reference.step()
     state = reference.state_dict()
-    state["state"][0]["step"] = torch.tensor(2931.0)
+    state["state"][0]["step"] = torch.tensor(float(first - 1))
     reference.load_state_dict(copy.deepcopy(state))  # (a loaded 'step' tensor is not copied)
-    optimizer = okt.Adam([ours], lr=1e-2, amsgrad=amsgrad)
+    optimizer = okt.Adam([ours], lr=1e-2, betas=(0.9, beta2), amsgrad=amsgrad)
     optimizer.load_state_dict(copy.deepcopy(state))
     ours.data.copy_(theirs.detach())
-    for step in range(2932, 2937):
-        g = (torch.randn(4099, generator=gen) * (step - 2930)).to(torch.bfloat16)
+    for step in range(first, first + 5):
+        g = (torch.randn(4099, generator=gen) * (step - first + 1)).to(torch.bfloat16)
         theirs.grad, ours.grad = g, g.clone()
         reference.step()
         optimizer.step()

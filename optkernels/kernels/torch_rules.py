@@ -349,7 +349,8 @@ def bf16_bc2_multiplier(beta2: float, step: int) -> Any:
     """``y = float32(1/c)`` for Adam's ``c = bias_correction2**0.5`` (float32, as :func:`adam_step_scalars`
     computes it for step ``step`` from 1) where ``bfloat16(float32(r·y)) = bfloat16(float32(r/c))`` for every
     bfloat16 ``r ≥ 0`` (the element function's root: torch divides it by ``c`` in float32 and rounds the
-    quotient to bfloat16); None where some ``r`` differs (the kernel then divides).
+    quotient to bfloat16); where some ``r`` differs, the nearest float32 within 4 units in the last place of
+    ``y`` that gives every ``r``'s bits, or None where none does (the kernel then divides).
 
     The product and the quotient are rounded alike at every scale: ``0 < c ≤ 1`` and ``y ≤ 1/√(1 − β2)``, and
     a root (``√`` of a bfloat16) is 0, +∞, NaN (each the same either way) or in ``[2⁻⁷⁵, 2⁶⁴]``, where both
@@ -377,7 +378,24 @@ def _bc2_multipliers(beta2: float, first: int) -> np.ndarray:
         multiplied = _BF16_SIGNIFICANDS[:, None] * y
     same = (c > 0) & (c <= 1) & np.isfinite(y)
     same &= np.all(_bf16_rounded(divided) == _bf16_rounded(multiplied), axis=0)
+    for k in np.flatnonzero(
+        ~same & (c > 0) & (c <= 1) & np.isfinite(y)
+    ):  # rare: the nearest other multiplier
+        expected = _bf16_rounded(divided[:, k])
+        for other in _neighbours(y[k]):
+            if np.array_equal(_bf16_rounded(_BF16_SIGNIFICANDS * other), expected):
+                y[k], same[k] = other, True
+                break
     return np.where(same, y, np.float32(0))
+
+
+def _neighbours(y: np.float32) -> list:
+    """The float32 numbers 1 to 4 units in the last place from ``y``, nearest first."""
+    out, low, high = [], y, y
+    for _ in range(4):
+        low, high = np.nextafter(low, np.float32(0)), np.nextafter(high, np.float32(np.inf))
+        out += [low, high]
+    return out
 
 
 def _bf16_rounded(x: np.ndarray) -> np.ndarray:
