@@ -140,7 +140,7 @@ class _Rename(ast.NodeTransformer):
         return node
 
 
-def _load(stmt, index: str):
+def _load(stmt: ast.stmt, index: str) -> tuple[str, str] | None:
     """``(local, array)`` of a fused load ``_v_p = _load_bf16(p[index])``, else None."""
     if not (
         isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
@@ -160,7 +160,7 @@ def _load(stmt, index: str):
     return stmt.targets[0].id, item.value.id
 
 
-def _store(stmt, index: str):
+def _store(stmt: ast.stmt, index: str) -> tuple[str, str, str] | None:
     """``(array, store name, local)`` of a fused store ``p[index] = _store_bf16...(_v_p)``, else None."""
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
         return None
@@ -190,13 +190,13 @@ def paired_source(body_source: str, index: str) -> tuple[str, str] | None:
     if not isinstance(func, ast.FunctionDef):
         return None
     body = func.body
-    loads = []
-    while body and _load(body[0], index) is not None:
-        loads.append(_load(body[0], index))
+    loads: list[tuple[str, str]] = []
+    while body and (load := _load(body[0], index)) is not None:
+        loads.append(load)
         body = body[1:]
-    stores = []
-    while body and _store(body[-1], index) is not None:
-        stores.insert(0, _store(body[-1], index))
+    stores: list[tuple[str, str, str]] = []
+    while body and (store := _store(body[-1], index)) is not None:
+        stores.insert(0, store)
         body = body[:-1]
     arrays = {array for _, array in loads}
     if not loads or any(array not in arrays for array, _, _ in stores):
