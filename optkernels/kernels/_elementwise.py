@@ -784,6 +784,11 @@ def _fused_element(py_func: Callable, kinds: tuple, flags: tuple = ()) -> tuple 
     return namespace[element_name], call_args, digest
 
 
+#: Whether the split fused loop of an all-bfloat16 call runs its vector body on pairs of elements, one 32-bit
+#: word per array (:mod:`._bf16_pairs`, the same bits); tests set False to compile the one-element loop.
+PAIRED = True
+
+
 def _fused_split_driver(
     py_func: Callable, kinds: tuple, flags: tuple = (), cache: bool = True
 ) -> Callable | None:
@@ -798,7 +803,10 @@ def _fused_split_driver(
     split = _torch_tail_module().tail_variants(
         element_source, next(iter(inspect.signature(py_func).parameters))
     )
-    return None if split is None else _split_driver(py_func, namespace, split, params, call_args, cache)
+    if split is None:
+        return None
+    paired = PAIRED and all(kind in (None, "bf16") for kind in kinds)
+    return _split_driver(py_func, namespace, split, params, call_args, cache, paired)
 
 
 def _fused_function(py_func: Callable, kinds: tuple, flags: tuple, template: str, tag: str) -> tuple | None:
@@ -874,36 +882,79 @@ def {name}(_part, _size, _shares, {args}):
         _i = _end
 """
 
+# The split loop of an all-bfloat16 call: its vector body runs the paired element function (``_bf16_pairs``)
+# over pairs of elements from an even index, the body variant (one call site: compiled once) over a first
+# odd and a last lone element.
+_CPU_FUSED_PAIRED = _CPU_FUSED_SPLIT.replace(
+    """            for _j in range(uint64(_i), uint64(_end)):
+                body(_j, {call_args})
+""",
+    """            _j = uint64(_i)
+            _stop = uint64(_end)
+            _first = _j & uint64(1)
+            _last = (_stop - _j - _first) & uint64(1)
+            for _l in range(_first + _last):
+                body(_j if _l < _first else _stop - uint64(1), {call_args})
+            for _k in range((_stop - _j - _first) // uint64(2)):
+                pair(_j + _first + uint64(2) * _k, {call_args})
+""",
+)
+
 #: The split loop's parts begin and end on multiples of this many elements (whole cache lines of a half
 #: array: no two threads store into one line).
 SPLIT_ALIGN = 64
 
 
+#: Whether a paired loop prefers 512-bit vectors (:func:`._chunks.entry`'s ``wide``): its widest values are
+#: 32 bits, so on a processor tuned for 256-bit vectors it would otherwise take 8 pairs a vector, where the
+#: one-element loop takes 16 elements (its 16-bit loads set its width).
+WIDE_PAIRS = True
+
+
 def _split_driver(
-    py_func: Callable, namespace: dict, split: tuple, params: list, call_args: list, cache: bool = True
+    py_func: Callable,
+    namespace: dict,
+    split: tuple,
+    params: list,
+    call_args: list,
+    cache: bool = True,
+    paired: bool = False,
 ) -> Callable:
     """The chunked entry of ``py_func``'s fused CPU loop over its body and tail variants (see
     :data:`_CPU_FUSED_SPLIT`): ``entry(parallel, parts, n, parts, *arguments)``. ``split`` is
     ``_torch_tail.tail_variants``' result, ``namespace`` the element function's globals.
 
     The part function is simplified before it is linked (``_chunks.entry(views=True)``): the element
-    function's helpers are calls until then, and a loop holding a call is not vectorised."""
+    function's helpers are calls until then, and a loop holding a call is not vectorised. ``paired``: an
+    all-bfloat16 call, whose body runs on pairs where :func:`._bf16_pairs.paired_source` can rewrite it."""
     body_source, tail_source, (tail_from, chunk, chunk_tail) = split
     filename = inspect.getfile(py_func)
     for source in (body_source, tail_source):
         exec(compile(source, filename, "exec"), namespace)
     body_name = body_source.split("(", 1)[0].split()[-1]
     tail_name = tail_source.split("(", 1)[0].split()[-1]
+    template, pair_source = _CPU_FUSED_SPLIT, ""
+    if paired:
+        from . import _bf16_pairs
+
+        pair = _bf16_pairs.paired_source(body_source, next(iter(inspect.signature(py_func).parameters)))
+        if pair is not None:
+            pair_name, pair_source = pair
+            namespace.update(_bf16_pairs.NAMES)
+            exec(compile(pair_source, filename, "exec"), namespace)
+            template = _CPU_FUSED_PAIRED
+            pair_source += inspect.getsource(_bf16_pairs)
     digest = _digest(
-        _CPU_FUSED_SPLIT,
+        template,
         body_source,
         tail_source,
+        pair_source,
         inspect.getsource(_lowp_module()),
         ", ".join(call_args),
         str(SPLIT_ALIGN),
     )
     name = f"{body_name[: -len('_body')]}_split_{digest}"
-    source = _CPU_FUSED_SPLIT.format(
+    source = template.format(
         name=name,
         align=SPLIT_ALIGN,
         args=", ".join(params),
@@ -920,8 +971,12 @@ def _split_driver(
         "body": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[body_name]),
         "tail": numba.njit(inline="always", **_JIT_OPTIONS)(namespace[tail_name]),
     }
+    if pair_source:
+        loop_namespace["pair"] = numba.njit(inline="always", **_JIT_OPTIONS)(namespace[pair_name])
     function = _chunks.define(name, source, py_func, loop_namespace)
-    return _chunks.entry(function, salt=source, cache=cache, views=True)
+    return _chunks.entry(
+        function, salt=source, cache=cache, views=True, wide=WIDE_PAIRS and bool(pair_source)
+    )
 
 
 def _torch_tail_module() -> Any:

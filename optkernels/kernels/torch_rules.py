@@ -342,15 +342,97 @@ def _divide_root_by_constant_compiled(s, c, inv_c):
 def torch_div_scalar(s: Any, c: Any, inv_c: Any, like: Any) -> Any:
     """torch's CPU ``t / c`` of an element ``s`` of ``like`` by the Python scalar ``c``: :func:`divide_root_by_constant`;
     for a half ``like``, the float32 quotient (torch divides its float32 value by ``c`` converted to
-    float32), rounded by the caller."""
+    float32), rounded by the caller: for a bfloat16 ``like`` and a float32 ``inv_c``, ``s·inv_c`` (the
+    multiplier of :func:`bf16_bc2_multiplier`, which gives the quotient's bfloat16 rounding for every
+    bfloat16 ``s``)."""
     return divide_root_by_constant(s, c, inv_c)
 
 
 @overload(torch_div_scalar, jit_options=dict(error_model="numpy", fastmath=False))
 def _torch_div_scalar_compiled(s, c, inv_c, like):
+    if like in (types.uint16, types.int8) and inv_c == types.float32:  # bfloat16: see bf16_bc2_multiplier
+        return lambda s, c, inv_c, like: s * inv_c
     if like in HALF_MARKERS:
         return lambda s, c, inv_c, like: s / c
     return lambda s, c, inv_c, like: divide_root_by_constant(s, c, inv_c)
+
+
+#: Steps per block of :func:`bf16_bc2_multiplier`'s checks, and the blocks kept.
+_MULTIPLIER_BLOCK, _MULTIPLIER_BLOCKS = 512, 64
+_MULTIPLIERS: dict = {}
+#: The 128 significands of the positive normal bfloat16 numbers in [1, 2).
+_BF16_SIGNIFICANDS = np.arange(128, 256, dtype=np.float32) / np.float32(128)
+
+
+def bf16_bc2_multiplier(beta2: float, step: int) -> Any:
+    """``y = float32(1/c)`` for Adam's ``c = bias_correction2**0.5`` (float32, as :func:`adam_step_scalars`
+    computes it for step ``step`` from 1) where ``bfloat16(float32(r·y)) = bfloat16(float32(r/c))`` for every
+    bfloat16 ``r ≥ 0`` (the element function's root: torch divides it by ``c`` in float32 and rounds the
+    quotient to bfloat16); where some ``r`` differs, the nearest float32 within 4 units in the last place of
+    ``y`` that gives every ``r``'s bits, or None where none does (the kernel then divides).
+
+    The product and the quotient are rounded alike at every scale: ``0 < c ≤ 1`` and ``y ≤ 1/√(1 − β2)``, and
+    a root (``√`` of a bfloat16) is 0, +∞, NaN (each the same either way) or in ``[2⁻⁷⁵, 2⁶⁴]``, where both
+    results are normal float32 and their bfloat16 roundings scale with ``r``. So the 128 significands of
+    ``[1, 2)`` decide for every ``r``; they are checked for blocks of steps at a time (remembered), each ``c``
+    computed in Python as the step's. ``y`` is ``float32`` of the correctly rounded float64 ``1/c``: ``1/c``
+    lies at least 2⁻⁴⁹ (relative) from every float32 midpoint, so that is ``1/c`` rounded once to float32."""
+    key = (float(beta2), step // _MULTIPLIER_BLOCK)
+    table = _MULTIPLIERS.get(key)
+    if table is None:
+        if len(_MULTIPLIERS) >= _MULTIPLIER_BLOCKS:
+            _MULTIPLIERS.clear()
+        table = _MULTIPLIERS[key] = _bc2_multipliers(key[0], key[1] * _MULTIPLIER_BLOCK)
+    y = table[step % _MULTIPLIER_BLOCK]
+    return y if y > 0 else None
+
+
+def _bc2_multipliers(beta2: float, first: int) -> np.ndarray:
+    """:func:`bf16_bc2_multiplier` of steps ``first`` .. ``first + _MULTIPLIER_BLOCK − 1``, 0 for None."""
+    steps = range(first, first + _MULTIPLIER_BLOCK)
+    c = np.array([(1 - beta2 ** float(t)) ** 0.5 for t in steps]).astype(np.float32)  # rounded once
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        y = (1.0 / c.astype(np.float64)).astype(np.float32)
+        divided = _BF16_SIGNIFICANDS[:, None] / c
+        multiplied = _BF16_SIGNIFICANDS[:, None] * y
+    same = (c > 0) & (c <= 1) & np.isfinite(y)
+    same &= np.all(_bf16_rounded(divided) == _bf16_rounded(multiplied), axis=0)
+    for k in np.flatnonzero(
+        ~same & (c > 0) & (c <= 1) & np.isfinite(y)
+    ):  # rare: the nearest other multiplier
+        expected = _bf16_rounded(divided[:, k])
+        for other in _neighbours(y[k]):
+            if np.array_equal(_bf16_rounded(_BF16_SIGNIFICANDS * other), expected):
+                y[k], same[k] = other, True
+                break
+    return np.where(same, y, np.float32(0))
+
+
+def _neighbours(y: np.float32) -> list:
+    """The float32 numbers 1 to 4 units in the last place from ``y``, nearest first."""
+    out, low, high = [], y, y
+    for _ in range(4):
+        low, high = np.nextafter(low, np.float32(0)), np.nextafter(high, np.float32(np.inf))
+        out += [low, high]
+    return out
+
+
+def _bf16_rounded(x: np.ndarray) -> np.ndarray:
+    """The bfloat16 bits (in uint32) nearest each positive finite float32 of ``x`` (ties to even)."""
+    bits = x.view(np.uint32)
+    return (bits + ((bits >> 16) & 1) + 0x7FFF) >> 16
+
+
+def adam_half_step_scalars(group: tuple, step: int) -> tuple:
+    """:func:`adam_step_scalars` for a float16/bfloat16 launch: the float64 ``1/bias_correction2**0.5``
+    replaced by :func:`bf16_bc2_multiplier`'s float32 multiplier where there is one (bfloat16 elements are
+    then multiplied, float16 ones still divided)."""
+    scalars = adam_step_scalars(group, step)
+    y = bf16_bc2_multiplier(group[2], step) if group[3] else None
+    if y is None:
+        return scalars
+    k = len(group[4]) + 1  # after the head and bias_correction2**0.5
+    return (*scalars[:k], y, *scalars[k + 1 :])
 
 
 @_scalar_helper

@@ -239,6 +239,11 @@ class KernelOptimizer(torch.optim.Optimizer):
         """The kernel's scalars for a step numbered ``step`` (from 1), converted to ``dtype``."""
         raise NotImplementedError
 
+    def _half_scalars(self, group: dict, step: int) -> tuple:
+        """The scalars of a float16/bfloat16 CPU launch (:meth:`_launch_half`) for step ``step``, without
+        torch's tails: :meth:`_scalars` in float32, unless a kernel takes others there."""
+        return self._scalars(group, step, _FLOAT32)[:-3]
+
     def _remembered(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, remembered under ``key`` (the values ``make`` computes from, such as a group's
         hyper-parameters and a dtype) for the next call with an equal key: scalars are then not recomputed
@@ -866,7 +871,7 @@ class KernelOptimizer(torch.optim.Optimizer):
             return False
         shared = memo.get(step)
         if shared is None:
-            shared = memo[step] = self._scalars(group, step, _FLOAT32)[:-3]
+            shared = memo[step] = self._half_scalars(group, step)
         scalars = shared + tail
         if seen is None or seen[0] != address:  # the gradient's bits, kept while its memory stays
             seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))

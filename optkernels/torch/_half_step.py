@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels._elementwise import HalfLauncher, _lowp_module
-from ..kernels.torch_rules import adam_step_scalars
+from ..kernels.torch_rules import adam_half_step_scalars
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
 from ._short_path import gradients_checked, lr_changed, planned_group, unchanged
 
@@ -131,7 +131,7 @@ class HalfStep:
         if not gradients_checked(optimizer, plan, params, grads, False):
             return False
         step = plan.step_now + 1
-        shared = adam_step_scalars(self.per_group, step)[:-3]
+        shared = adam_half_step_scalars(self.per_group, step)[:-3]
         calls = []
         for j, (k, n, kept) in enumerate(self.launches):
             address = int(grads[j])

@@ -16,6 +16,7 @@ from ..kernels.torch_rules import (
     _torch_adam_amsgrad,
     _torch_adamax,
     adam_group_scalars,
+    adam_half_step_scalars,
     adam_step_scalars,
     adamax_scalars,
 )
@@ -58,6 +59,9 @@ def _unsupported(**flags: Any) -> None:
                 f"optkernels.torch does not implement torch's {name}=True (its kernels run "
                 "on the CPU and CUDA as they are); leave it at its default"
             )
+
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 class Adam(ShortPathSteps, KernelOptimizer):
@@ -149,6 +153,9 @@ class Adam(ShortPathSteps, KernelOptimizer):
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         return adam_step_scalars(self._group_scalars(group, dtype), step)
+
+    def _half_scalars(self, group: dict, step: int) -> tuple:
+        return adam_half_step_scalars(self._group_scalars(group, _FLOAT32), step)[:-3]
 
     def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
         """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered)."""

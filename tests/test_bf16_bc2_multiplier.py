@@ -1,0 +1,93 @@
+"""Adam's division by bias_correction2**0.5 of a bfloat16 root as a multiplication (torch_rules'
+bf16_bc2_multiplier): checked against every bfloat16 root, and torch's bits at steps on both sides."""
+import copy
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import optkernels.torch as okt
+from optkernels.kernels import torch_rules as T
+
+BF16 = ml_dtypes.bfloat16
+# every non-negative bfloat16 root but NaN: zeros, subnormals, normals, +inf
+ROOTS = (np.arange(0, 0x7F81, dtype=np.uint32) << 16).view(np.float32)
+
+
+def _c(beta2, step):
+    return np.float32((1 - beta2 ** float(step)) ** 0.5)  # adam_step_scalars' bias_correction2**0.5
+
+
+# (0.999, 2934), (0.999, 4923), (0.9999, 775): float32(1/c) is wrong for some root, a neighbour is not;
+# (0.99999, 54601): no multiplier within 4 units in the last place gives every root's bits
+DIVIDES = (0.99999, 54601)
+
+
+@pytest.mark.parametrize("beta2, step", [(0.999, 1), (0.999, 2), (0.999, 777), (0.999, 2933), (0.999, 2934),
+                                         (0.999, 4923), (0.9999, 775), (0.9999, 776), (0.5, 3), (0.0, 1),
+                                         (0.999, 20000), DIVIDES])
+def test_the_multiplier_gives_the_quotients_bfloat16_for_every_root(beta2, step):
+    """Where bf16_bc2_multiplier gives y, bfloat16(float32(r·y)) is bfloat16(float32(r/c)) for every bfloat16
+    root r; y is float32(1/c) except at the steps where that is wrong for some r; None only where every
+    float32 within 4 units in the last place of float32(1/c) is wrong for some r."""
+    c = _c(beta2, step)
+    y = T.bf16_bc2_multiplier(beta2, step)
+    nearest = np.float32(1 / float(c))
+    with np.errstate(over="ignore"):
+        divided = (ROOTS / c).astype(BF16).view(np.uint16)
+        candidates = [nearest]
+        for _ in range(4):
+            candidates = [np.nextafter(candidates[0], np.float32(0)), *candidates,
+                          np.nextafter(candidates[-1], np.float32(np.inf))]
+        right = [z for z in candidates if np.array_equal((ROOTS * z).astype(BF16).view(np.uint16), divided)]
+    if (beta2, step) == DIVIDES:
+        assert y is None and not right
+    else:
+        assert y is not None and y in right
+        assert (y == nearest) == ((beta2, step) not in ((0.999, 2934), (0.999, 4923), (0.9999, 775)))
+
+
+@pytest.mark.parametrize("beta2, step", [(0.999, 5), (0.999, 2934), DIVIDES])
+def test_half_scalars_carry_the_multiplier_only_where_it_holds(beta2, step):
+    group = T.adam_group_scalars(np.dtype(np.float32), 1e-3, 0.9, beta2, 1e-8, 0.0, False, False)
+    plain, half = T.adam_step_scalars(group, step), T.adam_half_step_scalars(group, step)
+    k = len(group[4]) + 1
+    assert half[:k] + half[k + 1:] == plain[:k] + plain[k + 1:]
+    if (beta2, step) == DIVIDES:
+        assert half[k] == plain[k] and type(half[k]) is float  # the float64 1/c: the kernel divides
+    else:
+        assert type(half[k]) is np.float32 and half[k] == T.bf16_bc2_multiplier(beta2, step)
+
+
+def _same(a, b):
+    return torch.equal(a.detach().view(torch.int16), b.detach().view(torch.int16))
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+@pytest.mark.parametrize("beta2, first", [(0.999, 2932), (DIVIDES[0], DIVIDES[1] - 2)])
+def test_bfloat16_adam_steps_around_the_checked_steps_are_torch_bits(amsgrad, beta2, first):
+    """optkernels.torch.Adam on bfloat16 from torch's state: five steps from ``first`` (one by a neighbour
+    of float32(1/c) at 2934 with β2 = 0.999, one dividing at 54601 with β2 = 0.99999), the same bits as
+    torch.optim.Adam(foreach=False) at every step."""
+    gen = torch.Generator().manual_seed(3)
+    init = torch.randn(4099, generator=gen).to(torch.bfloat16)
+    theirs, ours = init.clone().requires_grad_(), init.clone().requires_grad_()
+    reference = torch.optim.Adam([theirs], lr=1e-2, betas=(0.9, beta2), amsgrad=amsgrad, foreach=False)
+    theirs.grad = torch.randn(4099, generator=gen).to(torch.bfloat16)
+    reference.step()
+    state = reference.state_dict()
+    state["state"][0]["step"] = torch.tensor(float(first - 1))
+    reference.load_state_dict(copy.deepcopy(state))  # (a loaded 'step' tensor is not copied)
+    optimizer = okt.Adam([ours], lr=1e-2, betas=(0.9, beta2), amsgrad=amsgrad)
+    optimizer.load_state_dict(copy.deepcopy(state))
+    ours.data.copy_(theirs.detach())
+    for step in range(first, first + 5):
+        g = (torch.randn(4099, generator=gen) * (step - first + 1)).to(torch.bfloat16)
+        theirs.grad, ours.grad = g, g.clone()
+        reference.step()
+        optimizer.step()
+        assert _same(theirs, ours), f"step {step}: parameter"
+        for key, value in reference.state[theirs].items():
+            if value.dim():
+                assert _same(value, optimizer.state[ours][key]), f"step {step}: {key}"
