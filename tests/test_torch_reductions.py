@@ -130,11 +130,7 @@ def test_reductions_over_a_million_elements_run_on_threads_with_torchs_bits():
     theirs = [p.clone() for p in ours]
     opt_ours, opt_theirs = ot.Adafactor(ours), torch.optim.Adafactor(theirs, foreach=False)
     for _ in range(2):
-        for p, q in zip(ours, theirs):
-            p.grad = torch.randn(p.shape, generator=gen)
-            q.grad = p.grad.clone()
-        opt_ours.step()
-        opt_theirs.step()
+        _step_both(opt_ours, opt_theirs, ours, theirs, gen)
         for p, q in zip(ours, theirs):
             assert torch.equal(p, q), tuple(p.shape)
             assert all(torch.equal(opt_ours.state[p][k], opt_theirs.state[q][k]) for k in opt_theirs.state[q])
@@ -175,9 +171,14 @@ def test_a_step_over_vectors_alone_probes_no_matrix_kernel(monkeypatch):
     theirs = [p.clone() for p in ours]
     mine, its = ot.Adafactor(ours, foreach=False), torch.optim.Adafactor(theirs, foreach=False)
     for _ in range(3):
-        for p, q in zip(ours, theirs):
-            p.grad = torch.randn(p.shape, generator=gen)
-            q.grad = p.grad.clone()
-        mine.step()
-        its.step()
+        _step_both(mine, its, ours, theirs, gen)
     assert all(torch.equal(p, q) for p, q in zip(ours, theirs))
+
+
+def _step_both(mine, its, ours, theirs, gen):
+    """One step of both optimizers on the same fresh gradients."""
+    for p, q in zip(ours, theirs):
+        p.grad = torch.randn(p.shape, generator=gen)
+        q.grad = p.grad.clone()
+    mine.step()
+    its.step()
