@@ -513,14 +513,18 @@ def _block_8bit(
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
     # Pass 2: the new absmax, then the codes. No NaN among the block's m' and a finite absmax (which
-    # _requantize_dynamic checks): every m' is finite.
+    # _requantize_dynamic checks): every m' is finite. The flags and table offsets are passed as plain
+    # bool and int (bool(), int()), not as constants: Numba compiles a function of its own once per
+    # argument types, a constant's type is its value, so one compiled _requantize and _dynamic_at then
+    # serve every call site and every algorithm (two each per algorithm otherwise).
+    yes, no, words, zero = bool(True), bool(False), int(REGISTER_WORDS), int(0)
     finite1 = least1 >= 0
     finite3 = least3 >= 0
     top1 = _merge_top(most1, top1)
     a1[b] = top1
-    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, 0, True, False, finite1):
+    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, zero, yes, no, finite1):
         _requantize(
-            c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
+            c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, yes, spare, keys, zero, no
         )
     if two:
         # v' = v·β2 + ((1−β2)·g)·g >= +0 (or 0 for a non-finite g) where v >= +0 is finite: a map of
@@ -528,9 +532,7 @@ def _block_8bit(
         nonneg = o2 >= ZERO and o2 < INF
         top2 = _merge_top(most2, top2)
         a2[b] = top2
-        if not _requantize_dynamic(
-            c2, start, scratch, sv, count, top2, keys, REGISTER_WORDS, False, nonneg, False
-        ):
+        if not _requantize_dynamic(c2, start, scratch, sv, count, top2, keys, words, no, nonneg, no):
             _requantize(
                 c2,
                 start,
@@ -542,16 +544,16 @@ def _block_8bit(
                 mids2,
                 start2,
                 negatives,
-                False,
+                no,
                 spare,
                 keys,
-                REGISTER_WORDS,
+                words,
                 nonneg,
             )
     if algo == ADEMAMIX:
         top3 = _merge_top(most3, top3)
         a3[b] = top3
-        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, 0, True, False, finite3):
+        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, zero, yes, no, finite3):
             _requantize(
                 c3,
                 start,
@@ -563,11 +565,11 @@ def _block_8bit(
                 mids1,
                 start1,
                 negatives,
-                True,
+                yes,
                 spare,
                 keys,
-                0,
-                False,
+                zero,
+                no,
             )
 
 
