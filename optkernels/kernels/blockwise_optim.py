@@ -419,6 +419,11 @@ def _block_8bit(
         hyper[14],
     )
     two = algo <= ADEMAMIX
+    # The flags and table offsets passed to functions of their own (_rule_call, _requantize, _dynamic_at)
+    # as plain bool and int (bool(), int()), not as constants: Numba compiles such a function once per
+    # argument types, and a constant's type is its value; so one compiled _requantize and _dynamic_at
+    # serve every call site and algorithm, one _rule per algorithm (LLVM inlines it and folds the flag).
+    yes, no, words, zero = bool(True), bool(False), int(REGISTER_WORDS), int(0)
     start = b * 256
     count = min(start + 256, size) - start
     sm1, sm2, sv, spare = base, base + 256, base + 512, base + 768
@@ -462,7 +467,7 @@ def _block_8bit(
             eps_corr2,
             decay,
             False,
-            True,
+            yes,
         )
         p[i] = x
         scratch[np.uint64(sm1 + k)] = m1
@@ -507,17 +512,13 @@ def _block_8bit(
             eps_corr2,
             decay,
             False,
-            False,
+            no,
         )
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
     # Pass 2: the new absmax, then the codes. No NaN among the block's m' and a finite absmax (which
-    # _requantize_dynamic checks): every m' is finite. The flags and table offsets are passed as plain
-    # bool and int (bool(), int()), not as constants: Numba compiles a function of its own once per
-    # argument types, a constant's type is its value, so one compiled _requantize and _dynamic_at then
-    # serve every call site and every algorithm (two each per algorithm otherwise).
-    yes, no, words, zero = bool(True), bool(False), int(REGISTER_WORDS), int(0)
+    # _requantize_dynamic checks): every m' is finite.
     finite1 = least1 >= 0
     finite3 = least3 >= 0
     top1 = _merge_top(most1, top1)
