@@ -423,7 +423,7 @@ def _block_8bit(
     # as plain bool and int (bool(), int()), not as constants: Numba compiles such a function once per
     # argument types, and a constant's type is its value; so one compiled _requantize and _dynamic_at
     # serve every call site and algorithm, one _rule per algorithm (LLVM inlines it and folds the flag).
-    yes, no, words, zero = bool(True), bool(False), int(REGISTER_WORDS), int(0)
+    yes, no, words, zero = bool(True), bool(False), int(REGISTER_WORDS), int(0)  # noqa: UP018
     start = b * 256
     count = min(start + 256, size) - start
     sm1, sm2, sv, spare = base, base + 256, base + 512, base + 768
@@ -597,7 +597,7 @@ def _update_8bit(algo: int) -> Any:
     exec(compile(source, __file__, "exec"), namespace)
     element = namespace[f"_update_8bit_{name}"]
     element.__module__ = __name__
-    return scratch_block_elementwise(element)
+    return scratch_block_elementwise(element, cpu_call=(_block_8bit, (algo,)))
 
 
 @elementwise
