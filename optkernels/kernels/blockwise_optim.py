@@ -590,7 +590,9 @@ def _update_8bit_{name}({params}):
 def _update_8bit(algo: int) -> Any:
     """The :class:`.quantization.ScratchBlockElementwise` kernel of the 8-bit step of ``ALGORITHMS[algo]``:
     ``launch(device, blocks, p, g, c1, c2, c3, a1, a2, a3, q1, q2, planes, mids1, start1, mids2, start2,
-    keys, negatives, size, first, decayed, hyper)``."""
+    keys, negatives, size, first, decayed, hyper)``. Its CPU loop calls :func:`_block_8bit` with the
+    constant ``algo`` itself (``cpu_call``), without the per-algorithm wrapper that CUDA compiles: one level
+    of Numba's IR inlining less in the first call's compile."""
     name = ALGORITHMS[algo]
     source = _UPDATE_8BIT.format(name=name, algo=algo, params=_UPDATE_8BIT_PARAMS)
     namespace = dict(globals())
