@@ -419,6 +419,11 @@ def _block_8bit(
         hyper[14],
     )
     two = algo <= ADEMAMIX
+    # The flags and table offsets passed to functions of their own (_rule_call, _requantize, _dynamic_at)
+    # as plain bool and int (bool(), int()), not as constants: Numba compiles such a function once per
+    # argument types, and a constant's type is its value; so one compiled _requantize and _dynamic_at
+    # serve every call site and algorithm, one _rule per algorithm (LLVM inlines it and folds the flag).
+    yes, no, words, zero = bool(True), bool(False), int(REGISTER_WORDS), int(0)  # noqa: UP018
     start = b * 256
     count = min(start + 256, size) - start
     sm1, sm2, sv, spare = base, base + 256, base + 512, base + 768
@@ -462,7 +467,7 @@ def _block_8bit(
             eps_corr2,
             decay,
             False,
-            True,
+            yes,
         )
         p[i] = x
         scratch[np.uint64(sm1 + k)] = m1
@@ -507,7 +512,7 @@ def _block_8bit(
             eps_corr2,
             decay,
             False,
-            False,
+            no,
         )
         top1 = abs(top1) if abs(top1) > NEG_MAX else NEG_MAX  # fmaxf: a NaN does not count
         top2 = abs(top2) if abs(top2) > NEG_MAX else NEG_MAX
@@ -518,9 +523,9 @@ def _block_8bit(
     finite3 = least3 >= 0
     top1 = _merge_top(most1, top1)
     a1[b] = top1
-    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, 0, True, False, finite1):
+    if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, zero, yes, no, finite1):
         _requantize(
-            c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, True, spare, keys, 0, False
+            c1, start, scratch, sm1, count, top1, q1, mids1, start1, negatives, yes, spare, keys, zero, no
         )
     if two:
         # v' = v·β2 + ((1−β2)·g)·g >= +0 (or 0 for a non-finite g) where v >= +0 is finite: a map of
@@ -528,9 +533,7 @@ def _block_8bit(
         nonneg = o2 >= ZERO and o2 < INF
         top2 = _merge_top(most2, top2)
         a2[b] = top2
-        if not _requantize_dynamic(
-            c2, start, scratch, sv, count, top2, keys, REGISTER_WORDS, False, nonneg, False
-        ):
+        if not _requantize_dynamic(c2, start, scratch, sv, count, top2, keys, words, no, nonneg, no):
             _requantize(
                 c2,
                 start,
@@ -542,16 +545,16 @@ def _block_8bit(
                 mids2,
                 start2,
                 negatives,
-                False,
+                no,
                 spare,
                 keys,
-                REGISTER_WORDS,
+                words,
                 nonneg,
             )
     if algo == ADEMAMIX:
         top3 = _merge_top(most3, top3)
         a3[b] = top3
-        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, 0, True, False, finite3):
+        if not _requantize_dynamic(c3, start, scratch, sm2, count, top3, keys, zero, yes, no, finite3):
             _requantize(
                 c3,
                 start,
@@ -563,11 +566,11 @@ def _block_8bit(
                 mids1,
                 start1,
                 negatives,
-                True,
+                yes,
                 spare,
                 keys,
-                0,
-                False,
+                zero,
+                no,
             )
 
 
@@ -587,14 +590,16 @@ def _update_8bit_{name}({params}):
 def _update_8bit(algo: int) -> Any:
     """The :class:`.quantization.ScratchBlockElementwise` kernel of the 8-bit step of ``ALGORITHMS[algo]``:
     ``launch(device, blocks, p, g, c1, c2, c3, a1, a2, a3, q1, q2, planes, mids1, start1, mids2, start2,
-    keys, negatives, size, first, decayed, hyper)``."""
+    keys, negatives, size, first, decayed, hyper)``. Its CPU loop calls :func:`_block_8bit` with the
+    constant ``algo`` itself (``cpu_call``), without the per-algorithm wrapper that CUDA compiles: one level
+    of Numba's IR inlining less in the first call's compile."""
     name = ALGORITHMS[algo]
     source = _UPDATE_8BIT.format(name=name, algo=algo, params=_UPDATE_8BIT_PARAMS)
     namespace = dict(globals())
     exec(compile(source, __file__, "exec"), namespace)
     element = namespace[f"_update_8bit_{name}"]
     element.__module__ = __name__
-    return scratch_block_elementwise(element)
+    return scratch_block_elementwise(element, cpu_call=(_block_8bit, (algo,)))
 
 
 @elementwise

@@ -144,7 +144,7 @@ SCRATCH = 1024
 _CPU_SCRATCH_LOOP = """
 def {name}(n, {args}, _workspace):
     for i in prange(n):
-        element(i, {args}, _workspace, get_thread_id() * SCRATCH)
+        element({leading}i, {args}, _workspace, get_thread_id() * SCRATCH)
 """
 
 _CUDA_SCRATCH_LOOP = """
@@ -158,12 +158,16 @@ def {name}(n, {args}):
 """
 
 
-def _generate_scratch(template: str, prefix: str, py_func: Callable, namespace: dict) -> Callable:
+def _generate_scratch(
+    template: str, prefix: str, py_func: Callable, namespace: dict, leading: tuple = ()
+) -> Callable:
     """As ``_elementwise._generate``, for an element function whose last two parameters are the scratch
-    array and the offset of its own part, which the driver provides."""
+    array and the offset of its own part, which the driver provides; ``leading``: constants the CPU
+    template passes before the index."""
     params = list(inspect.signature(py_func).parameters)[1:-2]
     name = f"_{prefix}_{py_func.__name__}"
-    source = template.format(name=name, args=", ".join(params))
+    constants = "".join(f"{value!r}, " for value in leading)
+    source = template.format(name=name, args=", ".join(params), leading=constants)
     namespace.update(SCRATCH=SCRATCH, np=np, float32=numba.float32, get_thread_id=numba.get_thread_id)
     exec(compile(source, inspect.getfile(py_func), "exec"), namespace)
     driver = namespace[name]
@@ -189,7 +193,16 @@ def _workspace() -> np.ndarray:
 class ScratchBlockElementwise(BlockElementwise):
     """A :class:`BlockElementwise` whose element function takes, as its last two arguments, a float32
     scratch array and the offset of its :data:`SCRATCH` elements there: the per-thread workspace on the
-    CPU, a thread-local array (offset 0) on CUDA."""
+    CPU, a thread-local array (offset 0) on CUDA.
+
+    ``cpu_call``: ``(function, leading)`` where the element function only calls ``function(*leading, i,
+    ...)`` with the same further arguments (``leading`` constants): the CPU loop then inlines that call
+    itself, one level of Numba's IR inlining less (each level copies and re-runs passes over the whole
+    inlined body: seconds of a first call's compile time for a large element)."""
+
+    def __init__(self, py_func: Callable, cpu_call: tuple[Callable, tuple] | None = None):
+        super().__init__(py_func)
+        self.cpu_call = cpu_call
 
     def launch(self, device: str, n: int, *args: Any, stream: Any = None) -> None:
         if device != "cpu" or n == 0:
@@ -199,9 +212,11 @@ class ScratchBlockElementwise(BlockElementwise):
             for_this_process(self.cpu)(n, *args, _workspace())
 
     def _cpu_source(self) -> Callable:
-        element = numba.njit(inline="always", **_JIT_OPTIONS)(self.py_func)
+        function, leading = self.cpu_call if self.cpu_call is not None else (self.py_func, ())
+        function = getattr(function, "py_func", function)
+        element = numba.njit(inline="always", **_JIT_OPTIONS)(function)
         return _generate_scratch(
-            _CPU_SCRATCH_LOOP, "cpu", self.py_func, {"prange": numba.prange, "element": element}
+            _CPU_SCRATCH_LOOP, "cpu", self.py_func, {"prange": numba.prange, "element": element}, leading
         )
 
     @functools.cached_property
@@ -218,9 +233,11 @@ class ScratchBlockElementwise(BlockElementwise):
     many_uncached = many
 
 
-def scratch_block_elementwise(py_func: Callable) -> ScratchBlockElementwise:
-    """Decorator: a :class:`ScratchBlockElementwise`."""
-    return ScratchBlockElementwise(py_func)
+def scratch_block_elementwise(
+    py_func: Callable, cpu_call: tuple[Callable, tuple] | None = None
+) -> ScratchBlockElementwise:
+    """Decorator: a :class:`ScratchBlockElementwise` (``cpu_call``: see there)."""
+    return ScratchBlockElementwise(py_func, cpu_call)
 
 
 GRID = 65536
