@@ -163,3 +163,21 @@ def test_multi_tensor_launch_loop_is_vectorised():
         signature = arg_types
     compiled.compile(signature)
     assert re.search(r"<\d+ x float>", compiled.inspect_llvm(signature)), "the multi-tensor loop is scalar"
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checks x86 instructions")
+def test_schedule_free_adamw_float32_loop_takes_packed_products():
+    """The chunked loop that ``schedule_free_adamw`` launches is vectorised, its division by ``1 − β2^t`` a
+    packed float64 product (``divide_by_constant`` inlined: a called helper left the loop scalar)."""
+    from optkernels.kernels import _chunks
+    from optkernels.kernels import schedule_free as S
+    from optkernels.kernels._threading import parallel_launch
+
+    entry = _chunks.entry(S._schedule_free_adamw.py_func, cache=False)
+    arrays = [np.full(1000, 0.5, np.float32) for _ in range(4)]
+    scalars = S.schedule_free_adamw_scalars(np.float32, 2.5e-3, 0.9, 0.999, 1e-8, 0.0, 0.2, 5)
+    with parallel_launch():
+        entry(False, arrays[0].size, *arrays, *scalars)
+    asm = entry.inspect_asm(entry.signatures[0])
+    for packed in (r"vcvtps2pd\s+%[xyz]mm\d+, %[yz]mm", r"vmulpd\s+%[yz]mm", r"vsqrtps\s+%[yz]mm", r"vdivps\s+%[yz]mm"):
+        assert re.search(packed, asm), f"no {packed.split(chr(92))[0]} on packed registers: the loop is scalar"
