@@ -11,30 +11,22 @@ from typing import Any
 
 import numpy as np
 from numba import types
-from numba.extending import overload
+from numba.extending import overload, register_jitable
 
 __all__ = ["constant_inverse", "divide_by_constant"]
 
 
-def divide_by_constant(s: Any, c: Any, inv_c: Any) -> Any:
+@register_jitable
+def divide_by_constant(s, c, inv_c):
     """``s / c`` rounded once in ``s``'s dtype. ``inv_c`` None: a division. Else (float32 ``s`` and ``c``,
     ``inv_c`` the float64 ``1/c`` correctly rounded): ``float32(float64(s)·inv_c)``, the same bits for
     every ``s`` at the cost of a multiplication: the product is within 2⁻⁵² (relative) of ``s/c``, while
     a quotient of two float32 numbers is never a float32 rounding midpoint and lies at least 2⁻⁴⁹
     (relative) from every one, so both round to the same float32 (no underflow or overflow for
-    ``0 < c ≤ 1``; zeros, infinities and NaN as the division gives them). In compiled code each case is
-    one branch-free implementation inlined into the caller (a called helper would keep an element loop
-    scalar); Python (the CUDA simulator) runs this function."""
+    ``0 < c ≤ 1``; zeros, infinities and NaN as the division gives them)."""
     if inv_c is None:
         return s / c
     return np.float32(np.float64(np.float32(s)) * inv_c)
-
-
-@overload(divide_by_constant, inline="always", jit_options=dict(error_model="numpy", fastmath=False))
-def _divide_by_constant_compiled(s, c, inv_c):
-    if inv_c is None or isinstance(inv_c, types.NoneType):
-        return lambda s, c, inv_c: s / c
-    return lambda s, c, inv_c: np.float32(np.float64(np.float32(s)) * inv_c)
 
 
 def constant_inverse(c: Any, like: Any) -> Any:

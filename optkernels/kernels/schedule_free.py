@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_arrays, check_range, to_scalar
-from ._divide import constant_inverse, divide_by_constant
+from ._divide import constant_inverse
 from ._elementwise import elementwise, scalar_math
 from ._torch_lerp import lerp, lerp_scalars
 from .adam import Scalar
@@ -48,7 +48,11 @@ def _schedule_free_adamw(
     g = grad[i]
     v = exp_avg_sq[i] * beta2 + (one_minus_beta2 * g) * g
     exp_avg_sq[i] = v
-    h = g / (math.sqrt(divide_by_constant(v, bias_correction2, inv_bias_correction2)) + epsilon)
+    if inv_bias_correction2 is None:  # float64: a division
+        corrected = v / bias_correction2
+    else:  # float32: divide_by_constant's product, written here so that the single-array loop vectorises
+        corrected = np.float32(np.float64(v) * inv_bias_correction2)
+    h = g / (math.sqrt(corrected) + epsilon)
     w = y[i]
     if weight_decay != 0:  # decay at y, folded into the step
         h = h + w * weight_decay
