@@ -1,5 +1,5 @@
 """The pieces under the sparse row loops: the merge plan (a stable radix sort of positions), the balanced task
-boundaries, and the two CPU intrinsics (atomic fetch-add, prefetch)."""
+boundaries, and the two kinds of CPU intrinsics (atomic fetch-add, prefetches)."""
 import numba
 import numpy as np
 import pytest
@@ -10,6 +10,7 @@ from optkernels.kernels._intrinsics import (
     prefetch_read,
     prefetch_read_far,
     prefetch_write,
+    prefetch_write_item,
 )
 from optkernels.sparse._plan import RADIX_BITS, balanced_tasks, fill_balanced_tasks, plan_in_range, plan_merge
 
@@ -113,6 +114,24 @@ def test_prefetch_changes_nothing():
 
 
 @numba.njit
+def _prefetch_items(a, b):
+    for i in range(a.shape[0]):
+        prefetch_write_item(a, i)
+        prefetch_write_item(b, np.uint32(i))
+    return a.sum() + b.sum()
+
+
+def test_prefetch_write_item_changes_nothing_and_prefetches_for_writing():
+    a = np.arange(40, dtype=np.int32)
+    b = np.arange(40, dtype=np.int64) * 3
+    assert _prefetch_items(a, b) == 780 + 3 * 780
+    assert np.array_equal(a, np.arange(40)) and np.array_equal(b, np.arange(40) * 3)
+    ir = _prefetch_items.inspect_llvm(_prefetch_items.signatures[0])
+    # llvm.prefetch(address, rw = 1 (write), locality 3, data cache)
+    assert "@llvm.prefetch" in ir and ", i32 1, i32 3, i32 1)" in ir
+
+
+@numba.njit
 def _prefetch_addresses(a, addresses):
     for address in addresses:
         prefetch_address(address)
@@ -136,6 +155,10 @@ def test_intrinsics_reject_wrong_arguments():
         numba.njit(lambda a: fetch_add(a, 0, 1))(np.zeros(3, np.int32))  # not int64
     with pytest.raises(numba.core.errors.TypingError):
         numba.njit(lambda a: prefetch_address(a))(np.zeros(3))  # not an integer address
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda a: prefetch_write_item(a, 0))(np.zeros((3, 3)))  # 2-D
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda a: prefetch_write_item(a, 0.5))(np.zeros(3))  # float index
 
 
 def _count_part(part, hits):

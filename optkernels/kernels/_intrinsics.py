@@ -5,7 +5,8 @@
   (:func:`prefetch_address`: of a raw address). It never faults and never changes a value: it only asks the
   memory system to start loading the line, so that a loop over scattered rows (or objects reached through
   pointers) overlaps their cache misses instead of waiting for each in turn. :func:`prefetch_read_far`
-  (x86 ``prefetcht1``) loads the line into the caches below the first only, for lines needed further ahead.
+  (x86 ``prefetcht1``) loads the line into the caches below the first only, for lines needed further ahead;
+  :func:`prefetch_write_item` prefetches the line of ``a[i]`` of a 1-D array for writing.
 * :func:`fetch_add`: an atomic ``a[i] += value`` on an int64 array that returns the old value (LLVM's
   ``atomicrmw add``). The sparse row loops hand out their tasks with it: a thread that is late (woken from
   sleep, or sharing its core with another program) simply takes fewer tasks. Which thread runs a task never
@@ -127,6 +128,23 @@ def prefetch_write(typingctx, array, i, j):
     """Prefetch the cache line of ``array[i, j]`` (2-D array) for writing; no effect on values."""
     _check_2d(array, i, j)
     return types.void(array, i, j), _prefetch_codegen(1)
+
+
+@intrinsic
+def prefetch_write_item(typingctx, array, i):
+    """Prefetch the cache line of ``array[i]`` (1-D array) for writing; no effect on values."""
+    if not (isinstance(array, types.Array) and array.ndim == 1 and isinstance(i, types.Integer)):
+        raise TypingError("prefetch_write_item takes a 1-D array and an integer index")
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        index = context.cast(builder, args[1], signature.args[1], types.intp)
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [index], wraparound=False)
+        _prefetch_pointer(builder, pointer, 1)
+        return context.get_dummy_value()
+
+    return types.void(array, i), codegen
 
 
 @intrinsic

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from ..kernels._intrinsics import fetch_add
+from ..kernels._intrinsics import CACHE_LINE_BYTES, fetch_add, prefetch_write_item
 from ..kernels._workers import PackedWorker, array_fields, data_address, packed
 
 _JIT = dict(cache=True, error_model="numpy", fastmath=False)
@@ -165,7 +165,14 @@ def _plan_tasks(indices, limit, stop_at_bad, order, order_tmp, counts, rows, sta
     for p in range(n_passes):
         for d in range(mask + 2):
             counts[p, d] = 0
+    # The counting pass also prefetches, for writing, the lines of the two buffers that the sort's passes
+    # then write at scattered places (a run per digit): between training steps those lines are cold, and
+    # each first write to one would miss while the pass waits on its counters.
+    position_mask = CACHE_LINE_BYTES // order.itemsize - 1
     for k in range(n):
+        if (k & position_mask) == 0:
+            prefetch_write_item(order, k)
+            prefetch_write_item(order_tmp, k)
         x = np.int64(indices[k])
         if x >= 0 and (limit < 0 or x < limit):
             for p in range(n_passes):
