@@ -1,5 +1,6 @@
 """Where optkernels.torch puts large state tensors (``optkernels/torch/_memory.py``): on Linux, CPU state of
-4 MiB or more is a NumPy allocation advised onto huge pages, at its parameter's offset within a 4 KiB page.
+4 MiB or more is a NumPy allocation advised onto huge pages, the k-th state tensor of a parameter k KiB
+after the parameter's offset within a 4 KiB page.
 What a torch user sees must not change: the state's dtype, shape, strides, values and ``state_dict()`` are
 torch.optim's, and the steps' bits are those of state allocated by ``torch.zeros_like``."""
 import io
@@ -45,7 +46,7 @@ def _record_madvise(monkeypatch):
 
 
 @linux_only
-def test_large_state_has_torchs_layout_huge_pages_and_the_parameters_page_offset(monkeypatch):
+def test_large_state_has_torchs_layout_huge_pages_and_page_offsets_a_kib_apart(monkeypatch):
     calls = _record_madvise(monkeypatch)
     ours, theirs = _numpy_param(LARGE), _numpy_param(LARGE)
     opt, ref = okt.Adam([ours], amsgrad=True), torch.optim.Adam([theirs], amsgrad=True, foreach=False)
@@ -53,15 +54,25 @@ def test_large_state_has_torchs_layout_huge_pages_and_the_parameters_page_offset
     _steps(ref, [theirs], 1)
     names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     assert list(opt.state[ours]) == list(ref.state[theirs])
-    for name in names:
+    for k, name in enumerate(names, 1):
         t, r = opt.state[ours][name], ref.state[theirs][name]
         assert (t.dtype, t.shape, t.stride(), t.device, t.layout) == (r.dtype, r.shape, r.stride(), r.device,
                                                                       r.layout)
         assert not t.requires_grad and t._base is None and t.storage_offset() == 0
         assert t.untyped_storage().nbytes() == LARGE * 4
-        assert t.data_ptr() % 4096 == ours.data_ptr() % 4096  # the parameter's offset in its page
+        # k KiB after the parameter's offset in its page (which keeps the offset within a cache line)
+        assert t.data_ptr() % 4096 == (ours.data_ptr() % 4096 + 1024 * k) % 4096
         assert (t.data_ptr(), LARGE * 4) in calls  # advised (before it was zeroed), the tensor's bytes
     assert len(calls) == len(names)
+
+
+@linux_only
+@pytest.mark.parametrize("slot", [0, 1, 3, 4, 6])
+def test_zeros_like_places_slot_k_a_kib_apart_wrapping_in_the_page(slot):
+    p = _numpy_param(LARGE)
+    t = _memory.zeros_like(p, slot=slot)
+    assert t.data_ptr() % 4096 == (p.data_ptr() + 1024 * slot) % 4096
+    assert not t.any() and t.shape == p.shape and t.dtype == p.dtype
 
 
 @linux_only

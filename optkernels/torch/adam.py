@@ -89,8 +89,9 @@ class Adam(ShortPathSteps, KernelOptimizer):
 
     State tensors (``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``) have torch's dtype, shape, strides and
     values. One of 4 MiB or more on a Linux CPU is allocated by optkernels rather than by
-    ``torch.zeros_like``: on transparent huge pages, at its parameter's offset within a 4 KiB page (a
-    memory-bound step runs faster), its storage not resizable (``docs/guide/torch_compat.rst``).
+    ``torch.zeros_like``: on transparent huge pages, the k-th one k KiB after its parameter's offset
+    within a 4 KiB page (a memory-bound step runs faster), its storage not resizable
+    (``docs/guide/torch_compat.rst``).
 
     Raises:
         ValueError: torch's messages for out-of-range hyper-parameters; a non-leaf tensor.
