@@ -46,9 +46,10 @@ def _check_adam_hyper(lr: Any, eps: float, betas: tuple, weight_decay: float) ->
 def host_lr(lr: Any) -> Any:
     """The learning rate as torch's single-tensor step computes with it: a Python float, or for a Tensor lr
     a NumPy scalar of its dtype (torch's host arithmetic on it, ``lr / bias_correction``, ``1 − lr·wd``,
-    then runs in that dtype, a Python float operand rounded to it first, as NumPy does)."""
+    then runs in that dtype, a Python float operand rounded to it first, as NumPy does). A 1-element Tensor of
+    any shape is squeezed to 0-d first, as torch's steps do."""
     if isinstance(lr, torch.Tensor):
-        return lr.detach().cpu().numpy()[()]
+        return lr.detach().cpu().reshape(()).numpy()[()]
     return float(lr)
 
 

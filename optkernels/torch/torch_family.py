@@ -42,6 +42,14 @@ def check_lr(lr: Any, message: str = "Invalid learning rate: {}") -> None:
         raise ValueError(message.format(lr))
 
 
+def squeezed(value: Any) -> Any:
+    """``value``, a 1-element Tensor of any shape made 0-d (as torch's steps take a tensor lr: its arithmetic
+    and the state made from it are then 0-d as torch's); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.dim():
+        return value.reshape(())
+    return value
+
+
 def check_betas_eps(group: dict) -> None:
     """torch's Adam-family checks of ``eps``, ``betas`` and ``weight_decay`` (messages as torch's)."""
     eps, betas = group["eps"], group["betas"]
@@ -198,7 +206,7 @@ class NAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.nadam_scalars(
             dtype,
-            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
+            squeezed(group["lr"]),  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -277,7 +285,7 @@ class RAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.radam_scalars(
             dtype,
-            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
+            squeezed(group["lr"]),  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -425,14 +433,14 @@ class ASGD(TorchRule):
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         state = self.state[p]  # a first step: torch's 0-d state first, in torch's key order
         if "eta" not in state:
-            state["eta"] = torch.as_tensor(group["lr"], dtype=scalar_dtype()).clone().detach()
+            state["eta"] = torch.as_tensor(squeezed(group["lr"]), dtype=scalar_dtype()).clone().detach()
             state["mu"] = torch.ones((), dtype=scalar_dtype())
         return super()._new_state(name, p, group)
 
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         self._etas = {t: (s["eta"].item(), s["mu"].item()) for t, s in self._scalar_state(plan).items()}
         # a tensor lr: eta computed in its dtype, as torch computes it
-        lr, lambd, alpha, t0 = group["lr"], group["lambd"], group["alpha"], group["t0"]
+        lr, lambd, alpha, t0 = squeezed(group["lr"]), group["lambd"], group["alpha"], group["t0"]
         state = self.state
         for t, members in _by_step(plan).items():  # torch's ``fill_`` of each 0-d state, one call per step
             for name, value in zip(("eta", "mu"), K.asgd_next(lr, lambd, alpha, t0, t)):
