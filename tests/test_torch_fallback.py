@@ -343,3 +343,32 @@ def test_a_class_without_a_torch_twin_refuses_what_its_kernels_do_not_serve():
     z.grad = None
     opt.step()
     assert opt.backend_for(q) == "optkernels" and torch.all(q < 1)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)], ids=["0d", "1", "1x1"])
+@pytest.mark.parametrize("lr_tensor", [False, True], ids=["float-lr", "tensor-lr"])
+@pytest.mark.parametrize("name,kwargs", [("Adam", {}), ("Adam", dict(amsgrad=True, weight_decay=0.1)),
+                                         ("AdamW", dict(maximize=True)), ("AdamW", dict(fused=True))],
+                         ids=["Adam", "Adam-amsgrad-wd", "AdamW-maximize", "AdamW-fused"])
+def test_tensor_betas_run_torchs_implementation(name, kwargs, lr_tensor, shape):
+    """Adam's and AdamW's betas given as 1-element tensors (torch's step computes its bias corrections in
+    their dtype): torch's own step, bit for bit torch's (with the group's switches: fused=True runs torch's
+    fused kernel), its state as torch's; said once."""
+    def run(lib):
+        params = [torch.linspace(-1, 1, 12).reshape(4, 3).requires_grad_(), torch.linspace(0, 2, 5).requires_grad_()]
+        lr = torch.full(shape, 0.05) if lr_tensor else 0.05
+        extra = dict(foreach=False) if lib is torch.optim and "fused" not in kwargs else {}
+        opt = getattr(lib, name)(params, lr=lr, betas=(torch.full(shape, 0.9), torch.full(shape, 0.99)),
+                                 **kwargs, **extra)
+        for k in range(4):
+            _grads(params, k)
+            opt.step()
+        return params, opt
+
+    theirs = run(torch.optim)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ours = run(okt)
+    assert sum("Tensor betas" in str(w.message) for w in said) == 1
+    assert all(ours[1].backend_for(p) == "torch" for p in ours[0])
+    _assert_same(theirs, ours)

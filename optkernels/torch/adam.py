@@ -141,6 +141,15 @@ class Adam(ShortPathSteps, KernelOptimizer):
     def _short_path_of(self) -> HalfStep | FloatStep | None:
         return HalfStep.of(self) or FloatStep.of(self)
 
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """As the base class's; also Tensor ``betas``: torch's step then computes its bias corrections and
+        moment weights in the betas' dtype (tensor arithmetic: ``1 − β1^t``, ``1 − β1``, ...), which the
+        kernels' scalars do not reproduce, so torch's own step runs, with the group's switches (asked where a
+        group's parameters are sorted, not on the short paths, whose plans were made by that sorting)."""
+        if any(isinstance(b, torch.Tensor) for b in group["betas"]):
+            return "Tensor betas"
+        return super()._torch_reason(group, p)
+
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
 
