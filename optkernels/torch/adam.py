@@ -53,6 +53,17 @@ def host_lr(lr: Any) -> Any:
     return float(lr)
 
 
+def tensor_betas(group: dict, zero_d: bool = True) -> str | None:
+    """A reason for torch's own step where ``group``'s ``betas`` hold a tensor (of 1 or more dimensions only
+    for ``zero_d=False``), else None: torch's step then computes its bias corrections and moment weights in
+    the tensor's dtype (``1 − β1^t``, ``1 − β1``, ... as tensor arithmetic), which the kernels' scalars do not
+    reproduce, or refuses it (a tensor of 1 or more dimensions, in some classes): its step is the judge."""
+    for b in group.get("betas", ()):
+        if isinstance(b, torch.Tensor) and (zero_d or b.dim()):
+            return "Tensor betas" if zero_d else "Tensor betas of 1 or more dimensions"
+    return None
+
+
 def _unsupported(**flags: Any) -> None:
     for name, value in flags.items():
         if value:
@@ -142,13 +153,9 @@ class Adam(ShortPathSteps, KernelOptimizer):
         return HalfStep.of(self) or FloatStep.of(self)
 
     def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
-        """As the base class's; also Tensor ``betas``: torch's step then computes its bias corrections and
-        moment weights in the betas' dtype (tensor arithmetic: ``1 − β1^t``, ``1 − β1``, ...), which the
-        kernels' scalars do not reproduce, so torch's own step runs, with the group's switches (asked where a
-        group's parameters are sorted, not on the short paths, whose plans were made by that sorting)."""
-        if any(isinstance(b, torch.Tensor) for b in group["betas"]):
-            return "Tensor betas"
-        return super()._torch_reason(group, p)
+        """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`; asked where a group's parameters
+        are sorted, not on the short paths, whose plans were made by that sorting)."""
+        return tensor_betas(group) or super()._torch_reason(group, p)
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
@@ -258,6 +265,10 @@ class Adamax(KernelOptimizer):
             capturable=capturable,
         )
         super().__init__(params, defaults)
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`)."""
+        return tensor_betas(group) or super()._torch_reason(group, p)
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])

@@ -22,6 +22,7 @@ from ..kernels.torch_rules import NO_TAIL
 from ._base import KernelOptimizer, _Plan
 from ._half_rule import HalfRule
 from ._torch_sqrt import TorchSqrtKernel
+from .adam import tensor_betas
 
 __all__ = ["ASGD", "Adadelta", "NAdam", "RAdam", "Rprop"]
 
@@ -100,6 +101,11 @@ class TorchRule(KernelOptimizer):
 
     def _prestep(self, group: dict) -> None:
         return None
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """As the base class's; also ``betas`` (NAdam, RAdam) holding a tensor of 1 or more dimensions (0-d
+        ones the kernels' scalars take as torch does: :func:`~optkernels.torch.adam.tensor_betas`)."""
+        return tensor_betas(group, zero_d=False) or super()._torch_reason(group, p)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         """:meth:`_rule_scalars`, then the three of torch's half tail (:class:`._half_rule.HalfRule`)."""
