@@ -3,6 +3,7 @@
 and sliced parameters, parameters materialised from ``meta``) run the kernels in place; torch.amp's
 GradScaler protocol of fused optimizers is honoured."""
 import copy
+import re
 import warnings
 
 import numpy as np
@@ -343,3 +344,45 @@ def test_a_class_without_a_torch_twin_refuses_what_its_kernels_do_not_serve():
     z.grad = None
     opt.step()
     assert opt.backend_for(q) == "optkernels" and torch.all(q < 1)
+
+
+BETAS_CLASSES = [("Adam", {}), ("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", dict(maximize=True)),
+                 ("AdamW", dict(fused=True)), ("Adamax", dict(weight_decay=0.1)), ("NAdam", dict(weight_decay=0.1)),
+                 ("NAdam", dict(decoupled_weight_decay=True, weight_decay=0.1)), ("RAdam", dict(maximize=True))]
+BETAS_IDS = ["Adam", "Adam-amsgrad-wd", "AdamW-maximize", "AdamW-fused", "Adamax-wd", "NAdam-wd", "NAdam-decoupled",
+             "RAdam-maximize"]
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)], ids=["0d", "1", "1x1"])
+@pytest.mark.parametrize("lr_tensor", [False, True], ids=["float-lr", "tensor-lr"])
+@pytest.mark.parametrize("name,kwargs", BETAS_CLASSES, ids=BETAS_IDS)
+def test_tensor_betas_as_torch(name, kwargs, lr_tensor, shape):
+    """``betas`` given as 1-element tensors: Adam's, AdamW's and Adamax's steps (whose bias corrections torch
+    computes in the tensors' dtype) and NAdam's and RAdam's with tensors of 1 or more dimensions (which torch
+    takes otherwise, or refuses) run torch's own step (said once), with the group's switches (fused=True:
+    torch's fused kernel); NAdam's and RAdam's with 0-d tensors run the kernels. Parameters and state bit for
+    bit torch's, or torch's error."""
+    def run(lib):
+        params = [torch.linspace(-1, 1, 12).reshape(4, 3).requires_grad_(), torch.linspace(0, 2, 5).requires_grad_()]
+        lr = torch.full(shape, 0.05) if lr_tensor else 0.05
+        extra = dict(foreach=False) if lib is torch.optim and "fused" not in kwargs else {}
+        opt = getattr(lib, name)(params, lr=lr, betas=(torch.full(shape, 0.9), torch.full(shape, 0.99)),
+                                 **kwargs, **extra)
+        for k in range(4):
+            _grads(params, k)
+            opt.step()
+        return params, opt
+
+    try:
+        theirs = run(torch.optim)
+    except Exception as error:  # torch refuses a shaped tensor in some classes: so do the drop-ins
+        with pytest.raises(type(error), match=re.escape(str(error))):
+            run(okt)
+        return
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ours = run(okt)
+    by_torch = name in ("Adam", "AdamW", "Adamax") or shape != ()
+    assert sum("Tensor betas" in str(w.message) for w in said) == by_torch
+    assert all(ours[1].backend_for(p) == ("torch" if by_torch else "optkernels") for p in ours[0])
+    _assert_same(theirs, ours)

@@ -567,6 +567,25 @@ def test_zero_gradients_and_tensor_lr(name):
                 _assert_same_state(theirs, ours, params_t, params_o, f"{ko} step {step}: ")
 
 
+@pytest.mark.parametrize("shape", [(1,), (1, 1)], ids=["1", "1x1"])
+@pytest.mark.parametrize("name", NAMES)
+def test_one_element_tensor_lr_of_any_shape(name, shape):
+    """A learning rate given as a 1-element tensor of shape (1,) or (1, 1), each input (and switch): torch
+    squeezes it to 0-d in its steps; the parameters and state (ASGD's 0-d ``eta`` included) as torch's, bit
+    for bit, frozen parameters and no-op steps included (or both refuse the tensor alike)."""
+    for j, (kwargs_o, kwargs_t) in enumerate(_all_inputs(name)):
+        gen = torch.Generator().manual_seed(47 + j)
+        lr = float(kwargs_o.get("lr", INFOS[name].optim_cls([torch.zeros(2, 2)]).defaults["lr"]))
+        kwargs_o["lr"], kwargs_t["lr"] = torch.full(shape, lr), torch.full(shape, lr)
+        try:
+            theirs, ours, params_t, params_o = _pair(name, kwargs_t, kwargs_o, torch.float32, gen)
+        except ValueError as error:
+            with pytest.raises(ValueError, match=re.escape(str(error))):
+                getattr(okt, name)(_make(name, torch.float32, gen), **kwargs_o)
+            continue
+        _run_pair(name, theirs, ours, params_t, params_o, gen, torch.float32, where=f"{kwargs_o}: ")
+
+
 def _complex_params(dtype):
     gen = torch.Generator().manual_seed(23)
     return [

@@ -10,9 +10,9 @@ the kernel's scalars for a step (:meth:`_scalars`), and torch's gradient pre-ste
 * each step, every check before any tensor is written, all groups first: what the kernels serve (float32,
   float64 and CPU float16/bfloat16 tensors on the CPU or CUDA, dense in memory or copied, gradients and
   state tensors of the parameter's shape, dtype, device and layout) goes to them; the rest (differentiable,
-  capturable, complex, other devices, a parameter listed twice, tensors of another shape or dtype) to
-  torch's own single-tensor step, said once in a warning (and by :meth:`backend_for`), after a rehearsal on
-  copies where torch might raise, so a step that raises has changed nothing;
+  capturable, complex, other devices, a parameter listed twice, tensors of another shape or dtype, Tensor
+  betas of Adam's family) to torch's own single-tensor step, said once in a warning (and by :meth:`backend_for`),
+  after a rehearsal on copies where torch might raise, so a step that raises has changed nothing;
 * ``grad_scale``/``found_inf`` (``torch.amp.GradScaler``) honoured where torch's class honours them;
 * state tensors with torch's names, created on a parameter's first step (so ``state_dict()`` loads into
   ``torch.optim`` and back); step counters are float32 0-d tensors (float64 where that is the default

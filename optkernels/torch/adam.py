@@ -46,10 +46,22 @@ def _check_adam_hyper(lr: Any, eps: float, betas: tuple, weight_decay: float) ->
 def host_lr(lr: Any) -> Any:
     """The learning rate as torch's single-tensor step computes with it: a Python float, or for a Tensor lr
     a NumPy scalar of its dtype (torch's host arithmetic on it, ``lr / bias_correction``, ``1 − lr·wd``,
-    then runs in that dtype, a Python float operand rounded to it first, as NumPy does)."""
+    then runs in that dtype, a Python float operand rounded to it first, as NumPy does). A 1-element Tensor of
+    any shape is squeezed to 0-d first, as torch's steps do."""
     if isinstance(lr, torch.Tensor):
-        return lr.detach().cpu().numpy()[()]
+        return lr.detach().cpu().reshape(()).numpy()[()]
     return float(lr)
+
+
+def tensor_betas(group: dict, zero_d: bool = True) -> str | None:
+    """A reason for torch's own step where ``group``'s ``betas`` hold a tensor (of 1 or more dimensions only
+    for ``zero_d=False``), else None: torch's step then computes its bias corrections and moment weights in
+    the tensor's dtype (``1 − β1^t``, ``1 − β1``, ... as tensor arithmetic), which the kernels' scalars do not
+    reproduce, or refuses it (a tensor of 1 or more dimensions, in some classes): its step is the judge."""
+    for b in group.get("betas", ()):
+        if isinstance(b, torch.Tensor) and (zero_d or b.dim()):
+            return "Tensor betas" if zero_d else "Tensor betas of 1 or more dimensions"
+    return None
 
 
 def _unsupported(**flags: Any) -> None:
@@ -140,6 +152,11 @@ class Adam(ShortPathSteps, KernelOptimizer):
 
     def _short_path_of(self) -> HalfStep | FloatStep | None:
         return HalfStep.of(self) or FloatStep.of(self)
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`; asked where a group's parameters
+        are sorted, not on the short paths, whose plans were made by that sorting)."""
+        return tensor_betas(group) or super()._torch_reason(group, p)
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
@@ -249,6 +266,10 @@ class Adamax(KernelOptimizer):
             capturable=capturable,
         )
         super().__init__(params, defaults)
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`)."""
+        return tensor_betas(group) or super()._torch_reason(group, p)
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])

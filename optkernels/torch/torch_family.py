@@ -22,6 +22,7 @@ from ..kernels.torch_rules import NO_TAIL
 from ._base import KernelOptimizer, _Plan
 from ._half_rule import HalfRule
 from ._torch_sqrt import TorchSqrtKernel
+from .adam import tensor_betas
 
 __all__ = ["ASGD", "Adadelta", "NAdam", "RAdam", "Rprop"]
 
@@ -40,6 +41,14 @@ def check_lr(lr: Any, message: str = "Invalid learning rate: {}") -> None:
         raise ValueError("Tensor lr must be 1-element")
     if not 0.0 <= float(lr):
         raise ValueError(message.format(lr))
+
+
+def squeezed(value: Any) -> Any:
+    """``value``, a 1-element Tensor of any shape made 0-d (as torch's steps take a tensor lr: its arithmetic
+    and the state made from it are then 0-d as torch's); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.dim():
+        return value.reshape(())
+    return value
 
 
 def check_betas_eps(group: dict) -> None:
@@ -92,6 +101,11 @@ class TorchRule(KernelOptimizer):
 
     def _prestep(self, group: dict) -> None:
         return None
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """As the base class's; also ``betas`` (NAdam, RAdam) holding a tensor of 1 or more dimensions (0-d
+        ones the kernels' scalars take as torch does: :func:`~optkernels.torch.adam.tensor_betas`)."""
+        return tensor_betas(group, zero_d=False) or super()._torch_reason(group, p)
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         """:meth:`_rule_scalars`, then the three of torch's half tail (:class:`._half_rule.HalfRule`)."""
@@ -198,7 +212,7 @@ class NAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.nadam_scalars(
             dtype,
-            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
+            squeezed(group["lr"]),  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -277,7 +291,7 @@ class RAdam(TorchRule):
         beta1, beta2 = group["betas"]
         return K.radam_scalars(
             dtype,
-            group["lr"],  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
+            squeezed(group["lr"]),  # a tensor lr: torch's host arithmetic in its dtype, as torch does it
             beta1,
             beta2,
             group["eps"],
@@ -425,14 +439,14 @@ class ASGD(TorchRule):
     def _new_state(self, name: str, p: torch.Tensor, group: dict) -> torch.Tensor:
         state = self.state[p]  # a first step: torch's 0-d state first, in torch's key order
         if "eta" not in state:
-            state["eta"] = torch.as_tensor(group["lr"], dtype=scalar_dtype()).clone().detach()
+            state["eta"] = torch.as_tensor(squeezed(group["lr"]), dtype=scalar_dtype()).clone().detach()
             state["mu"] = torch.ones((), dtype=scalar_dtype())
         return super()._new_state(name, p, group)
 
     def _before_update(self, group: dict, plan: _Plan, step: int) -> None:
         self._etas = {t: (s["eta"].item(), s["mu"].item()) for t, s in self._scalar_state(plan).items()}
         # a tensor lr: eta computed in its dtype, as torch computes it
-        lr, lambd, alpha, t0 = group["lr"], group["lambd"], group["alpha"], group["t0"]
+        lr, lambd, alpha, t0 = squeezed(group["lr"]), group["lambd"], group["alpha"], group["t0"]
         state = self.state
         for t, members in _by_step(plan).items():  # torch's ``fill_`` of each 0-d state, one call per step
             for name, value in zip(("eta", "mu"), K.asgd_next(lr, lambd, alpha, t0, t)):
