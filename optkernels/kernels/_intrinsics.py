@@ -90,8 +90,8 @@ def _prefetch_codegen(write: int, locality: int = 3):
     def codegen(context, builder, signature, args):
         array_type = signature.args[0]
         array = context.make_array(array_type)(context, builder, args[0])
-        i, j = (context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], signature.args[1:]))
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [i, j], wraparound=False)
+        indices = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], signature.args[1:])]
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, indices, wraparound=False)
         _prefetch_pointer(builder, pointer, write, locality)
         return context.get_dummy_value()
 
@@ -135,16 +135,7 @@ def prefetch_write_item(typingctx, array, i):
     """Prefetch the cache line of ``array[i]`` (1-D array) for writing; no effect on values."""
     if not (isinstance(array, types.Array) and array.ndim == 1 and isinstance(i, types.Integer)):
         raise TypingError("prefetch_write_item takes a 1-D array and an integer index")
-
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        index = context.cast(builder, args[1], signature.args[1], types.intp)
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [index], wraparound=False)
-        _prefetch_pointer(builder, pointer, 1)
-        return context.get_dummy_value()
-
-    return types.void(array, i), codegen
+    return types.void(array, i), _prefetch_codegen(1)
 
 
 @intrinsic
