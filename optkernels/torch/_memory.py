@@ -9,8 +9,8 @@ look alike to the processor's store-to-load check, which compares the address bi
 arrays 48 or 64 bytes apart; arrays at one offset still meet within each element's loads and stores).
 :func:`zeros_like` gives a new large state tensor both: huge pages, and an offset within a page a whole
 number of :data:`SLOT_BYTES` from the parameter's (the ``slot``-th state tensor of a parameter, so the
-moments sit 1 KiB and 2 KiB from the parameter and its gradient: far from both collisions). Its values, dtype, device, shape and strides are those of
-``torch.zeros_like``. :func:`advise_table` moves a large parameter that a step reads row by row at
+moments sit 1 KiB and 2 KiB from the parameter and its gradient: far from both collisions). Its values,
+dtype, device, shape and strides are those of ``torch.zeros_like``. :func:`advise_table` moves a large parameter that a step reads row by row at
 scattered places (an embedding table) onto huge pages: one TLB entry and page walk per 2 MiB instead of one
 per row.
 """
@@ -75,9 +75,8 @@ def zeros_like(p: torch.Tensor, slot: int = 0) -> torch.Tensor:
     Args:
         p: the tensor whose shape, dtype, device and layout the zeros take.
         slot: which of ``p``'s state tensors this is (1 for the first; 0: at ``p``'s own offset), so that
-            the arrays of one step start :data:`SLOT_BYTES` apart (a step over a 1e8-element Adam
-            parameter ran about 3% faster with its moments 1 and 2 KiB from the parameter and gradient
-            than with all four at one offset).
+            the arrays of one step start :data:`SLOT_BYTES` apart (measured in
+            ``bench/results/target-notes.md``).
 
     Returns:
         A new tensor of zeros.

@@ -49,8 +49,16 @@ def host_lr(lr: Any) -> Any:
     then runs in that dtype, a Python float operand rounded to it first, as NumPy does). A 1-element Tensor of
     any shape is squeezed to 0-d first, as torch's steps do."""
     if isinstance(lr, torch.Tensor):
-        return lr.detach().cpu().reshape(()).numpy()[()]
+        return squeezed(lr).detach().cpu().numpy()[()]
     return float(lr)
+
+
+def squeezed(value: Any) -> Any:
+    """``value``, a 1-element Tensor of any shape made 0-d (as torch's steps take a tensor lr: its arithmetic
+    and the state made from it are then 0-d as torch's); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.dim():
+        return value.reshape(())
+    return value
 
 
 def tensor_betas(group: dict, zero_d: bool = True) -> str | None:

@@ -22,7 +22,7 @@ from ..kernels.torch_rules import NO_TAIL
 from ._base import KernelOptimizer, _Plan
 from ._half_rule import HalfRule
 from ._torch_sqrt import TorchSqrtKernel
-from .adam import tensor_betas
+from .adam import squeezed, tensor_betas
 
 __all__ = ["ASGD", "Adadelta", "NAdam", "RAdam", "Rprop"]
 
@@ -41,14 +41,6 @@ def check_lr(lr: Any, message: str = "Invalid learning rate: {}") -> None:
         raise ValueError("Tensor lr must be 1-element")
     if not 0.0 <= float(lr):
         raise ValueError(message.format(lr))
-
-
-def squeezed(value: Any) -> Any:
-    """``value``, a 1-element Tensor of any shape made 0-d (as torch's steps take a tensor lr: its arithmetic
-    and the state made from it are then 0-d as torch's); anything else as it is."""
-    if isinstance(value, torch.Tensor) and value.dim():
-        return value.reshape(())
-    return value
 
 
 def check_betas_eps(group: dict) -> None:
