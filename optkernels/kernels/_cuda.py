@@ -266,6 +266,54 @@ def copy_to_device(device: Any, host: Any, stream: Any = 0) -> None:
         _view(device, carrier).copy_to_device(bits, stream=stream)
 
 
+def queue_copy_to_device(device: Any, host: Any, stream: Any) -> None:
+    """Queue the copy of the C-contiguous host array ``host`` into the device array ``device`` (the same
+    bytes: any dtype, the caller vouches for sizes) on ``stream``, with the driver's asynchronous copy
+    called directly: none of numba-cuda's per-call array checks, which cost a pipeline as much Python time
+    per chunk as its kernel launch. For pinned ``host`` the copy is asynchronous: keep ``host`` unchanged
+    until the stream has passed it. Under the simulator: :func:`copy_to_device`.
+    """
+    if simulator_enabled():
+        copy_to_device(device, host, stream=stream)
+        return
+    from numba.cuda.cudadrv import driver
+
+    driver.host_to_device(device, host.ctypes.data, host.nbytes, stream=stream)
+
+
+def queue_copy_to_host(host: Any, device: Any, stream: Any) -> None:
+    """Queue the copy of the device array ``device`` into the C-contiguous host array ``host`` (the same
+    bytes, as :func:`queue_copy_to_device`) on ``stream``, with the driver's asynchronous copy called
+    directly. For pinned ``host`` the copy is asynchronous: read ``host`` once the stream has passed it.
+    Under the simulator: :func:`copy_to_host`.
+    """
+    if simulator_enabled():
+        copy_to_host(device, host, stream=stream)
+        return
+    from numba.cuda.cudadrv import driver
+
+    driver.device_to_host(host.ctypes.data, device, host.nbytes, stream=stream)
+
+
+def prepared_launch(dispatcher: Any, griddim: int, blockdim: int, stream: Any, args: tuple) -> Any:
+    """A callable that queues ``dispatcher[griddim, blockdim, stream](*args)`` each time it is called.
+
+    The arguments are typed and the compiled kernel found once, here; each call then goes straight to
+    the kernel's launch (numba-cuda's per-launch typing and overload search skipped): for a pipeline
+    that launches the same kernel on the same buffers many times. Under the simulator (or a numba-cuda
+    without these internals) each call is the plain launch.
+    """
+    configured = dispatcher[griddim, blockdim, stream]
+    if simulator_enabled():
+        return lambda: configured(*args)
+    try:
+        kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
+        launch = kernel.launch
+    except (AttributeError, TypeError):  # another numba-cuda's internals: the plain launch
+        return lambda: configured(*args)
+    return lambda: launch(args, (griddim, 1, 1), (blockdim, 1, 1), stream, 0)
+
+
 def copy_to_host(device: Any, out: Any = None, stream: Any = 0) -> Any:
     """Copy the device array ``device`` to the host, into ``out`` when given, for any dtype.
 

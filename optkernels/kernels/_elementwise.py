@@ -195,6 +195,24 @@ class Elementwise:
             return
         _cuda_launch(self.cuda, n, stream)(n, *_run_time_ints(args))
 
+    def prepared_cuda(self, n: int, *args: Any, stream: Any = None) -> Callable[[], None]:
+        """A callable that runs ``launch('cuda', n, *args, stream=stream)`` each time it is called, the
+        arguments typed and the kernel found once (:func:`._cuda.prepared_launch`): for the same update on
+        the same device buffers again and again (a pipeline's chunks). Half-precision arrays take the
+        plain launch."""
+        if n == 0:
+            return lambda: None
+        if _half_kinds(args) is not None:
+            return lambda: self.launch("cuda", n, *args, stream=stream)
+        blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
+        return _cuda.prepared_launch(
+            self.cuda,
+            blocks,
+            CUDA_THREADS_PER_BLOCK,
+            0 if stream is None else stream,
+            (n, *_run_time_ints(args)),
+        )
+
     def many(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
         """The compiled, cached multi-tensor CPU loop for ``n_arrays`` array arguments:
         ``many(n_arrays)(chunks, addresses, like, *scalars)``; with a ``prologue``:

@@ -23,10 +23,11 @@ from ..kernels.axpy import _axpy
 
 __all__ = ["CHUNK", "SUBMIT_THREAD", "CudaTransport", "HostTransport", "chunk_bounds", "offload_step"]
 
-#: Elements per chunk of a CUDA parameter (32 MiB of float32): each chunk's copy and add cost a fixed ~0.3 ms
-#: of Python and driver time, which smaller chunks multiply (bench/results/gpu/ has the measurements).
-#: A NumPy parameter has no copy to overlap and runs in one chunk.
-CHUNK = 1 << 23
+#: Elements per chunk of a CUDA parameter (16 MiB of float32): a larger chunk leaves more of the last copy
+#: and add unoverlapped, a smaller one multiplies the per-chunk launches of the host step, the copy and the
+#: add (bench/results/gpu/ has the measurements). A NumPy parameter has no copy to overlap and runs in one
+#: chunk.
+CHUNK = 1 << 22
 
 #: Whether a :class:`CudaTransport` queues its copies and adds from a second thread by default.
 SUBMIT_THREAD = False
@@ -109,6 +110,7 @@ class CudaTransport(HostTransport):
         self.submit_thread = SUBMIT_THREAD if submit_thread is None else submit_thread
         self._queued: list = [None, None]  # per slot: the Future of its send_add on the submit thread
         self._pool: tuple[int, ThreadPoolExecutor] | None = None
+        self._kept: dict = {}  # (slot, lo, hi) -> (parameter, its chunk's views)
 
     def _make(self, slot: int) -> None:
         if self._device[slot] is None:
@@ -124,8 +126,17 @@ class CudaTransport(HostTransport):
     def fetch(self, grad: Any, lo: int, hi: int, slot: int) -> None:
         if not isinstance(grad, np.ndarray):
             self._make(slot)
-            _cuda.copy_to_host(grad[lo:hi], self._grads[slot][: hi - lo], stream=self._down)
+            _cuda.queue_copy_to_host(self._grads[slot][: hi - lo], grad[lo:hi], self._down)
             self._got[slot].record(self._down)
+
+    def _views(self, key: tuple, array: Any, make: Any) -> Any:
+        """The views (slices, a prepared launch) of one chunk's copy and add, made by ``make()`` on first use
+        and kept while ``array`` (the parameter) is the same object: slicing a device array and typing a
+        launch cost more Python time per chunk than the driver's own calls."""
+        kept = self._kept.get(key)
+        if kept is None or kept[0] is not array:
+            kept = self._kept[key] = (array, make())
+        return kept[1]
 
     def fetched(self, grad: Any, lo: int, hi: int, slot: int) -> np.ndarray:
         if isinstance(grad, np.ndarray):
@@ -156,12 +167,19 @@ class CudaTransport(HostTransport):
         return self._pool[1]
 
     def _send_add(self, slot: int, param: Any, lo: int, hi: int) -> None:
-        count = hi - lo
-        delta = self._device[slot][:count]
-        _cuda.copy_to_device(delta, self._staging[slot][:count], stream=self._up)
-        _axpy.launch("cuda", count, param[lo:hi], delta, self._staging[slot].dtype.type(1), stream=self._up)
+        delta, staged, add = self._views((slot, lo, hi), param, lambda: self._add_views(slot, param, lo, hi))
+        _cuda.queue_copy_to_device(delta, staged, self._up)
+        add()
         self._sent[slot].record(self._up)
         self._pending[slot] = True
+
+    def _add_views(self, slot: int, param: Any, lo: int, hi: int) -> tuple:
+        """``(device delta, pinned delta, add)`` of one chunk: ``add()`` queues ``param[lo:hi] += delta``."""
+        count = hi - lo
+        delta = self._device[slot][:count]
+        one = self._staging[slot].dtype.type(1)
+        add = _axpy.prepared_cuda(count, param[lo:hi], delta, one, stream=self._up)
+        return delta, self._staging[slot][:count], add
 
     def finish(self) -> None:
         for slot in (0, 1):

@@ -58,3 +58,22 @@ def test_adam_offload_on_the_device_in_chunks_equals_the_host_step(monkeypatch, 
         np.testing.assert_array_equal(_bits(q.asnumpy()), _bits(p.data))
     for a, b in zip(opts[0].moment2, opts[1].moment2):
         np.testing.assert_array_equal(b.data, a.data)
+
+
+def test_a_transport_reused_on_another_parameter_adds_to_that_one():
+    """The transport keeps each chunk's device views and prepared add for the parameter it saw last: two
+    steps on one parameter, then a step on another, each equal to the host-only step."""
+    w, m, v, g = _state(17, np.float32, seed=2)
+    t = np.float32
+    b1, b2 = t(0.9), t(0.999)
+    scalars = (t(0.01), b1, t(1) - b1, b2, t(1) - b2, t(1e-8), False)
+    transport = CudaTransport(6, np.float32)
+    first, second = _cuda.to_device(w), _cuda.to_device(-w)
+    host_m, host_v, host = m.copy(), v.copy(), [w.copy(), -w]
+    for param, expected in ((first, host[0]), (first, host[0]), (second, host[1])):
+        offload_step(transport, param, m, v, g, scalars)
+        expected += adam_no_update_param(host_m, host_v, 0.0, 0.0, scalars[0], b1, b2, t(1e-8), g)
+        np.testing.assert_array_equal(param.copy_to_host(), expected)
+    np.testing.assert_array_equal(first.copy_to_host(), host[0])
+    np.testing.assert_array_equal(m, host_m)
+    np.testing.assert_array_equal(v, host_v)
