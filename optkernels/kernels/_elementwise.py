@@ -54,13 +54,17 @@ def {name}(n, {args}):
         element(i, {args})
 """
 
+# Each CUDA thread takes CUDA_ELEMENTS_PER_THREAD elements a block-width apart (a warp's accesses stay
+# contiguous), in a grid of ceil(n / (threads · 4)) blocks: no grid-stride loop around them (it ran slower;
+# bench/results/gpu/ has the figures). The literal 4 in the templates is CUDA_ELEMENTS_PER_THREAD.
 _CUDA_LOOP = """
 def {name}(n, {args}):
-    i = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    while i < n:
-        element(i, {args})
-        i += stride
+    _step = cuda.blockDim.x
+    _first = cuda.blockIdx.x * _step * 4 + cuda.threadIdx.x
+    for _k in range(4):
+        i = _first + _k * _step
+        if i < n:
+            element(i, {args})
 """
 
 _CPU_SUMSQ = """
@@ -101,6 +105,10 @@ def {name}(n, chunk, sums0, sums1, {args}):
 SUM_CHUNK = 8192
 CUDA_THREADS_PER_BLOCK = 256
 CUDA_MAX_BLOCKS = 65535
+#: Elements each thread of an element-wise CUDA kernel updates (``_CUDA_LOOP``, ``_CUDA_HALF``).
+CUDA_ELEMENTS_PER_THREAD = 4
+#: The largest grid (blocks) of an element-wise CUDA kernel: CUDA's limit in x.
+CUDA_MAX_GRID = 2**31 - 1
 
 
 def _generate(template: str, prefix: str, py_func: Callable, namespace: dict) -> Callable:
@@ -204,7 +212,7 @@ class Elementwise:
             return lambda: None
         if _half_kinds(args) is not None:
             return lambda: self.launch("cuda", n, *args, stream=stream)
-        blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
+        blocks = _cuda_blocks(n)
         return _cuda.prepared_launch(
             self.cuda,
             blocks,
@@ -592,13 +600,14 @@ def {name}(n, _workspace, {args}{sr}):
 _CUDA_HALF = """
 def {name}(n, {args}{sr}):
 {scratch}
-    i = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    while i < n:
+    _step = cuda.blockDim.x
+    _first = cuda.blockIdx.x * _step * 4 + cuda.threadIdx.x
+    for _k in range(4):
+        i = _first + _k * _step
+        if i < n:
 {load}
-        element(0, {scratch_args})
+            element(0, {scratch_args})
 {store}
-        i += stride
 """
 
 
@@ -687,18 +696,18 @@ def _half_source(target: str, py_func: Callable, kinds: tuple, sr: bool) -> tupl
     for k, p, kind in arrays:
         scratch.append(f"    _s_{p} = cuda.local.array(1, float32)")
         if kind in half:
-            load.append(f"        _s_{p}[0] = _load_{kind}({p}, i)")
+            load.append(f"            _s_{p}[0] = _load_{kind}({p}, i)")
             if p in written:
                 store.append(
-                    f"        _store_{kind}_sr({p}, i, _s_{p}[0], "
+                    f"            _store_{kind}_sr({p}, i, _s_{p}[0], "
                     f"random16(_seed, _counter, uint64({k}), uint64(i)))"
                     if sr
-                    else f"        _store_{kind}({p}, i, _s_{p}[0])"
+                    else f"            _store_{kind}({p}, i, _s_{p}[0])"
                 )
         else:
-            load.append(f"        _s_{p}[0] = {p}[i]")
+            load.append(f"            _s_{p}[0] = {p}[i]")
             if p in written:
-                store.append(f"        {p}[i] = _s_{p}[0]")
+                store.append(f"            {p}[i] = _s_{p}[0]")
     source = _CUDA_HALF.format(
         name=name,
         args=", ".join(params),
@@ -706,7 +715,7 @@ def _half_source(target: str, py_func: Callable, kinds: tuple, sr: bool) -> tupl
         scratch="\n".join(scratch),
         load="\n".join(load),
         scratch_args=scratch_args,
-        store="\n".join(store) or "        pass",
+        store="\n".join(store) or "            pass",
     )
     return name, source
 
@@ -1029,9 +1038,17 @@ def _run_time_ints(args: tuple) -> tuple:
     return tuple(int(a) if getattr(type(a), "compile_time_int", False) else a for a in args)
 
 
+def _cuda_blocks(n: int) -> int:
+    """The grid of an element-wise CUDA kernel over ``n`` elements (``CUDA_ELEMENTS_PER_THREAD`` each)."""
+    blocks = -(-n // (CUDA_THREADS_PER_BLOCK * CUDA_ELEMENTS_PER_THREAD))
+    if blocks > CUDA_MAX_GRID:
+        raise ValueError(f"{n} elements are more than one CUDA launch covers here")
+    return blocks
+
+
 def _cuda_launch(kernel: Any, n: int, stream: Any) -> Any:
-    """``kernel`` configured for ``n`` elements (a grid-stride loop), on ``stream`` if one is given."""
-    blocks = min(-(-n // CUDA_THREADS_PER_BLOCK), CUDA_MAX_BLOCKS)
+    """``kernel`` configured for ``n`` elements, on ``stream`` if one is given."""
+    blocks = _cuda_blocks(n)
     if stream is None:
         return kernel[blocks, CUDA_THREADS_PER_BLOCK]
     return kernel[blocks, CUDA_THREADS_PER_BLOCK, stream]
