@@ -239,6 +239,8 @@ def _flatten(x: Any, device: str) -> Any:
             raise ValueError(f"cannot take a flat view of an array of shape {x.shape}")
         return flat
     arr = _cuda.as_device_array(x)
+    if arr.ndim == 1:  # contiguous (checked): already flat, and a device reshape builds a new array object
+        return arr
     return arr.reshape(math.prod(arr.shape))
 
 
