@@ -304,10 +304,10 @@ def prepared_launch(dispatcher: Any, griddim: int, blockdim: int, stream: Any, a
     without these internals) each call is the plain launch.
     """
     configured = dispatcher[griddim, blockdim, stream]
-    if not stream and not simulator_enabled():
-        stream = module().default_stream()  # the kernel's launch takes a stream object, not 0
     if simulator_enabled():
         return lambda: configured(*args)
+    if not stream:
+        stream = module().default_stream()  # the kernel's launch takes a stream object, not 0
     try:
         kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
         launch = kernel.launch
