@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..kernels.torch_fused_adam import fused_adam_group_scalars, fused_adam_step_scalars
 from ..kernels.torch_rules import (
+    NO_TAIL,
     _torch_adam,
     _torch_adam_amsgrad,
     _torch_adamax,
@@ -22,6 +24,7 @@ from ..kernels.torch_rules import (
 )
 from ._base import KernelOptimizer
 from ._float_step import FloatStep
+from ._fused_adam import FUSED, FUSED_AMSGRAD, fused_reason
 from ._half_step import HalfStep
 from ._short_path import ShortPathSteps
 
@@ -163,32 +166,71 @@ class Adam(ShortPathSteps, KernelOptimizer):
 
     def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
         """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`; asked where a group's parameters
-        are sorted, not on the short paths, whose plans were made by that sorting)."""
-        return tensor_betas(group) or super()._torch_reason(group, p)
+        are sorted, not on the short paths, whose plans were made by that sorting), and for ``fused=True``
+        what :func:`._fused_adam.fused_reason` refuses (non-CPU tensors, torch's non-AVX-512 kernels)."""
+        reason = tensor_betas(group) or super()._torch_reason(group, p)
+        if reason is None and group.get("fused"):
+            reason = fused_reason(p)
+        return reason
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
 
     def _kernel(self, group: dict) -> tuple:
         if group["amsgrad"]:
-            return _torch_adam_amsgrad, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
-        return _torch_adam, ("exp_avg", "exp_avg_sq")
+            names: tuple = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+            return (FUSED_AMSGRAD if group.get("fused") else _torch_adam_amsgrad), names
+        return (FUSED if group.get("fused") else _torch_adam), ("exp_avg", "exp_avg_sq")
 
     def _prestep(self, group: dict) -> Any:
         return None  # maximize and both decays are in the element function (torch's rounding)
 
+    def _unscales_in_kernel(self, group: dict) -> bool:
+        return bool(group.get("fused"))  # torch's fused step divides in float32 for a half gradient
+
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+        if group.get("fused"):
+            return (
+                *fused_adam_step_scalars(self._group_scalars(group, dtype), step, self._scale_now),
+                *NO_TAIL,
+            )
         return adam_step_scalars(self._group_scalars(group, dtype), step)
 
     def _half_scalars(self, group: dict, step: int) -> tuple:
+        if group.get("fused"):
+            return fused_adam_step_scalars(self._group_scalars(group, _FLOAT32), step, self._scale_now)
         return adam_half_step_scalars(self._group_scalars(group, _FLOAT32), step)[:-3]
 
+    def _step_scalars(self, group: dict, per_group: tuple, step: int) -> tuple:
+        """The float kernel's scalars (without tails) of step ``step`` from ``per_group``
+        (:meth:`_group_scalars`), without AMP's scale: the short path's."""
+        if group.get("fused"):
+            return fused_adam_step_scalars(per_group, step)
+        return adam_step_scalars(per_group, step)
+
+    def _half_step_scalars(self, group: dict, per_group: tuple, step: int) -> tuple:
+        """:meth:`_half_scalars` from ``per_group`` (:meth:`_group_scalars` in float32), without AMP's
+        scale: the short path's."""
+        if group.get("fused"):
+            return fused_adam_step_scalars(per_group, step)
+        return adam_half_step_scalars(per_group, step)[:-3]
+
     def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
-        """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered)."""
-        lr = host_lr(group["lr"])
+        """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered); for
+        ``fused=True``, :func:`~optkernels.kernels.torch_fused_adam.fused_adam_group_scalars` (torch's fused
+        step takes ``lr`` as a float64, a Tensor's value too)."""
         beta1, beta2 = group["betas"]
         eps, wd, maximize = group["eps"], group["weight_decay"], group["maximize"]
         decoupled = bool(group.get("decoupled_weight_decay"))
+        if group.get("fused"):
+            flr = float(group["lr"])
+            return self._remembered(
+                ("fused", dtype, flr, beta1, beta2, eps, wd, decoupled, maximize),
+                lambda: fused_adam_group_scalars(
+                    dtype, flr, float(beta1), float(beta2), eps, wd, decoupled, maximize
+                ),
+            )
+        lr = host_lr(group["lr"])
         mkl = self._sqrt_kernel(dtype)
         return self._remembered(
             (dtype, type(lr), lr, beta1, beta2, eps, wd, decoupled, maximize, mkl),
