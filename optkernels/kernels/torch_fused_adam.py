@@ -4,7 +4,7 @@
 torch computes one element in the parameter's dtype (float32 for a float16/bfloat16 parameter: "opmath",
 each stored tensor rounded once, the float32 values used on)::
 
-    g ← g / grad_scale (AMP; written back to the gradient);  g ← −g (maximize)
+    g ← g / grad_scale (AMP; torch writes it back to the gradient);  g ← −g (maximize)
     g ← fma(w, wd, g) (Adam's weight_decay);  w ← w·(1 − lr·wd) (AdamW's)
     m ← fma(1 − β1, g − m, m)   (|1 − β1| < 0.5; else fma(−β1, g − m, g))
     v ← fma((1 − β2)·g, g, v·β2)   (torch's vector loops; its scalar loop: fma(v, β2, (1 − β2)·g·g))
@@ -106,13 +106,13 @@ def _fused_adam(
     lanes,
 ):
     """One float32/float64 element; ``lanes``: elements per 32-byte vector (the last ``n mod lanes`` run
-    torch's scalar loop). ``scaled``: divide the gradient by ``grad_scale`` (and store it back)."""
+    torch's scalar loop). ``scaled``: the gradient divided by ``grad_scale`` (the caller stores the quotient
+    back, as torch does: in place, by the same division)."""
     n = var.shape[0]
     vector = np.int64(i) < n - n % lanes
     g = grad[i]
     if scaled:
         g = g / grad_scale
-        grad[i] = g
     p, m, v = fused_adam_moments(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
         small, b2, c2, vector,
@@ -154,7 +154,6 @@ def _fused_adam_amsgrad(
     g = grad[i]
     if scaled:
         g = g / grad_scale
-        grad[i] = g
     p, m, v = fused_adam_moments(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
         small, b2, c2, vector,
@@ -195,14 +194,13 @@ def _fused_adam_half(
     unused,
 ):
     """One float16/bfloat16 element, in float32; ``body_to``/``vector_to`` (:func:`fused_tails`): where
-    torch's 64-byte and 32-byte vector loops end (``lanes`` unused). ``scaled``: divide the gradient by ``grad_scale`` (and
-    store it back)."""
+    torch's 64-byte and 32-byte vector loops end (``lanes`` unused). ``scaled``: the gradient divided by
+    ``grad_scale`` in float32, unrounded (the caller stores the rounded quotient back, as torch does)."""
     j = np.int64(i)
     tail = j >= body_to
     g = grad[i]
     if scaled:
         g = g / grad_scale
-        grad[i] = torch_nan(g, grad, tail)
     p, m, v = fused_adam_moments(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
         small, b2, c2, j < vector_to,
@@ -247,7 +245,6 @@ def _fused_adam_half_amsgrad(
     g = grad[i]
     if scaled:
         g = g / grad_scale
-        grad[i] = torch_nan(g, grad, tail)
     p, m, v = fused_adam_moments(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
         small, b2, c2, j < vector_to,

@@ -208,7 +208,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         self._said: set = set()
         self._memo: dict = {}
         self._sqrt_kernels: dict = {}
-        self._scale_now: float | None = None  # AMP's grad_scale, where a kernel divides by it (_unscale)
+        self._scale_now: torch.Tensor | None = None  # AMP's grad_scale, where a kernel divides by it
         self._runner: _delegate.TorchRunner | None = None
         params = _delegate.materialize(params)
         torch_cls = _delegate.torch_class(type(self))
@@ -478,6 +478,12 @@ class KernelOptimizer(torch.optim.Optimizer):
                 self._dense_step(w)
             for p in w.sparse:
                 self._sparse_step(w.group, p, p.grad, self._state_of(p, w.group, sparse=True))
+        scale, self._scale_now = self._scale_now, None
+        if scale is not None:  # the gradients the kernels divided (see _unscales_in_kernel), left unscaled
+            for w in works:
+                if self._unscales_in_kernel(w.group):
+                    for p in w.dense:
+                        p.grad.div_(scale.to(p.grad.device))
         return loss
 
     def _touch_state(self, work: _Work) -> list:
@@ -506,16 +512,18 @@ class KernelOptimizer(torch.optim.Optimizer):
         if scale is not None:
             for w in works:
                 own = self._unscales_in_kernel(w.group)
-                if own:  # the kernel divides them (and writes them back) with the scale's value
-                    self._scale_now = float(scale)
+                if own and w.dense:  # the kernel divides them; they are divided in place after it
+                    self._scale_now = scale
                 for p in chain(() if own else w.dense, w.by_torch):
                     if p.grad.layout is _STRIDED:
                         p.grad.div_(scale.to(p.grad.device))
         return True
 
     def _unscales_in_kernel(self, group: dict) -> bool:
-        """Whether ``group``'s kernel divides the dense gradients by ``grad_scale`` itself (its scalars then
-        carry :attr:`_scale_now`, the scale of the step being made, else None); default False."""
+        """Whether ``group``'s kernel divides the dense gradients by ``grad_scale`` itself, from the scale
+        of the step being made (:attr:`_scale_now`, a 0-d tensor, else None), without storing the quotient:
+        the gradients are divided in place after the kernel (torch's fused steps leave them unscaled).
+        Default False."""
         return False
 
     # ------------------------------------------------------------------ sorting and checks

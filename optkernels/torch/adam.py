@@ -188,17 +188,21 @@ class Adam(ShortPathSteps, KernelOptimizer):
     def _unscales_in_kernel(self, group: dict) -> bool:
         return bool(group.get("fused"))  # torch's fused step divides in float32 for a half gradient
 
+    def _scale(self) -> float | None:
+        """AMP's scale of the step being made, where the fused kernels divide by it, else None."""
+        return None if self._scale_now is None else float(self._scale_now)
+
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         if group.get("fused"):
             return (
-                *fused_adam_step_scalars(self._group_scalars(group, dtype), step, self._scale_now),
+                *fused_adam_step_scalars(self._group_scalars(group, dtype), step, self._scale()),
                 *NO_TAIL,
             )
         return adam_step_scalars(self._group_scalars(group, dtype), step)
 
     def _half_scalars(self, group: dict, step: int) -> tuple:
         if group.get("fused"):
-            return fused_adam_step_scalars(self._group_scalars(group, _FLOAT32), step, self._scale_now)
+            return fused_adam_step_scalars(self._group_scalars(group, _FLOAT32), step, self._scale())
         return adam_half_step_scalars(self._group_scalars(group, _FLOAT32), step)[:-3]
 
     def _step_scalars(self, group: dict, per_group: tuple, step: int) -> tuple:
