@@ -51,8 +51,8 @@ def _pair(name: str, kwargs: dict, dtype: torch.dtype, sizes=SIZES, seed: int = 
     base = [torch.randn(n, generator=gen).to(dtype) for n in sizes]
     theirs = [b.clone().requires_grad_() for b in base]
     ours = [b.clone().requires_grad_() for b in base]
-    kwargs = dict(lr=1e-2, **kwargs)
-    lr = kwargs.pop("lr")
+    kwargs = dict(kwargs)
+    lr = kwargs.pop("lr", 1e-2)
     make = lambda lib, params: getattr(lib, name)(  # noqa: E731
         params, lr=lr.clone() if isinstance(lr, torch.Tensor) else lr, fused=True, **kwargs
     )
