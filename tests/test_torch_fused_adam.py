@@ -145,3 +145,28 @@ def test_other_cpu_capabilities_take_torchs_fused_step(monkeypatch, dtype):
             _assert_same(t_opt, o_opt, theirs, ours, f"step {step + 1}")
     assert len([w for w in said if "fused=True" in str(w.message)]) == 1
     assert {o_opt.backend_for(p) for p in ours} == {"torch"}
+
+
+@needs_avx512
+def test_gradients_laid_out_unlike_their_parameter_take_torchs_fused_step():
+    """torch's fused kernel pairs the memory of parameter, state and gradient in order: a transposed
+    parameter with a gradient of its strides is served (the same bits), one with a contiguous gradient goes
+    to torch's own fused step (said once), which keeps torch's bits whatever they are."""
+    gen = torch.Generator().manual_seed(5)
+    base = torch.randn(33, 17, generator=gen).t()
+    theirs = [base.clone().t().contiguous().t().requires_grad_() for _ in range(2)]
+    ours = [base.clone().t().contiguous().t().requires_grad_() for _ in range(2)]
+    t_opt = torch.optim.Adam(theirs, lr=1e-2, fused=True)
+    o_opt = okt.Adam(ours, lr=1e-2, fused=True)
+    assert not ours[0].is_contiguous()
+    with pytest.warns(UserWarning, match="gradient laid out unlike its parameter") as said:
+        for step in range(3):
+            for k, (a, b) in enumerate(zip(theirs, ours)):
+                g = torch.randn(a.shape, generator=gen)
+                g = g.t().contiguous().t() if k == 0 else g.contiguous()  # the parameter's strides, or not
+                a.grad, b.grad = g.clone(), g.clone()
+            t_opt.step()
+            o_opt.step()
+            _assert_same(t_opt, o_opt, theirs, ours, f"step {step + 1}")
+    assert len([w for w in said if "fused=True" in str(w.message)]) == 1
+    assert [o_opt.backend_for(p) for p in ours] == ["optkernels", "torch"]

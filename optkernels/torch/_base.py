@@ -351,7 +351,11 @@ class KernelOptimizer(torch.optim.Optimizer):
             fits = self._state_fits(param, group) and (
                 g is None
                 or g.layout is not _STRIDED
-                or (self._grad_fits(param, g) and self._half_tails(group, param, g) is not None)
+                or (
+                    self._grad_fits(param, g)
+                    and self._layout_reason(group, param, g) is None
+                    and self._half_tails(group, param, g) is not None
+                )
             )
             return "optkernels" if fits else "torch"
         raise ValueError("backend_for: the tensor is not a parameter of this optimizer")
@@ -602,6 +606,11 @@ class KernelOptimizer(torch.optim.Optimizer):
                         "consider Adam instead"
                     )
                 if self._grad_fits(p, g) and self._state_fits(p, group):
+                    laid = self._layout_reason(group, p, g)
+                    if laid is not None:
+                        self._say(laid)
+                        work.by_torch.append(p)
+                        continue
                     if self._half_tails(group, p, g) is None:
                         self._say(_UNSPLIT)
                         work.by_torch.append(p)
@@ -645,6 +654,11 @@ class KernelOptimizer(torch.optim.Optimizer):
             return f"parameters on the {p.device.type} device"
         if kind == "cuda" and p.dtype in _views.HALF_DTYPES:
             return f"{p.dtype} CUDA parameters"
+        return None
+
+    def _layout_reason(self, group: dict, p: torch.Tensor, g: torch.Tensor) -> str | None:
+        """Why torch's own step updates ``p`` with its dense gradient ``g`` (of ``p``'s shape, dtype and
+        device) as they are laid out in memory, or None (default: None, the kernels take any layout)."""
         return None
 
     def _rehearse(self, group: dict, p: torch.Tensor) -> str:

@@ -22,9 +22,10 @@ from ..kernels.torch_fused_adam import (
     _fused_adam_half_amsgrad,
     fused_tails,
 )
+from ._base import _dense
 from ._half_rule import HalfRule
 
-__all__ = ["FUSED", "FUSED_AMSGRAD", "FusedRule", "fused_reason"]
+__all__ = ["FUSED", "FUSED_AMSGRAD", "FusedRule", "fused_reason", "layout_reason"]
 
 
 class FusedRule(HalfRule):
@@ -68,3 +69,22 @@ def fused_reason(p: torch.Tensor) -> str | None:
             f"fused=True where torch's CPU kernels are {_capability()} ones (optkernels reproduces AVX512's)"
         )
     return None
+
+
+#: The reason of :func:`layout_reason`.
+LAID_OUT = (
+    "fused=True with a parameter not dense in memory, or a gradient laid out unlike its parameter (torch's "
+    "fused kernel pairs their memory in order)"
+)
+
+
+def layout_reason(p: torch.Tensor, g: torch.Tensor) -> str | None:
+    """Why torch's own fused step updates ``p`` with its gradient ``g``, or None: torch's fused CPU kernel
+    walks ``numel`` elements of memory from each tensor's data pointer, which is the element-wise step only
+    where ``p`` is dense in memory and ``g`` has its strides (what the kernels compute otherwise is the step
+    torch's for-loop computes, not its fused kernel's)."""
+    if p.is_contiguous() and g.is_contiguous():
+        return None
+    if g.stride() == p.stride() and _dense(p):
+        return None
+    return LAID_OUT

@@ -24,7 +24,7 @@ from ..kernels.torch_rules import (
 )
 from ._base import KernelOptimizer
 from ._float_step import FloatStep
-from ._fused_adam import FUSED, FUSED_AMSGRAD, fused_reason
+from ._fused_adam import FUSED, FUSED_AMSGRAD, fused_reason, layout_reason
 from ._half_step import HalfStep
 from ._short_path import ShortPathSteps
 
@@ -172,6 +172,11 @@ class Adam(ShortPathSteps, KernelOptimizer):
         if reason is None and group.get("fused"):
             reason = fused_reason(p)
         return reason
+
+    def _layout_reason(self, group: dict, p: torch.Tensor, g: torch.Tensor) -> str | None:
+        """For ``fused=True``: :func:`._fused_adam.layout_reason` (torch's fused kernel walks the memory of
+        the parameter, state and gradient in order)."""
+        return layout_reason(p, g) if group.get("fused") else None
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
