@@ -33,6 +33,7 @@ from ._elementwise import elementwise
 from ._intrinsics import fma
 from ._lowp import KEEPS_NAN_PAYLOAD
 from ._torch_nan import torch_nan
+from ._torch_tail import torch_tail
 from .torch_rules import divide_root_by_constant
 
 __all__ = ["fused_adam_group_scalars", "fused_adam_step_scalars", "fused_tails", "VECTOR_BYTES"]
@@ -189,21 +190,24 @@ def _fused_adam_half(
     eps,
     neg_step_size,
     lanes,
-    body_to,
     vector_to,
-    unused,
+    tail_from,
+    chunk,
+    chunk_tail,
 ):
-    """One float16/bfloat16 element, in float32; ``body_to``/``vector_to`` (:func:`fused_tails`): where
-    torch's 64-byte and 32-byte vector loops end (``lanes`` unused). ``scaled``: the gradient divided by
+    """One float16/bfloat16 element, in float32; ``vector_to`` and the tail of :func:`~._torch_tail.torch_tail`
+    (:func:`fused_tails`): where torch's 32-byte and 64-byte vector loops end (``lanes`` unused). ``scaled``: the gradient divided by
     ``grad_scale`` in float32, unrounded (the caller stores the rounded quotient back, as torch does)."""
-    j = np.int64(i)
-    tail = j >= body_to
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
+    vector = True
+    if tail:  # (the loop runs the body without this test: see _torch_tail.tail_variants)
+        vector = np.int64(i) < vector_to
     g = grad[i]
     if scaled:
         g = g / grad_scale
     p, m, v = fused_adam_moments(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
-        small, b2, c2, j < vector_to,
+        small, b2, c2, vector,
     )  # fmt: skip
     exp_avg[i] = torch_nan(m, var, tail)
     exp_avg_sq[i] = torch_nan(v, var, tail)
@@ -235,19 +239,22 @@ def _fused_adam_half_amsgrad(
     eps,
     neg_step_size,
     lanes,
-    body_to,
     vector_to,
-    unused,
+    tail_from,
+    chunk,
+    chunk_tail,
 ):
     """:func:`_fused_adam_half` with AMSGrad's maximum."""
-    j = np.int64(i)
-    tail = j >= body_to
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
+    vector = True
+    if tail:  # (the loop runs the body without this test: see _torch_tail.tail_variants)
+        vector = np.int64(i) < vector_to
     g = grad[i]
     if scaled:
         g = g / grad_scale
     p, m, v = fused_adam_moments(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
-        small, b2, c2, j < vector_to,
+        small, b2, c2, vector,
     )  # fmt: skip
     top = fused_max(max_exp_avg_sq[i], v, not tail)
     exp_avg[i] = torch_nan(m, var, tail)
@@ -262,9 +269,16 @@ for _kernel in (_fused_adam, _fused_adam_amsgrad, _fused_adam_half, _fused_adam_
 
 
 def fused_tails(n: int, itemsize: int) -> tuple:
-    """``(body_to, vector_to, 0)``: where torch's 64-byte vector loop and its compiled 32-byte tail loop end
-    in a tensor of ``n`` elements of ``itemsize`` bytes (the last scalars of the half element functions)."""
-    return np.int64(n - n % (64 // itemsize)), np.int64(n - n % (VECTOR_BYTES // itemsize)), np.int64(0)
+    """``(vector_to, tail_from, chunk, chunk_tail)``, the last scalars of the half element functions for a
+    tensor of ``n`` elements of ``itemsize`` bytes: where torch's compiled 32-byte tail loop ends, then
+    :func:`~._torch_tail.torch_tail`'s description of the tail after its 64-byte vector loop (one tail:
+    torch's tasks are whole 64-byte lines)."""
+    return (
+        np.int64(n - n % (VECTOR_BYTES // itemsize)),
+        np.int64(n - n % (64 // itemsize)),
+        np.int64(1),
+        np.int64(0),
+    )
 
 
 def fused_adam_group_scalars(
