@@ -1,7 +1,8 @@
 """torch's Adam, AdamW and Adamax over :mod:`optkernels.kernels.torch_rules`' element functions, which compute
 torch's single-tensor steps (``foreach=False``) with torch's CPU rounding: ``maximize``, the coupled
 ``weight_decay`` and AdamW's decoupled decay ``w ← w·(1 − lr·wd)`` are part of the one pass over each
-tensor, the host scalars (bias corrections, step size) are computed as torch computes them."""
+tensor, the host scalars (bias corrections, step size) are computed as torch computes them. Adam/AdamW with
+``fused=True`` compute torch's fused CPU step instead (:mod:`optkernels.kernels.torch_fused_adam`)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,13 @@ class Adam(ShortPathSteps, KernelOptimizer):
         v̂max ← max(v̂max, v) (amsgrad, used below instead of v)
         w ← w − lr/(1 − β1^t)·m/(√v/√(1 − β2^t) + ε)
 
+    With ``fused=True``, torch's fused CPU step (float32 for float16/bfloat16 parameters, each stored tensor
+    rounded once)::
+
+        g ← g/grad_scale (AMP);  g ← −g (maximize);  g ← fma(w, wd, g) (Adam) or w ← w·(1 − lr·wd) (AdamW)
+        m ← fma(1 − β1, g − m, m);  v ← fma((1 − β2)·g, g, v·β2) (torch's scalar tail: fma(v, β2, (1 − β2)·g·g))
+        w ← w + (−lr/(1 − β1^t))·m/(√v/√(1 − β2^t) + ε)
+
     Args:
         params: an iterable of tensors or of parameter-group dicts (torch's convention).
         lr: learning rate (default 1e-3).
@@ -104,10 +112,15 @@ class Adam(ShortPathSteps, KernelOptimizer):
         weight_decay: L2 penalty added to the gradient (0).
         amsgrad: use AMSGrad's maximum of v (False).
         maximize: maximize the objective (False).
-        foreach, fused, capturable, differentiable: torch's implementation switches. ``foreach`` and
-            ``fused`` choose nothing (optkernels has one implementation; ``fused`` also takes
-            ``torch.amp.GradScaler``'s ``grad_scale``/``found_inf``, as torch's fused Adam does);
-            ``capturable`` and ``differentiable`` parameters are updated by torch's own implementation.
+        foreach, fused, capturable, differentiable: torch's implementation switches. ``foreach`` chooses
+            nothing (torch's foreach and for-loop steps give the same bits). ``fused=True`` computes torch's
+            fused CPU step (``torch.optim.Adam(fused=True)``'s bits on CPU tensors: float32 math for
+            float16/bfloat16 parameters, each stored tensor rounded once, torch's fused multiply-adds; see
+            :mod:`optkernels.kernels.torch_fused_adam`) and takes ``torch.amp.GradScaler``'s
+            ``grad_scale``/``found_inf`` as torch's fused Adam does; torch's own fused step updates
+            parameters it serves otherwise (not on the CPU, torch CPU kernels other than AVX-512 ones, a
+            gradient laid out unlike its parameter), said once in a warning. ``capturable`` and
+            ``differentiable`` parameters are updated by torch's own implementation.
         decoupled_weight_decay: AdamW's decay instead of L2 (torch 2.7+).
 
     State tensors (``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``) have torch's dtype, shape, strides and
