@@ -311,17 +311,20 @@ def fused_adam_group_scalars(
     return convert, float(lr), float(beta1), float(beta2), head, convert(eps)
 
 
-def fused_adam_step_scalars(group: tuple, step: float, grad_scale: Any = None) -> tuple:
+def fused_adam_step_scalars(
+    group: tuple, step: float, grad_scale: Any = None, reciprocal: bool = True
+) -> tuple:
     """The element functions' scalars before the tails, for step counter ``step`` (torch reads the float32
     counter as a float64) from ``group`` (:func:`fused_adam_group_scalars`): ``scaled`` and ``grad_scale``
     (AMP's float32 scale converted, or none), ``√(1 − β2^t)`` (with its float64 reciprocal for a float32
-    quotient, see :func:`~.torch_rules.divide_root_by_constant`), ``−lr/(1 − β1^t)`` and ``lanes``."""
+    quotient, see :func:`~.torch_rules.divide_root_by_constant`; none for ``reciprocal=False``: the half
+    functions divide, which is faster there), ``−lr/(1 − β1^t)`` and ``lanes``."""
     convert, lr, beta1, beta2, head, eps = group
     t = float(step)
     bc2_sqrt = convert(math.sqrt(1 - math.pow(beta2, t)))
     low, high = QUOTIENT_DIVISOR_RANGE
     inv: Any = None
-    if convert is np.float32 and low <= bc2_sqrt <= high:
+    if reciprocal and convert is np.float32 and low <= bc2_sqrt <= high:
         inv = 1.0 / float(bc2_sqrt)
     scale = (False, convert(1)) if grad_scale is None else (True, convert(np.float32(grad_scale)))
     lanes = np.int64(VECTOR_BYTES // np.dtype(convert).itemsize)

@@ -220,7 +220,7 @@ class Adam(ShortPathSteps, KernelOptimizer):
 
     def _half_scalars(self, group: dict, step: int) -> tuple:
         if group.get("fused"):
-            return fused_adam_step_scalars(self._group_scalars(group, _FLOAT32), step, self._scale())
+            return fused_adam_step_scalars(self._group_scalars(group, _FLOAT32), step, self._scale(), False)
         return adam_half_step_scalars(self._group_scalars(group, _FLOAT32), step)[:-3]
 
     def _step_scalars(self, group: dict, per_group: tuple, step: int) -> tuple:
@@ -234,7 +234,7 @@ class Adam(ShortPathSteps, KernelOptimizer):
         """:meth:`_half_scalars` from ``per_group`` (:meth:`_group_scalars` in float32), without AMP's
         scale: the short path's."""
         if group.get("fused"):
-            return fused_adam_step_scalars(per_group, step)
+            return fused_adam_step_scalars(per_group, step, None, False)
         return adam_half_step_scalars(per_group, step)[:-3]
 
     def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
