@@ -38,8 +38,8 @@ CASE_IDS = [f"{name}-{'-'.join(map(str, kwargs)) or 'plain'}" for name, kwargs i
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach()
-    return t.view(torch.int16) if t.element_size() == 2 else t
+    """The tensor's bits, as integers (NaN payloads and signed zeros compared too)."""
+    return t.detach().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -170,3 +170,24 @@ def test_gradients_laid_out_unlike_their_parameter_take_torchs_fused_step():
             _assert_same(t_opt, o_opt, theirs, ours, f"step {step + 1}")
     assert len([w for w in said if "fused=True" in str(w.message)]) == 1
     assert [o_opt.backend_for(p) for p in ours] == ["optkernels", "torch"]
+
+
+@needs_avx512
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("amsgrad", [False, True], ids=["plain", "amsgrad"])
+def test_nan_and_inf_gradients_write_torchs_nan_bits(dtype, amsgrad):
+    """NaN and inf gradients in torch's 64-byte vectors, its 32-byte tail vectors and its scalar loop: the
+    same NaN bits as torch's fused step (its vector ``maximum``'s all-ones NaN, its scalar loop's
+    ``v̂ < v ? v : v̂`` and half conversions)."""
+    t_opt, o_opt, theirs, ours, gen = _pair("Adam", dict(amsgrad=amsgrad), dtype, sizes=[77, 84, 93])
+    for step in range(3):
+        _grads(theirs, ours, gen)
+        for a, b in zip(theirs, ours):
+            if step:
+                bad = [3, 40, 65, 70, 76, 81] if step == 1 else [5, 66, 80]
+                value = float("nan") if step == 1 else float("inf")
+                for g in (a.grad, b.grad):
+                    g[[k for k in bad if k < g.numel()]] = value
+        t_opt.step()
+        o_opt.step()
+        _assert_same(t_opt, o_opt, theirs, ours, f"step {step + 1}")

@@ -14,10 +14,11 @@ each stored tensor rounded once, the float32 values used on)::
 the scalars computed in float64 from the Python values (``t`` the float32 step counter) and converted to the
 computing dtype. torch splits a tensor into vectors of 64 bytes and a tail of ``n mod (64 / itemsize)``
 elements; its compiler vectorises that tail loop in 32-byte vectors, so only the last
-``n mod (32 / itemsize)`` elements run the scalar loop, whose ``v`` takes the other fused multiply-add
-(confirmed bit for bit against torch 2.13 on every tail length). The thread split does not move these
-boundaries: torch's tasks are whole 64-byte lines. A half tensor's tail also writes torch's scalar NaN bits
-(:func:`~._torch_nan.torch_nan`).
+``n mod (32 / itemsize)`` elements run the scalar loop, whose ``v`` takes the other fused multiply-add, whose
+maximum is ``v̂ < v ? v : v̂`` (the vector loops': the all-ones NaN where either is NaN) and whose half stores
+write torch's scalar NaN bits (:func:`~._torch_nan.torch_nan`); confirmed bit for bit against torch 2.13 on
+every tail length, NaN included. The thread split does not move these boundaries: torch's tasks are whole
+64-byte lines.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import math
 from typing import Any
 
 import numpy as np
-from numba.extending import register_jitable
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, register_jitable
 
 from ._constant_quotient import QUOTIENT_DIVISOR_RANGE
 from ._elementwise import elementwise
@@ -38,7 +41,7 @@ from .torch_rules import divide_root_by_constant
 
 __all__ = ["fused_adam_group_scalars", "fused_adam_step_scalars", "fused_tails", "VECTOR_BYTES"]
 
-_helper = register_jitable(inline="always")
+_helper = register_jitable  # a call, which LLVM inlines (numba's IR inlining warns on reassigned names)
 
 #: Bytes per vector of torch's compiled scalar loop (its 32-byte tail vectors, see the module docstring).
 VECTOR_BYTES = 32
@@ -73,11 +76,27 @@ def fused_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size):
     return p + neg_step_size * m / denom
 
 
+@intrinsic
+def _all_ones(typingctx, x):
+    """The NaN of ``x``'s float type with every bit set (what torch's vector ``maximum`` writes)."""
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        width = context.get_value_type(signature.return_type)
+        return builder.bitcast(ir.Constant(ir.IntType(signature.return_type.bitwidth), -1), width)
+
+    return x(x), codegen
+
+
 @_helper
 def fused_max(old, v, vector):
-    """torch's ``max(v̂, v)``: NaN where either is (vector loops), ``v̂ < v ? v : v̂`` (scalar loop)."""
+    """torch's ``max(v̂, v)``: in its vector loops the all-ones NaN where either is NaN, in its scalar loop
+    ``v̂ < v ? v : v̂``."""
     if vector:
-        return v if (v > old or v != v) else old
+        if old != old or v != v:
+            return _all_ones(v)
+        return v if v > old else old
     return v if old < v else old
 
 
@@ -159,7 +178,7 @@ def _fused_adam_amsgrad(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
         small, b2, c2, vector,
     )  # fmt: skip
-    top = fused_max(max_exp_avg_sq[i], v, np.int64(i) < n - n % (2 * lanes))
+    top = fused_max(max_exp_avg_sq[i], v, vector)
     exp_avg[i] = m
     exp_avg_sq[i] = v
     max_exp_avg_sq[i] = top
@@ -190,18 +209,15 @@ def _fused_adam_half(
     eps,
     neg_step_size,
     lanes,
-    vector_to,
     tail_from,
     chunk,
     chunk_tail,
 ):
-    """One float16/bfloat16 element, in float32; ``vector_to`` and the tail of :func:`~._torch_tail.torch_tail`
-    (:func:`fused_tails`): where torch's 32-byte and 64-byte vector loops end (``lanes`` unused). ``scaled``: the gradient divided by
+    """One float16/bfloat16 element, in float32; the tail of :func:`~._torch_tail.torch_tail`
+    (:func:`fused_tails`): torch's scalar loop (``lanes`` unused). ``scaled``: the gradient divided by
     ``grad_scale`` in float32, unrounded (the caller stores the rounded quotient back, as torch does)."""
-    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
-    vector = True
-    if tail:  # (the loop runs the body without this test: see _torch_tail.tail_variants)
-        vector = np.int64(i) < vector_to
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)  # (a loop of each: _torch_tail.tail_variants)
+    vector = not tail
     g = grad[i]
     if scaled:
         g = g / grad_scale
@@ -239,16 +255,13 @@ def _fused_adam_half_amsgrad(
     eps,
     neg_step_size,
     lanes,
-    vector_to,
     tail_from,
     chunk,
     chunk_tail,
 ):
     """:func:`_fused_adam_half` with AMSGrad's maximum."""
-    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)
-    vector = True
-    if tail:  # (the loop runs the body without this test: see _torch_tail.tail_variants)
-        vector = np.int64(i) < vector_to
+    tail = torch_tail(i, tail_from, chunk, chunk_tail, var)  # (a loop of each: _torch_tail.tail_variants)
+    vector = not tail
     g = grad[i]
     if scaled:
         g = g / grad_scale
@@ -256,7 +269,7 @@ def _fused_adam_half_amsgrad(
         var[i], exp_avg[i], exp_avg_sq[i], g, negate, coupled, weight_decay, decoupled, decay, w, w1,
         small, b2, c2, vector,
     )  # fmt: skip
-    top = fused_max(max_exp_avg_sq[i], v, not tail)
+    top = fused_max(max_exp_avg_sq[i], v, vector)
     exp_avg[i] = torch_nan(m, var, tail)
     exp_avg_sq[i] = torch_nan(v, var, tail)
     max_exp_avg_sq[i] = torch_nan(top, var, tail)
@@ -269,16 +282,10 @@ for _kernel in (_fused_adam, _fused_adam_amsgrad, _fused_adam_half, _fused_adam_
 
 
 def fused_tails(n: int, itemsize: int) -> tuple:
-    """``(vector_to, tail_from, chunk, chunk_tail)``, the last scalars of the half element functions for a
-    tensor of ``n`` elements of ``itemsize`` bytes: where torch's compiled 32-byte tail loop ends, then
-    :func:`~._torch_tail.torch_tail`'s description of the tail after its 64-byte vector loop (one tail:
-    torch's tasks are whole 64-byte lines)."""
-    return (
-        np.int64(n - n % (VECTOR_BYTES // itemsize)),
-        np.int64(n - n % (64 // itemsize)),
-        np.int64(1),
-        np.int64(0),
-    )
+    """``(tail_from, chunk, chunk_tail)``: :func:`~._torch_tail.torch_tail`'s description of torch's scalar
+    loop in a tensor of ``n`` elements of ``itemsize`` bytes, its last ``n mod (32 / itemsize)`` elements
+    (one tail: torch's tasks are whole 64-byte lines), the last scalars of the half element functions."""
+    return np.int64(n - n % (VECTOR_BYTES // itemsize)), np.int64(1), np.int64(0)
 
 
 def fused_adam_group_scalars(
