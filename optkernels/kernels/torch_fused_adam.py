@@ -6,7 +6,7 @@ each stored tensor rounded once, the float32 values used on)::
 
     g ← g / grad_scale (AMP; torch writes it back to the gradient);  g ← −g (maximize)
     g ← fma(w, wd, g) (Adam's weight_decay);  w ← w·(1 − lr·wd) (AdamW's)
-    m ← fma(1 − β1, g − m, m)   (|1 − β1| < 0.5; else fma(−β1, g − m, g))
+    m ← fma(1 − β1, g − m, m)   (|1 − β1| < 0.5; else fma((1 − β1) − 1, g − m, g))
     v ← fma((1 − β2)·g, g, v·β2)   (torch's vector loops; its scalar loop: fma(v, β2, (1 − β2)·g·g))
     v̂ ← max(v̂, v) (amsgrad, used below instead of v)
     w ← w + (−lr/(1 − β1^t))·m / (√v / √(1 − β2^t) + ε)
@@ -51,8 +51,9 @@ VECTOR_BYTES = 32
 def fused_adam_moments(
     p, m, v, g, negate, coupled, weight_decay, decoupled, decay, w, w1, small, b2, c2, vector
 ):
-    """``(w, m, v)`` after the gradient, decay and moment steps of the module docstring (``vector``: the
-    element lies in one of torch's vector loops)."""
+    """``(p, m, v)`` after the gradient, decay and moment steps of the module docstring (``p`` the parameter's
+    element, ``w`` the weight of ``m``'s lerp and ``w1`` it minus one; ``vector``: the element lies in one of
+    torch's vector loops)."""
     if negate:
         g = -g
     if coupled:
