@@ -8,8 +8,11 @@ kernel with the same loads and stores and no arithmetic, with plain stores and w
 limit of the step here, stated in a note. Bytes per element: float32 28 (4 reads, 3 writes). bfloat16: DeepSpeed's
 mode is bfloat16 parameter and gradient with float32 moments (``fp32_optimizer_states=True``, its default),
 22 bytes; apply_adam runs on the same layout; optkernels.torch.Adam keeps torch.optim.Adam's configuration,
-moments of the parameter's dtype (bfloat16): 14 bytes. Sizes 1e4 and up; each speed is also given as the
-median over rounds of DeepSpeed's time over its own in the same round (``paired``).
+moments of the parameter's dtype (bfloat16): 14 bytes, with torch's for-loop rounding (every operation
+rounded to bfloat16); ``optkernels.torch.Adam(fused=True)`` computes torch's fused CPU step (float32 math,
+one rounding per stored tensor: torch.optim.Adam(fused=True)'s bits) on the same 14 bytes, and
+``torch.optim.Adam(fused=True)`` is torch's own. Sizes 1e4 and up; each speed is also given as the median
+over rounds of DeepSpeed's time over its own in the same round (``paired``).
 
 Alone (the dense group runs it with its sizes)::
 
@@ -44,6 +47,7 @@ BF16 = ml_dtypes.bfloat16
 BYTES = {"float32": 28, "bfloat16": 22}
 CASE = "Adam step vs DeepSpeed CPUAdam, {}"
 DEEPSPEED = "DeepSpeed CPUAdam"
+FUSED = "optkernels.torch.Adam(fused=True)"
 
 
 #: Elements per non-temporal block: one 64-byte cache line of float32.
@@ -179,9 +183,14 @@ def implementations(n: int, dtype: str, torch, ds_adam) -> dict:
     if torch is not None:
         import optkernels.torch as okt
 
+        moved = BYTES[dtype] if dtype == "float32" else 14  # torch's layout: moments of the parameter's dtype
         mine = _torch_param(torch, n, dtype, 1)
-        impls["optkernels.torch.Adam"] = (okt.Adam([mine], lr=1e-3).step, BYTES[dtype] if dtype == "float32"
-                                          else 14)
+        impls["optkernels.torch.Adam"] = (okt.Adam([mine], lr=1e-3).step, moved)
+        fused = _torch_param(torch, n, dtype, 1)
+        impls[FUSED] = (okt.Adam([fused], lr=1e-3, fused=True).step, moved)
+        torch_fused = _torch_param(torch, n, dtype, 1)
+        impls["torch.optim.Adam(fused=True)"] = (torch.optim.Adam([torch_fused], lr=1e-3, fused=True).step,
+                                                 moved)
         if ds_adam is not None:
             theirs = _torch_param(torch, n, dtype, 1)
             impls[DEEPSPEED] = (ds_adam([theirs], lr=1e-3, adamw_mode=False).step, BYTES[dtype])
@@ -202,7 +211,9 @@ def run(suite: Suite, sizes: list[int], dtypes: tuple[str, ...] = ("float32", "b
                    f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
                    f"{numba.get_num_threads()} Numba threads")
     suite.note("bfloat16: DeepSpeed and apply_adam on bfloat16 parameters and gradients with float32 moments "
-               "(22 B/element); optkernels.torch.Adam with torch.optim.Adam's bfloat16 moments (14 B/element)")
+               "(22 B/element); optkernels.torch.Adam (torch's for-loop bits), optkernels.torch.Adam(fused=True) "
+               "(torch's fused bits) and torch.optim.Adam(fused=True) with torch.optim.Adam's bfloat16 moments "
+               "(14 B/element)")
     if not suite.quick:
         sizes = sorted({int(1e4), *sizes})
     for dtype in dtypes:

@@ -173,8 +173,12 @@ def _torch_class_targets(rows: list[Row], verdict) -> list[str]:
     return out
 
 
+#: The rows of bench/cpu_adam.py held to DeepSpeed's CPUAdam speed.
+OURS_VS_DEEPSPEED = ("apply_adam", "optkernels.torch.Adam", "optkernels.torch.Adam(fused=True)")
+
+
 def _deepspeed_targets(rows: list[Row], verdict) -> list[str]:
-    """apply_adam and optkernels.torch.Adam at or above DeepSpeed's CPUAdam, per dtype and N (each N of the
+    """apply_adam and optkernels.torch.Adam (default and ``fused=True``) at or above DeepSpeed's CPUAdam, per dtype and N (each N of the
     run, 1e4 to 1e8 in a full one): the paired ratio where the row has one."""
     out = []
     for dtype in ("float32", "bfloat16"):
@@ -184,7 +188,7 @@ def _deepspeed_targets(rows: list[Row], verdict) -> list[str]:
             out.append(f"host Adam vs DeepSpeed CPUAdam, {dtype}: not measured (needs deepspeed)")
             continue
         for r in rows:
-            if r.case == case and r.impl in ("apply_adam", "optkernels.torch.Adam") and r.n in anchors:
+            if r.case == case and r.impl in OURS_VS_DEEPSPEED and r.n in anchors:
                 ratio = r.paired or anchors[r.n].seconds / r.seconds
                 how = "paired, " if r.paired else ""
                 out.append(f"{r.impl} {dtype} N={r.n:.0e} at or above DeepSpeed CPUAdam: {ratio:.3f}x its "

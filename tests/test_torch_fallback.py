@@ -203,13 +203,17 @@ def test_meta_parameters_then_materialised_by_to_empty(name, kwargs):
 def test_grad_scaler_protocol_of_fused_optimizers(name):
     """fused=True takes torch.amp.GradScaler's grad_scale/found_inf, as torch's fused classes do: a step
     with an inf gradient changes nothing; otherwise the step is that of the unscaled gradients (left
-    unscaled in p.grad, as torch's fused kernels leave them)."""
+    unscaled in p.grad, as torch's fused kernels leave them): Adam/AdamW's that of torch's fused step, the
+    others' that of the plain drop-in."""
     kwargs = dict(momentum=0.9) if name == "SGD" else {}
     p = torch.linspace(-1, 1, 9).requires_grad_()
     q = p.detach().clone().requires_grad_()
     r = p.detach().clone().requires_grad_()
     opt = getattr(okt, name)([p], lr=0.1, fused=True, **kwargs)
-    plain = getattr(okt, name)([q], lr=0.1, **kwargs)
+    if name in ("Adam", "AdamW"):  # torch's fused CPU step, given the unscaled gradients
+        plain = getattr(torch.optim, name)([q], lr=0.1, fused=True, **kwargs)
+    else:
+        plain = getattr(okt, name)([q], lr=0.1, **kwargs)
     theirs = getattr(torch.optim, name)([r], lr=0.1, foreach=False, **kwargs)
     assert opt._step_supports_amp_scaling
     scaler = torch.amp.GradScaler("cpu", init_scale=8.0)

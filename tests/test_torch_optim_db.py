@@ -89,15 +89,20 @@ def _variants(name: str) -> list[tuple[int, str | None]]:
     return [(k, flag) for k in range(len(_inputs(name))) for flag in [None, *_impls(INFOS[name])]]
 
 
+#: The classes whose ``fused=True`` gives torch's fused CPU bits (the others give the for-loop's).
+FUSED_BITS = ("Adam", "AdamW")
+
+
 def _kwargs(name: str, k: int, flag: str | None = None, dtype=torch.float32, torch_side: bool = False) -> dict:
     """Input ``k``'s constructor arguments (a fresh copy: a tensor lr is not shared), with ``flag`` set; torch's
     side runs its single-tensor path (``foreach=False``) where it has another, and where ours runs fused, so
-    that both give the for-loop's bits."""
+    that both give the for-loop's bits; except Adam/AdamW's ``fused=True``, which reproduces torch's fused CPU
+    step: torch's side runs it too."""
     kwargs = copy.deepcopy(_inputs(name, dtype)[k].kwargs)
     info = INFOS[name]
     if flag is not None:
         kwargs[flag] = True
-    if torch_side:
+    if torch_side and not (name in FUSED_BITS and kwargs.get("fused")):
         kwargs.pop("fused", None)
         if "foreach" in info.supported_impls:
             kwargs["foreach"] = False
@@ -715,7 +720,7 @@ def test_fused_found_inf_and_meta_parameters(name):
 @pytest.mark.parametrize("name", FUSED)
 def test_fused_half_parameters_give_for_loop_bits(name, dtype):
     """``fused=True`` on bfloat16/float16 parameters: torch's for-loop bits (what torch's own tests compare the
-    fused path with, within a tolerance)."""
+    fused path with, within a tolerance); Adam/AdamW: torch's fused bits."""
     for k in range(len(_inputs(name))):
         gen = torch.Generator().manual_seed(41 + k)
         theirs, ours, params_t, params_o = _pair(

@@ -208,6 +208,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         self._said: set = set()
         self._memo: dict = {}
         self._sqrt_kernels: dict = {}
+        self._scale_now: torch.Tensor | None = None  # AMP's grad_scale, where a kernel divides by it
         self._runner: _delegate.TorchRunner | None = None
         params = _delegate.materialize(params)
         torch_cls = _delegate.torch_class(type(self))
@@ -308,7 +309,7 @@ class KernelOptimizer(torch.optim.Optimizer):
         if torch_cls is not None:  # a state saved before torch added a switch: torch's value for it
             _delegate.fill_older_groups(torch_cls, self.param_groups)
         self._plans, self._pre_buffers, self._said, self._runner = {}, {}, set(), None
-        self._memo, self._sqrt_kernels = {}, {}
+        self._memo, self._sqrt_kernels, self._scale_now = {}, {}, None
         if self.counts_steps and self.tensor_steps:
             for group in self.param_groups:  # an older state's number: a tensor, as torch makes it
                 for p in group["params"]:
@@ -350,7 +351,11 @@ class KernelOptimizer(torch.optim.Optimizer):
             fits = self._state_fits(param, group) and (
                 g is None
                 or g.layout is not _STRIDED
-                or (self._grad_fits(param, g) and self._half_tails(group, param, g) is not None)
+                or (
+                    self._grad_fits(param, g)
+                    and self._layout_reason(group, param, g) is None
+                    and self._half_tails(group, param, g) is not None
+                )
             )
             return "optkernels" if fits else "torch"
         raise ValueError("backend_for: the tensor is not a parameter of this optimizer")
@@ -477,6 +482,12 @@ class KernelOptimizer(torch.optim.Optimizer):
                 self._dense_step(w)
             for p in w.sparse:
                 self._sparse_step(w.group, p, p.grad, self._state_of(p, w.group, sparse=True))
+        scale, self._scale_now = self._scale_now, None
+        if scale is not None:  # the gradients the kernels divided (see _unscales_in_kernel), left unscaled
+            for w in works:
+                if self._unscales_in_kernel(w.group):
+                    for p in w.dense:
+                        p.grad.div_(scale.to(p.grad.device))
         return loss
 
     def _touch_state(self, work: _Work) -> list:
@@ -494,18 +505,30 @@ class KernelOptimizer(torch.optim.Optimizer):
     def _unscale(self, works: list) -> bool:
         """``torch.amp.GradScaler``'s protocol of torch's fused optimizers: False when ``found_inf`` (set by
         the scaler) is non-zero (the step is skipped), else the gradients divided by ``grad_scale`` (in
-        place, as torch's fused kernels leave them) and True."""
+        place, as torch's fused kernels leave them; by the kernel itself where :meth:`_unscales_in_kernel`)
+        and True."""
         attributes = self.__dict__  # set on the instance by the scaler (a miss of getattr costs an exception)
         found_inf = attributes.get("found_inf")
         if found_inf is not None and bool(found_inf.ne(0).any()):
             return False
         scale = attributes.get("grad_scale")
+        self._scale_now = None
         if scale is not None:
             for w in works:
-                for p in chain(w.dense, w.by_torch):
+                own = self._unscales_in_kernel(w.group)
+                if own and w.dense:  # the kernel divides them; they are divided in place after it
+                    self._scale_now = scale
+                for p in chain(() if own else w.dense, w.by_torch):
                     if p.grad.layout is _STRIDED:
                         p.grad.div_(scale.to(p.grad.device))
         return True
+
+    def _unscales_in_kernel(self, group: dict) -> bool:
+        """Whether ``group``'s kernel divides the dense gradients by ``grad_scale`` itself, from the scale
+        of the step being made (:attr:`_scale_now`, a 0-d tensor, else None), without storing the quotient:
+        the gradients are divided in place after the kernel (torch's fused steps leave them unscaled).
+        Default False."""
+        return False
 
     # ------------------------------------------------------------------ sorting and checks
 
@@ -583,6 +606,11 @@ class KernelOptimizer(torch.optim.Optimizer):
                         "consider Adam instead"
                     )
                 if self._grad_fits(p, g) and self._state_fits(p, group):
+                    laid = self._layout_reason(group, p, g)
+                    if laid is not None:
+                        self._say(laid)
+                        work.by_torch.append(p)
+                        continue
                     if self._half_tails(group, p, g) is None:
                         self._say(_UNSPLIT)
                         work.by_torch.append(p)
@@ -626,6 +654,11 @@ class KernelOptimizer(torch.optim.Optimizer):
             return f"parameters on the {p.device.type} device"
         if kind == "cuda" and p.dtype in _views.HALF_DTYPES:
             return f"{p.dtype} CUDA parameters"
+        return None
+
+    def _layout_reason(self, group: dict, p: torch.Tensor, g: torch.Tensor) -> str | None:
+        """Why torch's own step updates ``p`` with its dense gradient ``g`` (of ``p``'s shape, dtype and
+        device) as they are laid out in memory, or None (default: None, the kernels take any layout)."""
         return None
 
     def _rehearse(self, group: dict, p: torch.Tensor) -> str:
@@ -817,7 +850,14 @@ class KernelOptimizer(torch.optim.Optimizer):
                 kind == "cpu"
                 and prestep is None
                 and self._launch_half(
-                    plan, entry, group, raw, address, step, _grad_tail(params[k], given, k), half_scalars
+                    plan,
+                    entry,
+                    group,
+                    raw,
+                    address,
+                    step,
+                    _kernel_tail(kernel, params[k], given, k),
+                    half_scalars,
                 )
             ):
                 continue
@@ -838,7 +878,7 @@ class KernelOptimizer(torch.optim.Optimizer):
                 grad = buffer
             scalars = for_device(self._scalars(group, step, dtype), kind)
             if kernel in TAKES_TAIL and params[k].dtype in _views.HALF_DTYPES:
-                scalars = scalars[:-3] + _grad_tail(params[k], given, k)
+                scalars = scalars[:-3] + _kernel_tail(kernel, params[k], given, k)
             kernel.launch(kind, n, *arrays, grad, *scalars)
         for p, copy in plan.copies:
             p.detach().copy_(copy)
@@ -892,8 +932,12 @@ class KernelOptimizer(torch.optim.Optimizer):
         """:func:`_grad_tail` of a float16/bfloat16 CPU parameter ``p`` with its dense gradient ``g``
         where the group's kernel reproduces torch's tails (else ``NO_TAIL``); None where the kernels cannot
         describe them (torch's step then updates ``p``)."""
-        if p.dtype not in _views.HALF_DTYPES or not p.is_cpu or self._kernel(group)[0] not in TAKES_TAIL:
+        kernel = self._kernel(group)[0]
+        if p.dtype not in _views.HALF_DTYPES or not p.is_cpu or kernel not in TAKES_TAIL:
             return NO_TAIL
+        own = getattr(kernel, "tails", None)
+        if own is not None:  # a kernel with its own tails (torch's fused Adam: by the size alone)
+            return own(p.numel(), p.element_size())
         return _strided_tail(tuple(p.shape), g.stride(), p.stride(), _dense(p), torch.get_num_threads())
 
     def _private_steps(self, plan: _Plan) -> np.ndarray:
@@ -991,6 +1035,15 @@ def _tail_scalars(n: int) -> tuple:
     """:func:`torch_tail_scalars` of a half tensor of ``n`` elements stepped by torch now (its thread count
     and vector width)."""
     return _tail_scalars_of(n, torch.get_num_threads())
+
+
+def _kernel_tail(kernel: Any, p: torch.Tensor, given: list, k: int) -> tuple:
+    """The tail scalars of ``kernel``'s launch over the ``k``-th parameter ``p``: the kernel's own
+    (``kernel.tails(numel, itemsize)``) where it has them, else :func:`_grad_tail`'s."""
+    own = getattr(kernel, "tails", None)
+    if own is not None:
+        return own(p.numel(), p.element_size())
+    return _grad_tail(p, given, k)
 
 
 def _grad_tail(p: torch.Tensor, given: list, k: int) -> tuple:

@@ -12,7 +12,7 @@ as :meth:`~optkernels.kernels._elementwise.Elementwise.launch_many` calls it (no
 check runs before anything is written; anything else (a closure, AMP's ``found_inf``/``grad_scale``,
 several groups, a changed hyper-parameter other than a float ``lr``, a tensor that differs from the plan's)
 takes the generic step, which checks, raises and routes as it always does. The kernel, table and scalars
-(:func:`~optkernels.kernels.torch_rules.adam_step_scalars` of the step) are the generic step's: the same
+(the optimizer's ``_step_scalars`` of the step) are the generic step's: the same
 bits.
 """
 
@@ -22,7 +22,6 @@ from typing import Any
 
 from ..kernels._elementwise import SERIAL_BELOW
 from ..kernels._threading import thread_mask
-from ..kernels.torch_rules import adam_step_scalars
 from ._base import _Plan
 from ._half_step import _HYPER, _hyper, _plain_hyper
 from ._short_path import gradients_checked, launch_table, lr_changed, planned_group, unchanged
@@ -106,7 +105,7 @@ class FloatStep:
         if not gradients_checked(optimizer, plan, group["params"], self.grads, watched):
             return False
         step = plan.step_now + 1
-        scalars = adam_step_scalars(self.per_group, step)
+        scalars = optimizer._step_scalars(group, self.per_group, step)
         # nothing is written above this line but the table's gradient row (refilled at every launch)
         plan.step_now = step
         plan.steps_np.fill(step)  # the state's 'step' tensors are views of it

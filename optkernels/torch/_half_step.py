@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from ..kernels._elementwise import HalfLauncher, _lowp_module
-from ..kernels.torch_rules import adam_half_step_scalars
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
 from ._short_path import gradients_checked, lr_changed, planned_group, unchanged
 
@@ -102,11 +101,13 @@ class HalfStep:
         ):
             return None
         launches = []
+        own = getattr(plan.key[1][0], "tails", None)  # a kernel with its own tails (torch's fused Adam)
         for k, kind, _arrays, n, _buffer in plan.single:
             kept = plan.half.get(k)
             if kind != "cpu" or kept is None or kept[0] is None or not isinstance(kept[-1], HalfLauncher):
                 return None
-            launches.append((k, n, kept))
+            tails = own(n, plan.params[k].element_size()) if own is not None else None
+            launches.append((k, n, kept, tails))
         if not optimizer._state_intact(plan):
             return None  # the state is not the one the plan was made from
         return cls(optimizer, group, plan, launches)
@@ -131,9 +132,9 @@ class HalfStep:
         if not gradients_checked(optimizer, plan, params, grads, False):
             return False
         step = plan.step_now + 1
-        shared = adam_half_step_scalars(self.per_group, step)[:-3]
+        shared = optimizer._half_step_scalars(group, self.per_group, step)
         calls = []
-        for j, (k, n, kept) in enumerate(self.launches):
+        for j, (k, n, kept, tails) in enumerate(self.launches):
             address = int(grads[j])
             seen = kept[2]
             if seen is None or seen[0] != address:  # the gradient's bits, kept while its memory stays
@@ -141,7 +142,7 @@ class HalfStep:
                 seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))
                 if seen[0] is not None:
                     kept[2] = seen
-            args = (*kept[1], seen[1], *shared, *_tail_scalars(n))
+            args = (*kept[1], seen[1], *shared, *(_tail_scalars(n) if tails is None else tails))
             launcher = kept[-1]
             if not launcher.fits(args):
                 return False

@@ -1,7 +1,8 @@
 """torch's Adam, AdamW and Adamax over :mod:`optkernels.kernels.torch_rules`' element functions, which compute
 torch's single-tensor steps (``foreach=False``) with torch's CPU rounding: ``maximize``, the coupled
 ``weight_decay`` and AdamW's decoupled decay ``w ← w·(1 − lr·wd)`` are part of the one pass over each
-tensor, the host scalars (bias corrections, step size) are computed as torch computes them."""
+tensor, the host scalars (bias corrections, step size) are computed as torch computes them. Adam/AdamW with
+``fused=True`` compute torch's fused CPU step instead (:mod:`optkernels.kernels.torch_fused_adam`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..kernels.torch_fused_adam import fused_adam_group_scalars, fused_adam_step_scalars
 from ..kernels.torch_rules import (
+    NO_TAIL,
     _torch_adam,
     _torch_adam_amsgrad,
     _torch_adamax,
@@ -22,6 +25,7 @@ from ..kernels.torch_rules import (
 )
 from ._base import KernelOptimizer
 from ._float_step import FloatStep
+from ._fused_adam import FUSED, FUSED_AMSGRAD, fused_reason, layout_reason
 from ._half_step import HalfStep
 from ._short_path import ShortPathSteps
 
@@ -93,6 +97,13 @@ class Adam(ShortPathSteps, KernelOptimizer):
         v̂max ← max(v̂max, v) (amsgrad, used below instead of v)
         w ← w − lr/(1 − β1^t)·m/(√v/√(1 − β2^t) + ε)
 
+    With ``fused=True``, torch's fused CPU step (float32 for float16/bfloat16 parameters, each stored tensor
+    rounded once)::
+
+        g ← g/grad_scale (AMP);  g ← −g (maximize);  g ← fma(w, wd, g) (Adam) or w ← w·(1 − lr·wd) (AdamW)
+        m ← fma(1 − β1, g − m, m);  v ← fma((1 − β2)·g, g, v·β2) (torch's scalar tail: fma(v, β2, (1 − β2)·g·g))
+        w ← w + (−lr/(1 − β1^t))·m/(√v/√(1 − β2^t) + ε)
+
     Args:
         params: an iterable of tensors or of parameter-group dicts (torch's convention).
         lr: learning rate (default 1e-3).
@@ -101,10 +112,15 @@ class Adam(ShortPathSteps, KernelOptimizer):
         weight_decay: L2 penalty added to the gradient (0).
         amsgrad: use AMSGrad's maximum of v (False).
         maximize: maximize the objective (False).
-        foreach, fused, capturable, differentiable: torch's implementation switches. ``foreach`` and
-            ``fused`` choose nothing (optkernels has one implementation; ``fused`` also takes
-            ``torch.amp.GradScaler``'s ``grad_scale``/``found_inf``, as torch's fused Adam does);
-            ``capturable`` and ``differentiable`` parameters are updated by torch's own implementation.
+        foreach, fused, capturable, differentiable: torch's implementation switches. ``foreach`` chooses
+            nothing (torch's foreach and for-loop steps give the same bits). ``fused=True`` computes torch's
+            fused CPU step (``torch.optim.Adam(fused=True)``'s bits on CPU tensors: float32 math for
+            float16/bfloat16 parameters, each stored tensor rounded once, torch's fused multiply-adds; see
+            :mod:`optkernels.kernels.torch_fused_adam`) and takes ``torch.amp.GradScaler``'s
+            ``grad_scale``/``found_inf`` as torch's fused Adam does; torch's own fused step updates
+            parameters it serves otherwise (not on the CPU, torch CPU kernels other than AVX-512 ones, a
+            gradient laid out unlike its parameter), said once in a warning. ``capturable`` and
+            ``differentiable`` parameters are updated by torch's own implementation.
         decoupled_weight_decay: AdamW's decay instead of L2 (torch 2.7+).
 
     State tensors (``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``) have torch's dtype, shape, strides and
@@ -163,32 +179,80 @@ class Adam(ShortPathSteps, KernelOptimizer):
 
     def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
         """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`; asked where a group's parameters
-        are sorted, not on the short paths, whose plans were made by that sorting)."""
-        return tensor_betas(group) or super()._torch_reason(group, p)
+        are sorted, not on the short paths, whose plans were made by that sorting), and for ``fused=True``
+        what :func:`._fused_adam.fused_reason` refuses (non-CPU tensors, torch's non-AVX-512 kernels)."""
+        reason = tensor_betas(group) or super()._torch_reason(group, p)
+        if reason is None and group.get("fused"):
+            reason = fused_reason(p)
+        return reason
+
+    def _layout_reason(self, group: dict, p: torch.Tensor, g: torch.Tensor) -> str | None:
+        """For ``fused=True``: :func:`._fused_adam.layout_reason` (torch's fused kernel walks the memory of
+        the parameter, state and gradient in order)."""
+        return layout_reason(p, g) if group.get("fused") else None
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])
 
     def _kernel(self, group: dict) -> tuple:
         if group["amsgrad"]:
-            return _torch_adam_amsgrad, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
-        return _torch_adam, ("exp_avg", "exp_avg_sq")
+            names: tuple = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+            return (FUSED_AMSGRAD if group.get("fused") else _torch_adam_amsgrad), names
+        return (FUSED if group.get("fused") else _torch_adam), ("exp_avg", "exp_avg_sq")
 
     def _prestep(self, group: dict) -> Any:
         return None  # maximize and both decays are in the element function (torch's rounding)
 
+    def _unscales_in_kernel(self, group: dict) -> bool:
+        return bool(group.get("fused"))  # torch's fused step divides in float32 for a half gradient
+
+    def _scale(self) -> float | None:
+        """AMP's scale of the step being made, where the fused kernels divide by it, else None."""
+        return None if self._scale_now is None else float(self._scale_now)
+
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
+        if group.get("fused"):
+            return (
+                *fused_adam_step_scalars(self._group_scalars(group, dtype), step, self._scale()),
+                *NO_TAIL,
+            )
         return adam_step_scalars(self._group_scalars(group, dtype), step)
 
     def _half_scalars(self, group: dict, step: int) -> tuple:
+        if group.get("fused"):
+            return fused_adam_step_scalars(self._group_scalars(group, _FLOAT32), step, self._scale(), False)
         return adam_half_step_scalars(self._group_scalars(group, _FLOAT32), step)[:-3]
 
+    def _step_scalars(self, group: dict, per_group: tuple, step: int) -> tuple:
+        """The float kernel's scalars (without tails) of step ``step`` from ``per_group``
+        (:meth:`_group_scalars`), without AMP's scale: the short path's."""
+        if group.get("fused"):
+            return fused_adam_step_scalars(per_group, step)
+        return adam_step_scalars(per_group, step)
+
+    def _half_step_scalars(self, group: dict, per_group: tuple, step: int) -> tuple:
+        """:meth:`_half_scalars` from ``per_group`` (:meth:`_group_scalars` in float32), without AMP's
+        scale: the short path's."""
+        if group.get("fused"):
+            return fused_adam_step_scalars(per_group, step, None, False)
+        return adam_half_step_scalars(per_group, step)[:-3]
+
     def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
-        """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered)."""
-        lr = host_lr(group["lr"])
+        """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered); for
+        ``fused=True``, :func:`~optkernels.kernels.torch_fused_adam.fused_adam_group_scalars` (torch's fused
+        step takes ``lr`` as a float64, a Tensor's value too)."""
         beta1, beta2 = group["betas"]
         eps, wd, maximize = group["eps"], group["weight_decay"], group["maximize"]
         decoupled = bool(group.get("decoupled_weight_decay"))
+        if group.get("fused"):
+            flr = float(group["lr"])
+            return self._remembered(
+                ("fused", dtype, flr, beta1, beta2, eps, wd, decoupled, maximize),
+                lambda: fused_adam_group_scalars(
+                    dtype, flr, float(beta1), float(beta2), eps, wd, decoupled, maximize
+                ),
+            )
+        lr = host_lr(group["lr"])
         mkl = self._sqrt_kernel(dtype)
         return self._remembered(
             (dtype, type(lr), lr, beta1, beta2, eps, wd, decoupled, maximize, mkl),
