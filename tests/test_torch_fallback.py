@@ -390,3 +390,32 @@ def test_tensor_betas_as_torch(name, kwargs, lr_tensor, shape):
     assert sum("Tensor betas" in str(w.message) for w in said) == by_torch
     assert all(ours[1].backend_for(p) == ("torch" if by_torch else "optkernels") for p in ours[0])
     _assert_same(theirs, ours)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("values", [(0.9, 0.99), (0.8, 0.95)], ids=["same-values", "new-values"])
+@pytest.mark.parametrize("name,kwargs", BETAS_CLASSES, ids=BETAS_IDS)
+def test_betas_made_tensors_after_steps_as_torch(name, kwargs, values, dtype):
+    """``betas`` replaced by 0-d tensors after two steps (the plans and short paths exist, made for float
+    betas), with equal or new values: each later step decides again what runs it, as the first step did
+    (Adam's, AdamW's and Adamax's: torch's own step), and betas set back to floats return to the kernels.
+    Parameters and state bit for bit torch's."""
+    def run(lib):
+        params = [torch.linspace(-1, 1, 12, dtype=dtype).reshape(4, 3).requires_grad_(),
+                  torch.linspace(0, 2, 5, dtype=dtype).requires_grad_()]
+        extra = dict(foreach=False) if lib is torch.optim and "fused" not in kwargs else {}
+        opt = getattr(lib, name)(params, lr=0.05, betas=(0.9, 0.99), **kwargs, **extra)
+        for k in range(6):
+            if k == 2:
+                opt.param_groups[0]["betas"] = (torch.tensor(values[0]), torch.tensor(values[1]))
+            if k == 4:
+                opt.param_groups[0]["betas"] = values
+            _grads(params, k)
+            opt.step()
+        return params, opt
+
+    theirs = run(torch.optim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = run(okt)
+    _assert_same(theirs, ours)

@@ -546,8 +546,9 @@ class KernelOptimizer(torch.optim.Optimizer):
             plan is not None
             and plan.whole
             and plan.key[1] == self._kernel(group)
-            and not (group.get("differentiable") or group.get("capturable"))
-        ):
+            and self._group_reason(group) is None
+            and not any(isinstance(b, torch.Tensor) for b in group.get("betas", ()))
+        ):  # tensor betas: each parameter's step is decided again (_torch_reason reads its dtype)
             guard = plan.guard
             found = guard.addresses(params) if guard is not None else None
             if guard is not None and found is not None:  # every field as the plan was built for, read
@@ -621,6 +622,11 @@ class KernelOptimizer(torch.optim.Optimizer):
                 reason = self._rehearse(group, p)
             self._say(reason)
             work.by_torch.append(p)
+        if work.by_torch:
+            kept = self._plans.get(index)
+            if kept is not None and not set(kept.key[0]).isdisjoint(map(id, work.by_torch)):
+                # torch's step counts these parameters' steps now: the plan's count would go stale
+                del self._plans[index]
         # a subclass whose own _dense_step launches per tensor (and keeps its own state) takes no plan
         if work.dense and type(self)._dense_step is KernelOptimizer._dense_step:
             work.plan = self._plan(index, group, work.dense)
@@ -638,12 +644,20 @@ class KernelOptimizer(torch.optim.Optimizer):
                     work.plan.guard.watch(work.plan.watch)
         return work
 
-    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
-        """Why torch's own step updates ``p`` (a configuration the kernels do not serve), or None."""
+    def _group_reason(self, group: dict) -> str | None:
+        """The part of :meth:`_torch_reason` that reads the group's settings alone: asked at every step, also
+        where the group's plan is reused (a setting may change between steps), or None."""
         if group.get("differentiable"):
             return "differentiable=True"
         if group.get("capturable"):
             return "capturable=True"
+        return None
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """Why torch's own step updates ``p`` (a configuration the kernels do not serve), or None."""
+        reason = self._group_reason(group)
+        if reason is not None:
+            return reason
         if p.dtype not in _views.STORAGE_DTYPES:
             return f"{p.dtype} parameters"
         if p.layout is not _STRIDED:

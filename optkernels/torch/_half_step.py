@@ -24,7 +24,7 @@ import numpy as np
 
 from ..kernels._elementwise import HalfLauncher, _lowp_module
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
-from ._short_path import gradients_checked, lr_changed, planned_group, unchanged
+from ._short_path import _plain, gradients_checked, lr_changed, planned_group, unchanged
 
 __all__ = ["HalfStep"]
 
@@ -41,7 +41,6 @@ _HYPER = operator.itemgetter(
     "fused",
     "decoupled_weight_decay",
 )
-_PLAIN = frozenset((bool, int, float, type(None)))
 _MISSING = object()
 
 
@@ -54,12 +53,6 @@ def _hyper(group: dict) -> Any:
 
 
 _FLOAT32 = np.dtype(np.float32)
-
-
-def _plain(values: tuple) -> bool:
-    """Every value a bool, int, float or None, or a tuple of them (``betas``): compared by value, and no
-    tensor whose value could change in place."""
-    return all(type(v) in _PLAIN or (type(v) is tuple and all(type(x) in _PLAIN for x in v)) for v in values)
 
 
 def _plain_hyper(group: dict) -> bool:

@@ -6,6 +6,7 @@ mixin, the checks and the table launch that those short paths share."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -75,18 +76,37 @@ def planned_group(optimizer: Any, fits: Callable[[dict], bool]) -> tuple[dict, A
     return group, plan
 
 
-def unchanged(optimizer: Any, path: Any, hyper: Any) -> bool:
+_PLAIN = frozenset((bool, int, float, type(None)))
+
+
+def _plain(values: tuple) -> bool:
+    """Every value a bool, int, float or None, or a tuple of them (``betas``): compared by value, and no
+    tensor whose value could change in place."""
+    return all(type(v) in _PLAIN or (type(v) is tuple and all(type(x) in _PLAIN for x in v)) for v in values)
+
+
+def unchanged(optimizer: Any, path: Any, hyper: tuple) -> bool:
     """Whether the optimizer still has the one group and plan that the short path ``path`` was made for,
-    without AMP's ``found_inf``/``grad_scale``, and the hyper-parameters ``hyper`` it was made with."""
+    without AMP's ``found_inf``/``grad_scale``, and the hyper-parameters ``hyper`` it was made with: the
+    same objects, or equal plain values (:func:`_plain`: a tensor compares equal to a float of its value,
+    but torch's step computes with it otherwise), which the path then keeps."""
     attributes = optimizer.__dict__
-    return not (
+    if (
         optimizer._plans.get(0) is not path.plan
         or len(optimizer.param_groups) != 1
         or optimizer.param_groups[0] is not path.group
         or "found_inf" in attributes
         or "grad_scale" in attributes
-        or hyper != path.hyper
-    )
+    ):
+        return False
+    if type(hyper) is not tuple:
+        return False
+    if all(map(operator.is_, hyper, path.hyper)):
+        return True
+    if hyper != path.hyper or not _plain(hyper):
+        return False
+    path.hyper = hyper
+    return True
 
 
 def lr_changed(path: Any, group: dict) -> bool | None:

@@ -177,11 +177,14 @@ class Adam(ShortPathSteps, KernelOptimizer):
     def _short_path_of(self) -> HalfStep | FloatStep | None:
         return HalfStep.of(self) or FloatStep.of(self)
 
+    def _group_reason(self, group: dict) -> str | None:
+        """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`)."""
+        return tensor_betas(group) or super()._group_reason(group)
+
     def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
-        """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`; asked where a group's parameters
-        are sorted, not on the short paths, whose plans were made by that sorting), and for ``fused=True``
-        what :func:`._fused_adam.fused_reason` refuses (non-CPU tensors, torch's non-AVX-512 kernels)."""
-        reason = tensor_betas(group) or super()._torch_reason(group, p)
+        """As the base class's; also, for ``fused=True``, what :func:`._fused_adam.fused_reason` refuses
+        (non-CPU tensors, torch's non-AVX-512 kernels)."""
+        reason = super()._torch_reason(group, p)
         if reason is None and group.get("fused"):
             reason = fused_reason(p)
         return reason
@@ -339,9 +342,9 @@ class Adamax(KernelOptimizer):
         )
         super().__init__(params, defaults)
 
-    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+    def _group_reason(self, group: dict) -> str | None:
         """As the base class's; also Tensor ``betas`` (:func:`tensor_betas`)."""
-        return tensor_betas(group) or super()._torch_reason(group, p)
+        return tensor_betas(group) or super()._group_reason(group)
 
     def _check_hyper(self, group: dict) -> None:
         _check_adam_hyper(group["lr"], group["eps"], group["betas"], group["weight_decay"])

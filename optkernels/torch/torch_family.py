@@ -19,6 +19,7 @@ import torch
 from ..kernels import torch_family as K
 from ..kernels import torch_half_rules as H
 from ..kernels.torch_rules import NO_TAIL
+from . import _views
 from ._base import KernelOptimizer, _Plan
 from ._half_rule import HalfRule
 from ._torch_sqrt import TorchSqrtKernel
@@ -94,10 +95,18 @@ class TorchRule(KernelOptimizer):
     def _prestep(self, group: dict) -> None:
         return None
 
-    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+    def _group_reason(self, group: dict) -> str | None:
         """As the base class's; also ``betas`` (NAdam, RAdam) holding a tensor of 1 or more dimensions (0-d
         ones the kernels' scalars take as torch does: :func:`~optkernels.torch.adam.tensor_betas`)."""
-        return tensor_betas(group, zero_d=False) or super()._torch_reason(group, p)
+        return tensor_betas(group, zero_d=False) or super()._group_reason(group)
+
+    def _torch_reason(self, group: dict, p: torch.Tensor) -> str | None:
+        """As the base class's; also 0-d tensor ``betas`` with a float16/bfloat16 parameter (torch's step
+        then computes its moment weights as float32 tensors, which the half kernels' scalars do not)."""
+        reason = super()._torch_reason(group, p)
+        if reason is None and p.dtype in _views.HALF_DTYPES and tensor_betas(group):
+            reason = "Tensor betas with float16/bfloat16 parameters"
+        return reason
 
     def _scalars(self, group: dict, step: int, dtype: np.dtype) -> tuple:
         """:meth:`_rule_scalars`, then the three of torch's half tail (:class:`._half_rule.HalfRule`)."""
