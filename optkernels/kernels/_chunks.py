@@ -46,9 +46,10 @@ import numpy as np
 from llvmlite import binding, ir
 from numba import types
 from numba.core import cgutils, compiler
+from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ._intrinsics import fetch_add, inline_vector_variants
+from ._intrinsics import CACHE_LINE_BYTES, _prefetch_pointer, fetch_add, inline_vector_variants
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -77,6 +78,24 @@ def {name}(_first, _count, _n, _parts, {args}):
         _start = _p * _n // _parts
         _stop = (_p + 1) * _n // _parts
         for i in range(uint64(_start), uint64(_stop)):
+            element(i, {args})
+"""
+
+# The parts of a worker call as :data:`_PARTS`, each in blocks of 64 elements, every array argument's lines
+# of the elements 1024 ahead prefetched before each block (``entry(prefetch=True)``); the last part of each
+# part's range (under 64 elements) runs as a plain loop.
+_PREFETCHING_PARTS = """
+def {name}(_first, _count, _n, _parts, {args}):
+    for _p in range(_first, _first + _count):
+        _start = _p * _n // _parts
+        _stop = (_p + 1) * _n // _parts
+        _whole = _start + (_stop - _start) // 64 * 64
+        for _block in range(_start, _whole, 64):
+            prefetch_ahead(_block + 1024, {args})
+            _base = uint64(_block)
+            for _k in range(64):
+                element(_base + uint64(_k), {args})
+        for i in range(uint64(_whole), uint64(_stop)):
             element(i, {args})
 """
 
@@ -253,6 +272,32 @@ def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
     return args, dims, steps
 
 
+@intrinsic
+def prefetch_ahead(typingctx, index, *args):
+    """Prefetch, for each 1-D array among ``args``, the cache lines of its elements ``index .. index + 63``
+    (read, into every cache level); other arguments are skipped. A prefetch never faults (lines past an
+    array's end are harmless) and changes no value."""
+    if not isinstance(index, types.Integer):
+        raise TypingError("prefetch_ahead takes an integer index")
+    arg_types = tuple(args)
+
+    def codegen(context, builder, signature, llargs):
+        first, values = llargs
+        first = context.cast(builder, first, signature.args[0], types.intp)
+        items = cgutils.unpack_tuple(builder, values, len(arg_types))
+        for array_type, value in zip(arg_types, items):
+            if not (isinstance(array_type, types.Array) and array_type.ndim == 1):
+                continue
+            array = context.make_array(array_type)(context, builder, value)
+            size = context.get_abi_sizeof(context.get_data_type(array_type.dtype))
+            start = builder.add(builder.ptrtoint(array.data, _INTP), builder.mul(first, _INTP(size)))
+            for offset in range(0, 64 * size, CACHE_LINE_BYTES):  # integer arithmetic: no out-of-bounds GEP
+                _prefetch_pointer(builder, builder.inttoptr(builder.add(start, _INTP(offset)), _BYTE_P), 0)
+        return context.get_dummy_value()
+
+    return types.void(index, types.StarArgTuple.from_types(args)), codegen
+
+
 def _runner(parts: Callable, simplify: bool, wide: bool = False) -> Any:
     """The intrinsic ``run_chunks(parallel, n, args)`` of an entry whose part loop is ``parts`` (see the
     module docstring; ``simplify``, ``wide``: see :func:`_compile_parts`)."""
@@ -323,6 +368,7 @@ def entry(
     views: bool = False,
     guard: GuardedEntry | None = None,
     wide: bool = False,
+    prefetch: bool = False,
 ) -> Any:
     """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
     ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
@@ -338,11 +384,18 @@ def entry(
     launches, and returns an int. Such an entry holds the GIL (a prelude may read Python objects); the
     prelude's and the rounding's sources are part of the name.
 
-    ``wide``: the part loop prefers 512-bit vectors (:func:`_prefer_wide_vectors`); part of the name."""
+    ``wide``: the part loop prefers 512-bit vectors (:func:`_prefer_wide_vectors`); part of the name.
+
+    ``prefetch``: the part loop runs in blocks of 64 elements and prefetches the array arguments' elements
+    1024 ahead of each block (:data:`_PREFETCHING_PARTS`, :func:`prefetch_ahead`), for element functions
+    whose arithmetic per element is enough that the loop's own loads start too late to keep memory busy;
+    not with ``guard``; part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     params = _params(py_func)
     namespace: dict[str, Any] = {}
-    parts_template = _PARTS
+    parts_template = _PREFETCHING_PARTS if prefetch else _PARTS
+    if guard is not None and prefetch:
+        raise ValueError("a guarded entry claims its indices one by one: it does not prefetch")
     if guard is None:
         template = _ENTRY
     else:
@@ -368,7 +421,7 @@ def entry(
         parts_template,
         f"{name}_parts",
         py_func,
-        {"uint64": np.uint64, "element": element, "fetch_add": fetch_add},
+        {"uint64": np.uint64, "element": element, "fetch_add": fetch_add, "prefetch_ahead": prefetch_ahead},
     )
     function = generate(template, name, py_func, {"run_chunks": _runner(parts, views, wide), **namespace})
     return numba.njit(cache=cache, nogil=guard is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)
