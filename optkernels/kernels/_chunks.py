@@ -81,21 +81,23 @@ def {name}(_first, _count, _n, _parts, {args}):
             element(i, {args})
 """
 
-# The parts of a worker call as :data:`_PARTS`, each in blocks of 64 elements, every array argument's lines
-# of the elements 1024 ahead prefetched before each block (``entry(prefetch=True)``); the last part of each
-# part's range (under 64 elements) runs as a plain loop.
+# The parts of a worker call as :data:`_PARTS`, each part of 65536 elements or more in blocks of 64 while
+# the part holds 1024 more after the block, every array argument's lines of the elements 1024 ahead
+# prefetched before each block (``entry(prefetch=True)``); its last 1024 to 1087 elements run as the plain
+# loop, so that no prefetch reaches past the part (into lines another thread writes), and so do smaller
+# parts, whose arrays the caches may hold (there the blocks' prefetches and branches cost time).
 _PREFETCHING_PARTS = """
 def {name}(_first, _count, _n, _parts, {args}):
     for _p in range(_first, _first + _count):
         _start = _p * _n // _parts
         _stop = (_p + 1) * _n // _parts
-        _whole = _start + (_stop - _start) // 64 * 64
-        for _block in range(_start, _whole, 64):
+        _ahead = _start if _stop - _start < 65536 else _start + (_stop - _start) // 64 * 64 - 1024
+        for _block in range(_start, _ahead, 64):
             prefetch_ahead(_block + 1024, {args})
             _base = uint64(_block)
             for _k in range(64):
                 element(_base + uint64(_k), {args})
-        for i in range(uint64(_whole), uint64(_stop)):
+        for i in range(uint64(_ahead), uint64(_stop)):
             element(i, {args})
 """
 
@@ -386,10 +388,10 @@ def entry(
 
     ``wide``: the part loop prefers 512-bit vectors (:func:`_prefer_wide_vectors`); part of the name.
 
-    ``prefetch``: the part loop runs in blocks of 64 elements and prefetches the array arguments' elements
-    1024 ahead of each block (:data:`_PREFETCHING_PARTS`, :func:`prefetch_ahead`), for element functions
-    whose arithmetic per element is enough that the loop's own loads start too late to keep memory busy;
-    not with ``guard``; part of the name."""
+    ``prefetch``: the part loop runs a part of 65536 elements or more in blocks of 64 elements and prefetches
+    the array arguments' elements 1024 ahead of each block, within its part (:data:`_PREFETCHING_PARTS`,
+    :func:`prefetch_ahead`), for element functions whose arithmetic per element is enough that the loop's
+    own loads start too late to keep memory busy; not with ``guard``; part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     params = _params(py_func)
     namespace: dict[str, Any] = {}
