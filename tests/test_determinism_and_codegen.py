@@ -186,9 +186,9 @@ def test_schedule_free_adamw_float32_loop_takes_packed_products():
 
 @pytest.mark.parametrize("rule", ["adopt", "lion"])
 def test_prefetching_part_loop_gives_the_plain_loops_bits(rule):
-    """The prefetching part loop (``entry(prefetch=True)``: in a part of 65536 elements or more, blocks of 64
-    elements while 1024 more follow, then the plain loop) runs each element as the plain loop does: the same
-    bits for sizes around those bounds, on one part or two."""
+    """The prefetching part loop (``entry(prefetch=True)``: blocks of 64 elements, prefetching in a part of
+    65536 elements or more until 1088 remain) runs each element as the plain loop does: the same bits for
+    sizes around those bounds, on one part or two."""
     from optkernels.kernels import _chunks
     from optkernels.kernels._threading import parallel_allowed, parallel_launch
 
