@@ -186,8 +186,8 @@ def test_schedule_free_adamw_float32_loop_takes_packed_products():
 
 @pytest.mark.parametrize("rule", ["adopt", "lion"])
 def test_prefetching_part_loop_gives_the_plain_loops_bits(rule):
-    """The prefetching part loop (``entry(prefetch=True)``: blocks of 64 elements, prefetching in a part of
-    65536 elements or more until 1088 remain) runs each element as the plain loop does: the same bits for
+    """The prefetching part loop (``entry(prefetch=True)``: a part of 2**20 elements or more in blocks of 64,
+    prefetching until 1088 elements remain) runs each element as the plain loop does: the same bits for
     sizes around those bounds, on one part or two."""
     from optkernels.kernels import _chunks
     from optkernels.kernels._threading import parallel_allowed, parallel_launch
@@ -204,7 +204,7 @@ def test_prefetching_part_loop_gives_the_plain_loops_bits(rule):
     plain = _chunks.entry(element.py_func, cache=False)
     prefetching = _chunks.entry(element.py_func, cache=False, prefetch=True)
     rng = np.random.default_rng(3)
-    for n in (1, 1000, 65535, 65536, 65536 + 1087, 2 * 65536 - 2, 2 * 65536 + 64 * 37 + 5):
+    for n in (1, 1000, 2**20 - 1, 2**20, 2**20 + 1087, 2**21 - 2, 2**21 + 64 * 37 + 5):
         arrays = [rng.standard_normal(n, dtype=np.float32) for _ in range(count)]
         arrays[2 if rule == "adopt" else 1] = np.abs(arrays[2 if rule == "adopt" else 1])
         for parallel in (False, True):
@@ -228,7 +228,7 @@ def test_prefetching_part_loop_is_vectorised_and_prefetches():
     A = importlib.import_module("optkernels.kernels.adopt")
 
     entry = _chunks.entry(A._adopt.py_func, cache=False, prefetch=True)
-    arrays = [np.full(70000, 0.5, np.float32) for _ in range(4)]
+    arrays = [np.full(1000, 0.5, np.float32) for _ in range(4)]
     scalars = A.adopt_scalars(np.float32, 1e-3, 0.9, 0.9999, 1e-6, 0.0, 5, 5**0.25)
     with parallel_launch():
         entry(False, arrays[0].size, *arrays, *scalars)

@@ -81,22 +81,27 @@ def {name}(_first, _count, _n, _parts, {args}):
             element(i, {args})
 """
 
-# The parts of a worker call as :data:`_PARTS`, in blocks of 64 elements; in a part of 65536 elements or
-# more, every array argument's lines of the elements 1024 ahead are prefetched before each block that has
-# 1024 more of the part after it (``entry(prefetch=True)``): no prefetch reaches past the part, into lines
-# that another thread writes, and a smaller part (whose arrays the caches may hold) prefetches nothing. One
-# loop nest, the element loop's trip count unknown to LLVM: it vectorises one copy of that loop, as in the
-# plain loop (a constant 64 had it unroll eight copies and double the compile time).
+# The parts of a worker call as :data:`_PARTS`; a part of 2**20 elements or more runs in blocks of 64, every
+# array argument's lines of the elements 1024 ahead prefetched before each block that has 1024 more of the
+# part after it (``entry(prefetch=True)``): no prefetch reaches past the part, into lines that another
+# thread writes. A smaller part, whose arrays the caches may hold (there the blocks cost time, the
+# prefetches gain none), runs as one block: the plain loop. One loop nest, the element loop's trip count
+# unknown to LLVM: it vectorises one copy of that loop (a constant 64 had it unroll eight, and a separate
+# plain loop made a ninth: double the compile time).
 _PREFETCHING_PARTS = """
 def {name}(_first, _count, _n, _parts, {args}):
     for _p in range(_first, _first + _count):
         _start = _p * _n // _parts
         _stop = (_p + 1) * _n // _parts
-        _ahead = _start if _stop - _start < 65536 else _stop - 1024 - 64
-        for _block in range(_start, _stop, 64):
+        _step = max(_stop - _start, 1)
+        _ahead = _start
+        if _step >= 1048576:
+            _step = 64
+            _ahead = _stop - 1024 - 64
+        for _block in range(_start, _stop, _step):
             if _block < _ahead:
                 prefetch_ahead(_block + 1024, {args})
-            for i in range(uint64(_block), uint64(min(_block + 64, _stop))):
+            for i in range(uint64(_block), uint64(min(_block + _step, _stop))):
                 element(i, {args})
 """
 
@@ -387,11 +392,11 @@ def entry(
 
     ``wide``: the part loop prefers 512-bit vectors (:func:`_prefer_wide_vectors`); part of the name.
 
-    ``prefetch``: the part loop runs in blocks of 64 elements and, in a part of 65536 elements or more,
-    prefetches the array arguments' elements 1024 ahead of each block, within its part
-    (:data:`_PREFETCHING_PARTS`, :func:`prefetch_ahead`; one loop nest: about the plain loop's compile
-    time), for element functions whose arithmetic per element is enough that the loop's own loads start too
-    late to keep memory busy; not with ``guard``; part of the name."""
+    ``prefetch``: the part loop runs a part of 2**20 elements or more in blocks of 64 elements and prefetches
+    the array arguments' elements 1024 ahead of each block, within its part (:data:`_PREFETCHING_PARTS`,
+    :func:`prefetch_ahead`; one loop nest: about the plain loop's compile time), for element functions whose
+    arithmetic per element is enough that the loop's own loads start too late to keep memory busy; not with
+    ``guard``; part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     params = _params(py_func)
     namespace: dict[str, Any] = {}
