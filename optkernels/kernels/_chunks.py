@@ -394,9 +394,9 @@ def entry(
 
     ``prefetch``: the part loop runs a part of 2**20 elements or more in blocks of 64 elements and prefetches
     the array arguments' elements 1024 ahead of each block, within its part (:data:`_PREFETCHING_PARTS`,
-    :func:`prefetch_ahead`; one loop nest: about the plain loop's compile time), for element functions whose
-    arithmetic per element is enough that the loop's own loads start too late to keep memory busy; not with
-    ``guard``; part of the name."""
+    :func:`prefetch_ahead`; one loop nest, one vectorised copy of the element loop), for element functions
+    whose arithmetic per element is enough that the loop's own loads start too late to keep memory busy;
+    not with ``guard``; part of the name."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     params = _params(py_func)
     namespace: dict[str, Any] = {}
