@@ -1,4 +1,5 @@
 """Same bits whatever the thread count and from run to run; the float32 Adam loop is vectorised."""
+import importlib
 import platform
 import re
 
@@ -173,7 +174,7 @@ def test_schedule_free_adamw_float32_loop_takes_packed_products():
     from optkernels.kernels import schedule_free as S
     from optkernels.kernels._threading import parallel_launch
 
-    entry = _chunks.entry(S._schedule_free_adamw.py_func, cache=False)
+    entry = _chunks.entry(S._schedule_free_adamw.py_func, cache=False, prefetch=S._schedule_free_adamw.prefetch)
     arrays = [np.full(1000, 0.5, np.float32) for _ in range(4)]
     scalars = S.schedule_free_adamw_scalars(np.float32, 2.5e-3, 0.9, 0.999, 1e-8, 0.0, 0.2, 5)
     with parallel_launch():
@@ -181,3 +182,65 @@ def test_schedule_free_adamw_float32_loop_takes_packed_products():
     asm = entry.inspect_asm(entry.signatures[0])
     for packed in (r"vcvtps2pd\s+%[xyz]mm\d+, %[yz]mm", r"vmulpd\s+%[yz]mm", r"vsqrtps\s+%[yz]mm", r"vdivps\s+%[yz]mm"):
         assert re.search(packed, asm), f"no {packed.split(chr(92))[0]} on packed registers: the loop is scalar"
+
+
+@pytest.mark.parametrize("rule", ["adopt", "lion"])
+def test_prefetching_part_loop_gives_the_plain_loops_bits(rule):
+    """The prefetching part loop (``entry(prefetch=True)``: a part of 2**20 elements or more in blocks of 64,
+    prefetching until 1088 elements remain) runs each element as the plain loop does: the same bits for
+    sizes around those bounds, on one part or two."""
+    from optkernels.kernels import _chunks
+    from optkernels.kernels._threading import parallel_allowed, parallel_launch
+
+    A, L = (importlib.import_module(f"optkernels.kernels.{name}") for name in ("adopt", "lion"))
+
+    module = {"adopt": A, "lion": L}[rule]
+    element = getattr(module, f"_{rule}")
+    assert element.prefetch, f"{rule}'s launch does not prefetch"
+    count, scalars = {
+        "adopt": (4, A.adopt_scalars(np.float32, 1e-3, 0.9, 0.9999, 1e-6, 0.01, 5, 5**0.25)),
+        "lion": (3, L.lion_scalars(np.float32, 1e-4, 0.9, 0.99, 0.1)),
+    }[rule]
+    plain = _chunks.entry(element.py_func, cache=False)
+    prefetching = _chunks.entry(element.py_func, cache=False, prefetch=True)
+    rng = np.random.default_rng(3)
+    for n in (1, 1000, 2**20 - 1, 2**20, 2**20 + 1087, 2**21 - 2, 2**21 + 64 * 37 + 5):
+        arrays = [rng.standard_normal(n, dtype=np.float32) for _ in range(count)]
+        arrays[2 if rule == "adopt" else 1] = np.abs(arrays[2 if rule == "adopt" else 1])
+        for parallel in (False, True):
+            a = [x.copy() for x in arrays]
+            b = [x.copy() for x in arrays]
+            with parallel_launch(), np.errstate(all="ignore"):
+                plain(parallel and parallel_allowed(), n, *a, *scalars)
+                prefetching(parallel and parallel_allowed(), n, *b, *scalars)
+            for k, (x, y) in enumerate(zip(a, b)):
+                assert x.tobytes() == y.tobytes(), f"{rule} n={n} parallel={parallel}: array {k} differs"
+            assert a[0].tobytes() != arrays[0].tobytes(), "the step moved nothing: the check checks nothing"
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checks x86 instructions")
+def test_prefetching_part_loop_is_vectorised_and_prefetches():
+    """ADOPT's prefetching part loop keeps packed float32 roots and divisions (the blocks are not left
+    scalar) and holds the prefetches."""
+    from optkernels.kernels import _chunks
+    from optkernels.kernels._threading import parallel_launch
+
+    A = importlib.import_module("optkernels.kernels.adopt")
+
+    entry = _chunks.entry(A._adopt.py_func, cache=False, prefetch=True)
+    arrays = [np.full(1000, 0.5, np.float32) for _ in range(4)]
+    scalars = A.adopt_scalars(np.float32, 1e-3, 0.9, 0.9999, 1e-6, 0.0, 5, 5**0.25)
+    with parallel_launch():
+        entry(False, arrays[0].size, *arrays, *scalars)
+    asm = entry.inspect_asm(entry.signatures[0])
+    for packed in (r"vsqrtps\s+%[yz]mm", r"vdivps\s+%[yz]mm", r"prefetcht0\s"):
+        assert re.search(packed, asm), f"no {packed.split(chr(92))[0]} in the prefetching part loop"
+
+
+def test_a_guarded_entry_does_not_prefetch():
+    from optkernels.kernels import _chunks
+
+    A = importlib.import_module("optkernels.kernels.adopt")
+    guard = _chunks.GuardedEntry(prelude=None, checked=0, rounding=None, host=0, lead=4)
+    with pytest.raises(ValueError, match="guarded entry"):
+        _chunks.entry(A._adopt.py_func, cache=False, guard=guard, prefetch=True)

@@ -133,6 +133,10 @@ class Elementwise:
     #: (:func:`._chunks.entry`'s ``wide``), for element functions with enough arithmetic per element that
     #: the narrower vectors' extra instructions cost time (the same bits: each lane computes alike).
     wide_vectors = False
+    #: Whether the chunked CPU launch prefetches the arrays ahead of its loop (:func:`._chunks.entry`'s
+    #: ``prefetch``), for element functions with enough arithmetic per element (a division, a square root)
+    #: that the loop's own loads, waiting behind that arithmetic, leave memory idle (the same bits).
+    prefetch = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -165,7 +169,7 @@ class Elementwise:
         """The chunked CPU launch (:mod:`._chunks`): ``chunked(parallel, n, *arrays, *scalars)``, compiled
         per argument types on first use (a cached entry and a C chunk worker, no parallel loop)."""
         if not self.chunk_rows:
-            return _chunks.entry(self.py_func, wide=self.wide_vectors)
+            return _chunks.entry(self.py_func, wide=self.wide_vectors, prefetch=self.prefetch)
         name = f"_rows_{self.py_func.__name__}"
         params = ", ".join(list(inspect.signature(self.py_func).parameters)[1:])
         name, source = _as_row_function(name, self.cpu_template.format(name=name, args=params))

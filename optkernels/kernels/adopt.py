@@ -61,6 +61,10 @@ def _adopt(
         exp_avg_sq[i] = v * beta2 + (one_minus_beta2 * g) * g
 
 
+# its root and division hold the loop's loads back: prefetched, it runs at memory speed
+_adopt.prefetch = True
+
+
 def adopt_scalars(
     dtype: Any,
     lr: Scalar,

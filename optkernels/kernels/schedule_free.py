@@ -72,6 +72,11 @@ def _schedule_free_sgd(i, y, z, grad, lr, y_step, c, one_minus_c, small, weight_
     z[i] = zi - g * lr
 
 
+# the loops' arithmetic (AdamW's root and division) holds their loads back: prefetched, they run at memory
+# speed
+_schedule_free_adamw.prefetch = _schedule_free_sgd.prefetch = True
+
+
 @elementwise
 def _lerp_towards(i, x, end, weight, one_minus_weight, small):
     x[i] = lerp(x[i], end[i], weight, one_minus_weight, small)
