@@ -11,9 +11,8 @@ import math
 import numba
 import numpy as np
 
-from harness import Row, Suite, optional
-
 import optkernels.kernels as K
+from harness import Row, Suite, optional
 
 BYTES = 28  # 4 reads + 3 writes of float32
 F = np.float32

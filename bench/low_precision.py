@@ -32,11 +32,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dense import adam_shaped_memory  # noqa: E402  (on uint16 bits: a bfloat16 Adam step's traffic)
-from harness import environment, machine_name, round_orders  # noqa: E402
-
-import optkernels.kernels as K  # noqa: E402
-from optkernels.optimizers import Adam, Parameter  # noqa: E402
+import optkernels.kernels as K
+from dense import adam_shaped_memory  # on uint16 bits: a bfloat16 Adam step's traffic
+from harness import environment, machine_name, round_orders
+from optkernels.optimizers import Adam, Parameter
 
 BF16 = ml_dtypes.bfloat16
 TRUNCATING = "apply_adam bfloat16, truncating write-back (inexact)"
@@ -70,8 +69,8 @@ def truncating_bf16_adam():
     def truncate(b, x):
         return b.trunc(b.lshr(b.bitcast(x, i32), ir.Constant(i32, 16)), i16)
 
-    namespace["_store_bf16"] = _lowp._one(truncate, types.float32, types.uint16)  # noqa: SLF001
-    exec(compile(source, "<truncating bfloat16 adam>", "exec"), namespace)  # noqa: S102
+    namespace["_store_bf16"] = _lowp._one(truncate, types.float32, types.uint16)
+    exec(compile(source, "<truncating bfloat16 adam>", "exec"), namespace)
     element = numba.njit(inline="always", error_model="numpy")(namespace[name])
 
     @numba.njit(parallel=True, error_model="numpy")

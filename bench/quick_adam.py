@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-
 import sys
+import time
 from pathlib import Path
 
 import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dense import adam_shaped_memory, numpy_adam  # noqa: E402
-
-from optkernels.kernels import apply_adam  # noqa: E402
+from dense import adam_shaped_memory, numpy_adam
+from optkernels.kernels import apply_adam
 
 BYTES_PER_ELEMENT = 7 * 4  # float32: read var, m, v, g; write var, m, v
 

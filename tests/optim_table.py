@@ -9,30 +9,38 @@ its own: nothing here asks the optimizer how it works.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 import optkernels.reference as R
+from optkernels.kernels.torch_family import nadam_mu
 from optkernels.optimizers import (
+    ADOPT,
     FTRL,
     SGD,
-    AdaMax,
+    Adadelta,
     Adagrad,
     Adam,
+    AdaMax,
     AdamOffload,
     AdamWeightDecay,
+    AdamWScheduleFree,
+    AdEMAMix,
     Lamb,
     LazyAdam,
     LearningRateSchedule,
+    Lion,
     Momentum,
+    NAdam,
     Parameter,
     ProximalAdagrad,
+    RAdam,
     RMSProp,
+    SGDScheduleFree,
 )
-from optkernels.kernels.torch_family import nadam_mu
-from optkernels.optimizers import ADOPT, Adadelta, AdamWScheduleFree, AdEMAMix, Lion, NAdam, RAdam, SGDScheduleFree
 
 
 def call(backend, name: str, *args, **kwargs) -> tuple:

@@ -165,8 +165,9 @@ def test_global_norm_below_1e_30_leaves_the_gradient_as_it_is(norm):
 
 
 def test_with_global_norm_op_is_fused_ada_factor_with_the_13th_input():
-    from optkernels.kernels import fused_ada_factor_with_global_norm
     import inspect
+
+    from optkernels.kernels import fused_ada_factor_with_global_norm
 
     params = inspect.signature(fused_ada_factor_with_global_norm).parameters.values()
     assert [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD] == list(POSITION)

@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 
 from optkernels.distributed import all_finite, reduce_gradients, set_nonfinite
-from optkernels.optimizers import (Adam, AdamWeightDecay, DynamicLossScaleManager, ExponentialDecayLR,
-                                   Parameter, loss_scaled_step)
+from optkernels.optimizers import (
+    Adam,
+    AdamWeightDecay,
+    DynamicLossScaleManager,
+    ExponentialDecayLR,
+    Parameter,
+    loss_scaled_step,
+)
 
 
 def params():
