@@ -42,10 +42,10 @@ def main() -> None:
         v = np.abs(rng.standard_normal(n, dtype=np.float32))
         ours, theirs, limit = ([a.copy() for a in (var, m, v, g)] for _ in range(3))  # one state each
         tmp = np.empty_like(var)
-        runs = {
-            "apply_adam": lambda: apply_adam(*ours[:3], b1p, b2p, lr, b1, b2, eps, ours[3]),
-            "numpy": lambda: numpy_adam(*theirs, tmp, lr_t, b1, b2, eps),
-            "limit": lambda: adam_shaped_memory(*limit),
+        runs = {  # each bound to this size's arrays
+            "apply_adam": lambda a=ours: apply_adam(*a[:3], b1p, b2p, lr, b1, b2, eps, a[3]),
+            "numpy": lambda a=theirs, tmp=tmp: numpy_adam(*a, tmp, lr_t, b1, b2, eps),
+            "limit": lambda a=limit: adam_shaped_memory(*a),
         }
         for fn in runs.values():  # compile and warm up
             fn()
