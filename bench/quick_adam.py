@@ -35,7 +35,7 @@ def main() -> None:
     b1p, b2p, lr, b1, b2, eps = f(0.9), f(0.999), f(1e-3), f(0.9), f(0.999), f(1e-8)
     lr_t = lr * np.sqrt(f(1) - b2p) / (f(1) - b1p)
     print(f"numba {numba.__version__}, {numba.get_num_threads()} threads")
-    print(f"{'%-8s' % 'N'} {'apply_adam':>12} {'numpy':>12} {'mem limit':>12} {'adam GB/s':>10} {'% of limit':>10}")
+    print(f"{'N':<8} {'apply_adam':>12} {'numpy':>12} {'mem limit':>12} {'adam GB/s':>10} {'% of limit':>10}")
     for n in (int(s) for s in args.sizes):
         rng = np.random.default_rng(0)
         var, m, g = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))

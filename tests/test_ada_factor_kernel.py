@@ -68,7 +68,7 @@ def check_against_reference(args, flags, dtype, ulps=16.0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("flags", FLAGS, ids=lambda f: "scale%d-m%d-wd%d" % f)
+@pytest.mark.parametrize("flags", FLAGS, ids=lambda f: "scale{:d}-m{:d}-wd{:d}".format(*f))
 def test_matches_reference(shape, dtype, flags):
     args = make(np.random.default_rng(hash((shape, flags)) % 2**32), shape, dtype)
     check_against_reference(args, flags, dtype)
