@@ -659,7 +659,7 @@ def compose(info: OptimInfo, sc: Scenario, init: dict, grads: list, backend, dty
     pdt = np.dtype(init[names[0]].dtype)
     powers = {k: pdt.type(1.0) for k in info.powers}
     gs = 0
-    for k, step_grads in enumerate(grads):
+    for step_grads in grads:
         powers = {k_: pdt.type(powers[k_] * pdt.type(b)) for k_, b in info.powers.items()}
         t = gs
         for i, n in enumerate(names):

@@ -234,7 +234,7 @@ def test_optkernels_schedules_drive_a_torch_optimizer():
         opt = cls([w], lr=123.0)
         sched = okt.ScheduleLR(opt, schedule)
         seen = []
-        for k in range(6):
+        for _ in range(6):
             seen.append(opt.param_groups[0]["lr"])
             w.grad = torch.full((3,), 0.5, dtype=torch.float64)
             opt.step()

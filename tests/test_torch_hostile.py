@@ -204,7 +204,7 @@ def test_refused_first_step_leaves_torchs_state(label, case):
     assert [None if s is None else {k: v[:2] for k, v in s.items()} for s in state0] == \
            [None if s is None else {k: v[:2] for k, v in s.items()} for s in state1]
     assert state0[1] is not None
-    for key, (dtype, shape, value) in state0[1].items():
+    for key, (_dtype, _shape, value) in state0[1].items():  # dtypes and shapes: compared above
         if name == "Adagrad" and key == "step":  # made by the constructor: torch counted the refused step
             assert float(state1[1][key][2]) == 0.0 and float(value) == 1.0
             continue
