@@ -41,7 +41,7 @@ print(json.dumps({"numba_cpu": numba_start[0], "numba_wall": numba_start[1], "cp
 def _saved(cache: str) -> list[str]:
     """The functions compiled into ``cache`` (one index file per dispatcher)."""
     found = []
-    for folder, _, files in os.walk(cache):
+    for _, _, files in os.walk(cache):
         found += [name.split("-")[0] for name in files if name.endswith(".nbi")]
     return sorted(found)
 

@@ -37,10 +37,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import optkernels.kernels as K
 from dense import adam_shaped_memory
 from harness import Row, Suite, optional, paired_ratio
-
-import optkernels.kernels as K
 
 F = np.float32
 BF16 = ml_dtypes.bfloat16
@@ -132,13 +131,13 @@ def deepspeed_adam():
     build or load (a first construction builds it)."""
     try:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
-    except Exception as error:  # noqa: BLE001 -- any failure to import means "not here"
+    except Exception as error:  # any failure to import means "not here"
         return None, f"deepspeed does not import ({type(error).__name__}: {error}); pip install deepspeed"
     import torch
 
     try:  # the op builds (or loads) on the first construction
         DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
-    except Exception as error:  # noqa: BLE001 -- a failed build means "not here" too
+    except Exception as error:  # a failed build means "not here" too
         return None, f"DeepSpeed's cpu_adam op does not build or load ({type(error).__name__}: {error})"
     return DeepSpeedCPUAdam, None
 

@@ -11,9 +11,8 @@ import math
 import numba
 import numpy as np
 
-from harness import Row, Suite, optional
-
 import optkernels.kernels as K
+from harness import Row, Suite, optional
 
 BYTES = 28  # 4 reads + 3 writes of float32
 F = np.float32
@@ -157,7 +156,7 @@ def run(suite: Suite, sizes: list[int]) -> None:
         repeats = 3 if suite.quick else (21 if n <= 1e6 else 11)
         inner = max(1, int(3e6 // n)) if not suite.quick else max(1, int(3e5 // n))
         limit_state = _state(n, 2)
-        limit = {"limit": lambda: adam_shaped_memory(*limit_state)}
+        limit = {"limit": lambda state=limit_state: adam_shaped_memory(*state)}
         for name in OPS:
             impls = dict(limit, **implementations(name, n, torch, tf))
             times = suite.time_interleaved(impls, repeats=repeats, inner=inner)

@@ -15,9 +15,9 @@ from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import optkernels.distributed as dist  # noqa: E402
-from optkernels.optimizers import Adam, LazyAdam, Parameter  # noqa: E402
-from optkernels.sparse import RowSparse  # noqa: E402
+import optkernels.distributed as dist
+from optkernels.optimizers import Adam, LazyAdam, Parameter
+from optkernels.sparse import RowSparse
 
 
 def slot_bytes(opt):

@@ -24,11 +24,10 @@ import numpy as np
 import offload
 from harness import Row, Suite, optional
 from optimizer_step import model_sizes
-from sparse import zipf_batch
-
 from optkernels.kernels import apply_adam
 from optkernels.optimizers import Adam, Parameter
 from optkernels.sparse import fused_sparse_lazy_adam
+from sparse import zipf_batch
 
 F = np.float32
 ADAM = (F(0.9), F(0.999), F(1e-3), F(0.9), F(0.999), F(1e-8))

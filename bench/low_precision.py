@@ -32,14 +32,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dense import adam_shaped_memory  # noqa: E402  (on uint16 bits: a bfloat16 Adam step's traffic)
-from harness import environment, machine_name, round_orders  # noqa: E402
-
-import optkernels.kernels as K  # noqa: E402
-from optkernels.optimizers import Adam, Parameter  # noqa: E402
+import optkernels.kernels as K
+from dense import adam_shaped_memory  # on uint16 bits: a bfloat16 Adam step's traffic
+from harness import environment, machine_name, round_orders
+from optkernels.optimizers import Adam, Parameter
 
 BF16 = ml_dtypes.bfloat16
 TRUNCATING = "apply_adam bfloat16, truncating write-back (inexact)"
+LIMIT = "bfloat16 limit (14 B/elem)"
 
 
 def _state(n: int, dtype, seed: int) -> list[np.ndarray]:
@@ -70,8 +70,8 @@ def truncating_bf16_adam():
     def truncate(b, x):
         return b.trunc(b.lshr(b.bitcast(x, i32), ir.Constant(i32, 16)), i16)
 
-    namespace["_store_bf16"] = _lowp._one(truncate, types.float32, types.uint16)  # noqa: SLF001
-    exec(compile(source, "<truncating bfloat16 adam>", "exec"), namespace)  # noqa: S102
+    namespace["_store_bf16"] = _lowp._one(truncate, types.float32, types.uint16)
+    exec(compile(source, "<truncating bfloat16 adam>", "exec"), namespace)
     element = numba.njit(inline="always", error_model="numpy")(namespace[name])
 
     @numba.njit(parallel=True, error_model="numpy")
@@ -117,6 +117,19 @@ def time_interleaved(impls: dict, rounds: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def time_kernels(n: int, rounds: int) -> dict[str, float]:
+    """Median seconds of apply_adam on float32 and on bfloat16, of the bfloat16 memory limit and of the
+    truncating bfloat16 loop, on ``n`` elements, timed interleaved over ``rounds`` rounds. Their states
+    (several GB at N = 1e8) live only here: they are freed before the optimizer comparison."""
+    f32, bf16 = _state(n, np.float32, 0), _state(n, BF16, 1)
+    bits = [a.view(np.uint16) for a in _state(n, BF16, 2)]
+    truncating, trunc_state = truncating_bf16_adam(), _state(n, BF16, 5)
+    kernels = {"apply_adam float32": _adam_call(f32), "apply_adam bfloat16": _adam_call(bf16),
+               LIMIT: lambda: adam_shaped_memory(*bits),
+               TRUNCATING: lambda: truncating(*trunc_state)}
+    return time_interleaved(kernels, rounds)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=float, default=1e8)
@@ -126,16 +139,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     n = int(args.n)
 
-    f32, bf16 = _state(n, np.float32, 0), _state(n, BF16, 1)
-    bits = [a.view(np.uint16) for a in _state(n, BF16, 2)]
-    truncating, trunc_state = truncating_bf16_adam(), _state(n, BF16, 5)
-    kernels = {"apply_adam float32": _adam_call(f32), "apply_adam bfloat16": _adam_call(bf16),
-               "bfloat16 limit (14 B/elem)": lambda: adam_shaped_memory(*bits),
-               TRUNCATING: lambda: truncating(*trunc_state)}
-    med = time_interleaved(kernels, args.rounds)
-    del f32, bf16, bits, trunc_state
+    med = time_kernels(n, args.rounds)
     speedup = med["apply_adam float32"] / med["apply_adam bfloat16"]
-    of_limit = med["bfloat16 limit (14 B/elem)"] / med["apply_adam bfloat16"]
+    of_limit = med[LIMIT] / med["apply_adam bfloat16"]
     lines = [f"# Low-precision benchmark ({machine_name()})", "", environment(), "",
              f"N = {n:.0e}, {args.rounds} interleaved rounds, medians, {numba.get_num_threads()} threads.",
              "",
@@ -150,7 +156,7 @@ def main(argv=None) -> int:
               f"{'met' if of_limit >= 0.9 else 'missed'})"]
     threads = numba.get_num_threads()
     floors = {name: arithmetic_floor(dtype) for name, dtype in (("float32", np.float32), ("bfloat16", BF16))}
-    limit = med["bfloat16 limit (14 B/elem)"]
+    limit = med[LIMIT]
     lines += ["", f"Arithmetic floor (N = 1e5 in cache, 1 thread, best of 2000 calls; times N / {threads} "
               "threads):", "", "| kernel | ns/element, 1 thread | floor at N, ms |", "|---|---|---|"]
     lines += [f"| apply_adam {name} | {sec * 1e9:.3f} | {sec * n / threads * 1e3:.1f} |"

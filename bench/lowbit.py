@@ -26,9 +26,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from harness import Row, Suite, environment, machine_name, optional, paired_ratio  # noqa: E402
-
 import optkernels.kernels as K  # noqa: E402
+from harness import Row, Suite, environment, machine_name, optional, paired_ratio  # noqa: E402
 from optkernels.kernels._intrinsics import prefetch_write  # noqa: E402
 from optkernels.optimizers import Adam8bit  # noqa: E402
 

@@ -8,15 +8,14 @@ and Schedule-Free AdamW read 4 and write 3 (28 B), AdEMAMix reads 5 and writes 4
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numba
 import numpy as np
 
+import optkernels.kernels as K
 from dense import adam_shaped_memory
 from harness import Row, Suite, optional, paired_ratio
-
-import optkernels.kernels as K
 
 F = np.float32
 SIZES = (int(1e8),)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from harness import Row, Suite
-
 from optkernels.kernels import adam_no_update_param
 from optkernels.optimizers import _offload
 

@@ -38,7 +38,6 @@ import numba
 import numpy as np
 
 from harness import round_orders
-
 from optkernels.kernels import apply_adam
 from optkernels.optimizers import Adam, Parameter
 

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-
 import sys
+import time
 from pathlib import Path
 
 import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dense import adam_shaped_memory, numpy_adam  # noqa: E402
-
-from optkernels.kernels import apply_adam  # noqa: E402
+from dense import adam_shaped_memory, numpy_adam
+from optkernels.kernels import apply_adam
 
 BYTES_PER_ELEMENT = 7 * 4  # float32: read var, m, v, g; write var, m, v
 
@@ -37,17 +35,17 @@ def main() -> None:
     b1p, b2p, lr, b1, b2, eps = f(0.9), f(0.999), f(1e-3), f(0.9), f(0.999), f(1e-8)
     lr_t = lr * np.sqrt(f(1) - b2p) / (f(1) - b1p)
     print(f"numba {numba.__version__}, {numba.get_num_threads()} threads")
-    print(f"{'%-8s' % 'N'} {'apply_adam':>12} {'numpy':>12} {'mem limit':>12} {'adam GB/s':>10} {'% of limit':>10}")
+    print(f"{'N':<8} {'apply_adam':>12} {'numpy':>12} {'mem limit':>12} {'adam GB/s':>10} {'% of limit':>10}")
     for n in (int(s) for s in args.sizes):
         rng = np.random.default_rng(0)
         var, m, g = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
         v = np.abs(rng.standard_normal(n, dtype=np.float32))
         ours, theirs, limit = ([a.copy() for a in (var, m, v, g)] for _ in range(3))  # one state each
         tmp = np.empty_like(var)
-        runs = {
-            "apply_adam": lambda: apply_adam(*ours[:3], b1p, b2p, lr, b1, b2, eps, ours[3]),
-            "numpy": lambda: numpy_adam(*theirs, tmp, lr_t, b1, b2, eps),
-            "limit": lambda: adam_shaped_memory(*limit),
+        runs = {  # each bound to this size's arrays
+            "apply_adam": lambda a=ours: apply_adam(*a[:3], b1p, b2p, lr, b1, b2, eps, a[3]),
+            "numpy": lambda a=theirs, tmp=tmp: numpy_adam(*a, tmp, lr_t, b1, b2, eps),
+            "limit": lambda a=limit: adam_shaped_memory(*a),
         }
         for fn in runs.values():  # compile and warm up
             fn()

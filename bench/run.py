@@ -7,7 +7,6 @@ against N (one line per implementation and op).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,10 +16,10 @@ sys.path.insert(0, str(HERE))
 
 import cold  # noqa: E402
 import dense  # noqa: E402
-import modern  # noqa: E402
 import distributed  # noqa: E402
 import gpu  # noqa: E402
 import lowbit  # noqa: E402
+import modern  # noqa: E402
 import optimizer_step  # noqa: E402
 import sparse  # noqa: E402
 import torch_step  # noqa: E402

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+import optkernels.sparse as S
 from harness import Row, Suite, optional
 from sparse_adam import numpy_lazy_adam, torch_step_factory
-
-import optkernels.sparse as S
 
 F = np.float32
 

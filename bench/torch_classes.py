@@ -157,6 +157,7 @@ def run(suite, torch, widths=tuple(WIDTHS), labels=tuple(CLASSES), rounds: int |
 
 def main() -> None:
     import torch
+
     from harness import Suite
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -78,7 +78,8 @@ def contenders(torch, device: str = "cpu", width: str = "medium") -> tuple[dict,
     """name -> (its model, a function doing one step); the tensor count and total size."""
     import optkernels.torch as okt
     from dense import adam_shaped_memory
-    from optkernels.optimizers import Adam as NumpyAdam, Parameter
+    from optkernels.optimizers import Adam as NumpyAdam
+    from optkernels.optimizers import Parameter
 
     base = build_model(torch, device, width)
     params = list(base.parameters())

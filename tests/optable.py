@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from optkernels.conformance.cases import (  # noqa: F401 -- re-exported for the tests
-    CASES_BY_NAME, OpCase, bounds, cast_scalars, draw, draw_attrs, run_kernel, run_reference)
+    CASES_BY_NAME,
+    OpCase,
+    bounds,
+    cast_scalars,
+    draw,
+    draw_attrs,
+    run_kernel,
+    run_reference,
+)
 from optkernels.conformance.tolerance import compare
 
 

@@ -9,30 +9,38 @@ its own: nothing here asks the optimizer how it works.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 import optkernels.reference as R
+from optkernels.kernels.torch_family import nadam_mu
 from optkernels.optimizers import (
+    ADOPT,
     FTRL,
     SGD,
-    AdaMax,
+    Adadelta,
     Adagrad,
     Adam,
+    AdaMax,
     AdamOffload,
     AdamWeightDecay,
+    AdamWScheduleFree,
+    AdEMAMix,
     Lamb,
     LazyAdam,
     LearningRateSchedule,
+    Lion,
     Momentum,
+    NAdam,
     Parameter,
     ProximalAdagrad,
+    RAdam,
     RMSProp,
+    SGDScheduleFree,
 )
-from optkernels.kernels.torch_family import nadam_mu
-from optkernels.optimizers import ADOPT, Adadelta, AdamWScheduleFree, AdEMAMix, Lion, NAdam, RAdam, SGDScheduleFree
 
 
 def call(backend, name: str, *args, **kwargs) -> tuple:
@@ -651,7 +659,7 @@ def compose(info: OptimInfo, sc: Scenario, init: dict, grads: list, backend, dty
     pdt = np.dtype(init[names[0]].dtype)
     powers = {k: pdt.type(1.0) for k in info.powers}
     gs = 0
-    for k, step_grads in enumerate(grads):
+    for step_grads in grads:
         powers = {k_: pdt.type(powers[k_] * pdt.type(b)) for k_, b in info.powers.items()}
         t = gs
         for i, n in enumerate(names):

@@ -7,14 +7,16 @@ which dense kernel computes the same per-element math.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 import optkernels.reference as R
 import optkernels.sparse as S
 from optable import cast_scalars
+
 # The random generators the conformance cases (python -m optkernels verify) also draw from.
 from optkernels.conformance.cases import adam_scalars, moments, normal, uniform
 from optkernels.conformance.sparse_cases import ftrl_attrs, ftrl_v2_attrs
@@ -72,8 +74,8 @@ class SparseOpInfo:
     name: str
     states: tuple[str, ...]
     make_states: Callable
-    scalars: Callable = lambda rng: {}  # noqa: E731
-    attrs: Callable = lambda rng: {}  # noqa: E731
+    scalars: Callable = lambda rng: {}
+    attrs: Callable = lambda rng: {}
     lazy: bool = True
     dense: str | None = None
     dense_args: Callable | None = None

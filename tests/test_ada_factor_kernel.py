@@ -68,7 +68,7 @@ def check_against_reference(args, flags, dtype, ulps=16.0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("flags", FLAGS, ids=lambda f: "scale%d-m%d-wd%d" % f)
+@pytest.mark.parametrize("flags", FLAGS, ids=lambda f: "scale{:d}-m{:d}-wd{:d}".format(*f))
 def test_matches_reference(shape, dtype, flags):
     args = make(np.random.default_rng(hash((shape, flags)) % 2**32), shape, dtype)
     check_against_reference(args, flags, dtype)
@@ -165,8 +165,9 @@ def test_global_norm_below_1e_30_leaves_the_gradient_as_it_is(norm):
 
 
 def test_with_global_norm_op_is_fused_ada_factor_with_the_13th_input():
-    from optkernels.kernels import fused_ada_factor_with_global_norm
     import inspect
+
+    from optkernels.kernels import fused_ada_factor_with_global_norm
 
     params = inspect.signature(fused_ada_factor_with_global_norm).parameters.values()
     assert [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD] == list(POSITION)

@@ -50,8 +50,8 @@ def compile_for_cuda(monkeypatch):
 def test_sparse_and_shared_math_kernels_lower_for_cuda(compile_for_cuda):
     from numba.core import types
 
-    from optkernels.kernels.adagrad import _adagrad
     from optkernels.kernels.ada_max import _ada_max
+    from optkernels.kernels.adagrad import _adagrad
     from optkernels.kernels.adam import _adam_amsgrad
     from optkernels.kernels.ftrl import _ftrl, _ftrl_sqrt, _ftrl_v2, _ftrl_v2_sqrt
     from optkernels.kernels.proximal_adagrad import _proximal_adagrad

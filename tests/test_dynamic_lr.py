@@ -9,9 +9,15 @@ from hypothesis import strategies as st
 
 from optkernels.conformance.examples import EXAMPLES_FILE
 from optkernels.optimizers import dynamic_lr
-from optkernels.optimizers.dynamic_lr import (cosine_decay_lr, exponential_decay_lr, inverse_decay_lr,
-                                              natural_exp_decay_lr, piecewise_constant_lr,
-                                              polynomial_decay_lr, warmup_lr)
+from optkernels.optimizers.dynamic_lr import (
+    cosine_decay_lr,
+    exponential_decay_lr,
+    inverse_decay_lr,
+    natural_exp_decay_lr,
+    piecewise_constant_lr,
+    polynomial_decay_lr,
+    warmup_lr,
+)
 
 
 def _published(key):

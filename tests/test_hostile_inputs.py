@@ -111,7 +111,7 @@ def _check_call(case, inputs: dict, attrs: dict, arg: str, label: str) -> str | 
         for a, b in zip(arrays, before):
             if a.tobytes() != b.tobytes():
                 return f"{case.name}({arg}={label}) raised after writing"
-    except Exception as error:  # noqa: BLE001 -- any other exception type is the failure reported
+    except Exception as error:  # any other exception type is the failure reported
         return f"{case.name}({arg}={label}): {type(error).__name__}: {error}"
     return None
 
@@ -183,7 +183,6 @@ def test_ada_factor_optimizer_refuses_negative_zero_clip_threshold():
 
 def _optimizer_builders():
     from optim_table import OPTIMIZERS
-
     from optkernels.optimizers import LARS, AdaFactor, Momentum
 
     out = {info.id: (lambda ps, info=info: info.cls(ps, learning_rate=info.learning_rate, **info.kwargs))
@@ -222,15 +221,24 @@ def test_optimizer_steps_with_a_hostile_last_gradient(name):
                 problems.append(f"{label}: the error names neither the parameter nor the gradients: {error}")
             if opt.global_step != step or any(before[k].tobytes() != after[k].tobytes() for k in before):
                 problems.append(f"{label}: raised after writing")
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             problems.append(f"{label}: {type(error).__name__}: {error}")
     assert not problems, "\n".join(problems)
 
 
 def _entry_point_calls():
     """(what, call) pairs: the public functions outside the op table that take arrays or numbers."""
-    from optkernels.optimizers import (CosineDecayLR, DynamicLossScaler, ExponentialDecayLR, InverseDecayLR,
-                                       NaturalExpDecayLR, Parameter, PolynomialDecayLR, WarmUpLR, all_finite)
+    from optkernels.optimizers import (
+        CosineDecayLR,
+        DynamicLossScaler,
+        ExponentialDecayLR,
+        InverseDecayLR,
+        NaturalExpDecayLR,
+        Parameter,
+        PolynomialDecayLR,
+        WarmUpLR,
+        all_finite,
+    )
     from optkernels.sparse import RowSparse, merge_duplicates
 
     idx, vals = np.array([0, 2, 2]), np.ones((3, 4), np.float32)
@@ -263,7 +271,7 @@ def test_other_entry_points_raise_only_documented_errors():
             call()
         except ALLOWED:
             pass
-        except Exception as error:  # noqa: BLE001 -- Numba errors, OverflowError...
+        except Exception as error:  # Numba errors, OverflowError...
             problems.append(f"{what}: {type(error).__name__}: {error}")
     assert not problems, "\n".join(problems)
 

@@ -1,7 +1,8 @@
 """Every dense kernel equals the float64 reference over random shapes, dtypes, hyper-parameters and steps."""
 import numpy as np
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from optable import OPS, assert_close, bounds, draw, draw_attrs, run_kernel, run_reference
 

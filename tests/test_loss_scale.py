@@ -8,8 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optkernels.optimizers.loss_scale import (DynamicLossScaleManager, DynamicLossScaler,
-                                              FixedLossScaleManager, all_finite, loss_scaled_step)
+from optkernels.optimizers.loss_scale import (
+    DynamicLossScaleManager,
+    DynamicLossScaler,
+    FixedLossScaleManager,
+    all_finite,
+    loss_scaled_step,
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # FixedLossScaleManager

@@ -126,7 +126,6 @@ def test_huge_python_int_scalar_is_a_value_error_naming_it():
 
 def _optimizer_cases():
     from optim_table import OPTIMIZERS
-
     from optkernels.optimizers import LARS, AdaFactor, Momentum
 
     cases = [(info.id, lambda ps, info=info: info.cls(ps, learning_rate=info.learning_rate, **info.kwargs))

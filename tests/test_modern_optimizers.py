@@ -3,7 +3,7 @@ that fails leaves everything as it was, sparse gradients refused, defaults as th
 import numpy as np
 import pytest
 
-from optkernels.optimizers import (ADOPT, AdamWScheduleFree, AdEMAMix, Lion, Parameter, SGDScheduleFree)
+from optkernels.optimizers import ADOPT, AdamWScheduleFree, AdEMAMix, Lion, Parameter, SGDScheduleFree
 from optkernels.sparse import RowSparse
 
 

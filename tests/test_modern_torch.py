@@ -3,8 +3,9 @@
 §8-11, and the NumPy classes of optkernels.optimizers equal to the drop-ins bit for bit."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -377,7 +377,11 @@ def test_guarded_launch_claims_each_row_once_with_one_and_two_threads(monkeypatc
     fails launches nothing."""
     from optkernels.kernels._chunks import GuardedEntry
     from optkernels.kernels.schedule_free import (
-        _schedule_free_sgd, schedule_free_sgd_host, schedule_free_sgd_scalars, sgd_rounding)
+        _schedule_free_sgd,
+        schedule_free_sgd_host,
+        schedule_free_sgd_scalars,
+        sgd_rounding,
+    )
 
     monkeypatch.setattr(_elementwise, "SERIAL_BELOW", 0)  # small lists too run on both threads
     sizes = [1000, 0, 1, 333, 64, 17] + [130] * 30

@@ -79,7 +79,7 @@ def _run(info, dtype, multi, sparse, steps=4):
     groups, extra = _mixed_groups(params, info)
     opt = info.cls(groups, learning_rate=info.learning_rate, **extra, **info.kwargs)
     opt._multi_tensor = multi
-    for step in range(steps):
+    for _ in range(steps):
         grads = [rng.standard_normal(p.shape).astype(dtype) for p in params]
         grads[2] = np.stack([grads[2], grads[2]], axis=1)[:, 0]           # not C-contiguous
         if sparse:                                                         # emb.w: a row-sparse gradient

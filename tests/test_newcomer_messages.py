@@ -58,7 +58,7 @@ def test_row_sparse_out_of_range_advice_names_only_what_it_accepts():
     keep = "(indices >= 0) & (indices < dense_shape[0])"
     assert keep in message
     indices, values = np.array([0, 5, -1, 3]), np.arange(12.0).reshape(4, 3)
-    kept = eval(keep, {"indices": indices, "dense_shape": (4, 3)})  # noqa: S307 -- the advice, run as written
+    kept = eval(keep, {"indices": indices, "dense_shape": (4, 3)})  # the advice, run as written
     grad = RowSparse(indices[kept], values[kept], (4, 3))
     assert grad.indices.tolist() == [0, 3]
 

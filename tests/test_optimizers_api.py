@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 import optkernels.reference as R
-from optkernels.conformance.examples import EXAMPLES_FILE
 from optable import assert_close
 from optim_table import OPTIMIZERS, Halving, make_data, make_params, scenario
+from optkernels.conformance.examples import EXAMPLES_FILE
 from optkernels.optimizers import (
     FTRL,
     LARS,
     SGD,
-    AdaMax,
     Adagrad,
     Adam,
+    AdaMax,
     AdamOffload,
     Lamb,
     Momentum,

@@ -3,13 +3,14 @@
 import numpy as np
 import pytest
 
+from optim_table import Halving
 from optkernels.optimizers import (
     FTRL,
     LARS,
     SGD,
-    AdaMax,
     Adagrad,
     Adam,
+    AdaMax,
     AdamOffload,
     AdamWeightDecay,
     Lamb,
@@ -19,7 +20,6 @@ from optkernels.optimizers import (
     ProximalAdagrad,
     RMSProp,
 )
-from optim_table import Halving
 
 
 def params(n=2, dtype=np.float32):

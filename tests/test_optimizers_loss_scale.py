@@ -76,7 +76,7 @@ def test_real_schedule_and_lr_list_feed_the_steps():
     w = [make_params({"w": np.zeros(3)})[0]]
     opt = Momentum(w, schedule, 0.0)
     seen = []
-    for t in range(6):
+    for _ in range(6):
         seen.append(opt.get_lr())
         opt((np.ones(3),))
     assert seen == [schedule(t) for t in range(6)]

@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 
 from optim_table import MODEL, OPTIMIZERS, scenario
-from optkernels.optimizers import (Adam, DynamicLossScaleManager, Momentum, Parameter, all_finite,
-                                   loss_scaled_step)
+from optkernels.optimizers import (
+    Adam,
+    DynamicLossScaleManager,
+    Momentum,
+    Parameter,
+    all_finite,
+    loss_scaled_step,
+)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optkernels.optimizers import Adam, AdaFactor, AdamOffload, Lamb, Parameter
+from optkernels.optimizers import AdaFactor, Adam, AdamOffload, Lamb, Parameter
 
 BUILDERS = {
     "Lamb": lambda ps: Lamb(ps, learning_rate=0.01, weight_decay=0.01),

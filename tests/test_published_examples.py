@@ -4,9 +4,9 @@ import inspect
 import numpy as np
 import pytest
 
-from optkernels.conformance import examples
 import optkernels.kernels as K
 import optkernels.reference as R
+from optkernels.conformance import examples
 
 DENSE = examples.load("kernels")
 

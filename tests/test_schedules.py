@@ -9,9 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from optkernels.conformance.examples import EXAMPLES_FILE
-from optkernels.optimizers.schedules import (CosineDecayLR, ExponentialDecayLR, InverseDecayLR,
-                                             LearningRateSchedule, NaturalExpDecayLR, PolynomialDecayLR,
-                                             WarmUpLR)
+from optkernels.optimizers.schedules import (
+    CosineDecayLR,
+    ExponentialDecayLR,
+    InverseDecayLR,
+    LearningRateSchedule,
+    NaturalExpDecayLR,
+    PolynomialDecayLR,
+    WarmUpLR,
+)
 
 CLASSES = {cls.__name__: cls for cls in (ExponentialDecayLR, NaturalExpDecayLR, InverseDecayLR, CosineDecayLR,
                                          PolynomialDecayLR, WarmUpLR)}

@@ -10,13 +10,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optkernels.conformance import examples
 import optkernels.kernels as K
 import optkernels.reference as R
 import optkernels.sparse as S
 from optable import assert_close
-from sparse_optable import (SPARSE_OPS, SPARSE_OPS_BY_NAME, abs_grad_sum, draw_inputs, max_duplicates,
-                            run_kernel, run_reference)
+from optkernels.conformance import examples
+from sparse_optable import (
+    SPARSE_OPS,
+    SPARSE_OPS_BY_NAME,
+    abs_grad_sum,
+    draw_inputs,
+    max_duplicates,
+    run_kernel,
+    run_reference,
+)
 
 ids = [op.name for op in SPARSE_OPS]
 

@@ -1,6 +1,7 @@
 """thor (MindSpore nn.thor) over a NumPy model: the preconditioned update against a direct NumPy computation
 of KERNELS §18 written here (explicit inverses, no Cholesky), the refresh schedule of the factors, the
 module docstring's worked example, and every documented bad argument."""
+import importlib
 import re
 import textwrap
 import warnings
@@ -8,7 +9,6 @@ import warnings
 import numpy as np
 import pytest
 
-import importlib
 from optable import assert_close
 from optkernels.optimizers import LearningRateSchedule, Parameter, ThorLayer, thor, thor_inverses
 
@@ -238,7 +238,7 @@ def test_worked_example_in_the_module_docstring():
     namespace = {}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        exec(compile(code, "thor-worked-example", "exec"), namespace)  # noqa: S102 -- our own docstring
+        exec(compile(code, "thor-worked-example", "exec"), namespace)  # our own docstring
     losses = namespace["losses"]
     assert losses["thor"] < 0.5 * losses["momentum"], losses
 

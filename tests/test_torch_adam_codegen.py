@@ -7,7 +7,6 @@ from pathlib import Path
 import numba
 import numpy as np
 import pytest
-
 from numba.extending import intrinsic
 
 from optkernels.kernels import _intrinsics

@@ -13,6 +13,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
+from optkernels.kernels.torch_rules import IEEE_SQRT  # noqa: E402
+from optkernels.torch._float_step import FloatStep  # noqa: E402
+from optkernels.torch._sqrt import ENVIRONMENT, sqrt_kernel  # noqa: E402
 from short_paths import (  # noqa: E402
     check_steps_that_leave_the_short_path,
     equal,
@@ -21,10 +24,6 @@ from short_paths import (  # noqa: E402
     step_both,
     twins,
 )
-
-from optkernels.kernels.torch_rules import IEEE_SQRT  # noqa: E402
-from optkernels.torch._float_step import FloatStep  # noqa: E402
-from optkernels.torch._sqrt import ENVIRONMENT, sqrt_kernel  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*own implementation:UserWarning")
 

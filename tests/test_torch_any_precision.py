@@ -5,7 +5,6 @@ import importlib.util
 import inspect
 
 import ml_dtypes
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

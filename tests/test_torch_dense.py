@@ -123,6 +123,17 @@ def test_state_dict_round_trips_with_torch(name):
     assert float(ours.state[a2[0]].get("step", 15)) == 15
 
 
+def _mse_closure(opt, w, b, x, y):
+    """The closure ``opt.step`` takes: zero the gradients, the mean squared error of ``x @ w + b`` against
+    ``y``, its backward pass; returns the loss."""
+    def closure():
+        opt.zero_grad()
+        loss = ((x @ w + b - y) ** 2).mean()
+        loss.backward()
+        return loss
+    return closure
+
+
 def test_schedulers_closure_zero_grad_and_groups():
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -134,13 +145,9 @@ def test_schedulers_closure_zero_grad_and_groups():
     for cls, (pw, pb) in ((okt.Adam, (w, b)), (torch.optim.Adam, (w2, b2))):
         opt = cls([{"params": [pw]}, {"params": [pb], "lr": 0.05}], lr=0.1)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        closure = _mse_closure(opt, pw, pb, x, y)
         losses = []
         for _ in range(8):
-            def closure():
-                opt.zero_grad()
-                loss = ((x @ pw + pb - y) ** 2).mean()
-                loss.backward()
-                return loss
             losses.append(opt.step(closure).item())
             sched.step()
         assert pw.grad is not None
@@ -227,7 +234,7 @@ def test_optkernels_schedules_drive_a_torch_optimizer():
         opt = cls([w], lr=123.0)
         sched = okt.ScheduleLR(opt, schedule)
         seen = []
-        for k in range(6):
+        for _ in range(6):
             seen.append(opt.param_groups[0]["lr"])
             w.grad = torch.full((3,), 0.5, dtype=torch.float64)
             opt.step()

@@ -32,7 +32,7 @@ def test_non_leaf_complex_integer_mindspore_names():
 def _constructor_error(cls, params, kwargs):
     try:
         cls(params, **kwargs)
-    except Exception as error:  # noqa: BLE001 - the exception is what is compared
+    except Exception as error:  # the exception is what is compared
         return error
     return None
 

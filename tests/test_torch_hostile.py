@@ -110,7 +110,7 @@ def _run(lib, label, case):
         a.grad = torch.full((5,), -0.5)
         before = _snapshot(opt)
         opt.step()
-    except Exception as error:  # noqa: BLE001 - the exception is what is compared
+    except Exception as error:  # the exception is what is compared
         return error, before, opt
     return None, before, opt
 
@@ -204,7 +204,7 @@ def test_refused_first_step_leaves_torchs_state(label, case):
     assert [None if s is None else {k: v[:2] for k, v in s.items()} for s in state0] == \
            [None if s is None else {k: v[:2] for k, v in s.items()} for s in state1]
     assert state0[1] is not None
-    for key, (dtype, shape, value) in state0[1].items():
+    for key, (_dtype, _shape, value) in state0[1].items():  # dtypes and shapes: compared above
         if name == "Adagrad" and key == "step":  # made by the constructor: torch counted the refused step
             assert float(state1[1][key][2]) == 0.0 and float(value) == 1.0
             continue
@@ -244,7 +244,7 @@ def test_change_after_steady_steps(label, case):
         LATE_CASES[case](p)
         try:
             opt.step()
-        except Exception as error:  # noqa: BLE001 - the exception is what is compared
+        except Exception as error:  # the exception is what is compared
             out.append((type(error), str(error)))
             continue
         out.append(p.detach().clone())

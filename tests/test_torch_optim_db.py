@@ -40,13 +40,13 @@ if not _FROZEN:  # torch's test utilities freeze torch.backends' flags on import
     torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
 okt = pytest.importorskip("optkernels.torch", reason="optkernels.torch did not import")
 
-from test_torch_bits import SAME_SQRT, _ieee_sqrt  # noqa: E402
 from torch.optim.optimizer import (  # noqa: E402
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
 )
 
 from optkernels.torch._sqrt import ENVIRONMENT  # noqa: E402
+from test_torch_bits import SAME_SQRT, _ieee_sqrt  # noqa: E402
 
 #: torch's database rows of the classes optkernels.torch stands in for (LBFGS has no drop-in)
 INFOS = {info.name: info for info in common.optim_db if isinstance(getattr(okt, info.name, None), type)}

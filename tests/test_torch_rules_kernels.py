@@ -4,9 +4,9 @@ no torch needed (tests/test_torch_bits.py checks the bits against torch itself).
 import numpy as np
 import pytest
 
-from optkernels.kernels.torch_rules import torch_adamax, torch_rms_prop
 from optkernels.kernels import torch_rules as K
 from optkernels.kernels._intrinsics import fma
+from optkernels.kernels.torch_rules import torch_adamax, torch_rms_prop
 from optkernels.reference import torch_rules as ref
 
 

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from optkernels.kernels import _cuda, adam_no_update_param
-from optkernels.optimizers import AdamOffload, Parameter
-from optkernels.optimizers import _offload
+from optkernels.optimizers import AdamOffload, Parameter, _offload
 from optkernels.optimizers._offload import CudaTransport, offload_step
 
 

@@ -4,7 +4,6 @@ for CUDA ones (``_views.simulate_cuda``) and results must be the same bits; a GP
 so there codes may differ next to a decision midpoint and parameters within 1e-6."""
 import contextlib
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch (pip install -e '.[torch]')")

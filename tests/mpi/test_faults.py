@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 
 from optkernels.distributed import all_finite, reduce_gradients, set_nonfinite
-from optkernels.optimizers import (Adam, AdamWeightDecay, DynamicLossScaleManager, ExponentialDecayLR,
-                                   Parameter, loss_scaled_step)
+from optkernels.optimizers import (
+    Adam,
+    AdamWeightDecay,
+    DynamicLossScaleManager,
+    ExponentialDecayLR,
+    Parameter,
+    loss_scaled_step,
+)
 
 
 def params():
@@ -41,7 +47,7 @@ def test_overflow_on_one_rank_skips_everywhere(comm, bad):
 
 
 def test_reduced_overflow_and_the_global_flag(comm):
-    rank, size = comm.Get_rank(), comm.Get_size()
+    rank = comm.Get_rank()
     g = np.ones(5, np.float32)
     if rank == 0:
         g[1] = np.inf

@@ -7,9 +7,9 @@ import functools
 
 import numpy as np
 import pytest
-from optim_table import MODEL, OPTIMIZERS, SCENARIOS, make_data, make_params, run_optimizer, scenario
 
 import optkernels.distributed  # noqa: F401  (installs the parallel optimizer)
+from optim_table import MODEL, OPTIMIZERS, SCENARIOS, make_data, make_params, run_optimizer, scenario
 from optkernels.distributed import assign_owners, reduce_gradients
 from optkernels.optimizers import LARS, AdaFactor, Adam, Lamb, LazyAdam, Momentum, Parameter
 from optkernels.sparse import RowSparse

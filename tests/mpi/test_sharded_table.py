@@ -53,7 +53,7 @@ def test_steps_equal_the_single_process_optimizer(comm, name):
     # the slots on this rank hold only its rows
     for key, value in table.state_dict().items():
         if value.ndim == 2:
-            assert value.shape == (len(range(comm.Get_rank(), ROWS, comm.Get_size())), DIM)
+            assert value.shape == (len(range(comm.Get_rank(), ROWS, comm.Get_size())), DIM), key
 
 
 def test_lookup_gathers_rows_in_the_asked_order(comm):
