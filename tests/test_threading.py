@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import numba
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,3 +159,24 @@ def test_the_layer_start_keeps_torchs_thread_count():
     assert done.returncode == 0, done.stderr
     layer, count = done.stdout.split()
     assert count == "1", f"torch's thread count after the {layer} layer started: {count}"
+
+
+def _plus_one(x):
+    out = np.empty_like(x)
+    for i in numba.prange(x.shape[0]):
+        out[i] = x[i] + 1.0
+    return out
+
+
+def test_a_single_threaded_twin_is_made_without_warnings(monkeypatch):
+    """In a process forked from GNU OpenMP a parallel loop runs as its twin compiled with parallel=False;
+    making it from a dispatcher's options (which hold ``nopython``) warned once per process in numba.njit."""
+    from optkernels.kernels import _threading
+
+    parallel = numba.njit(parallel=True)(_plus_one)
+    monkeypatch.setattr(_threading, "_forked_from_gnu_omp", True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        twin = _threading.for_this_process(parallel)
+        assert twin(np.arange(3.0)).tolist() == [1.0, 2.0, 3.0]
+    assert twin is not parallel and twin.targetoptions["parallel"] is False

@@ -185,6 +185,7 @@ def for_this_process(function: Any) -> Any:
         import numba
 
         options = dict(function.targetoptions, parallel=False)
+        options.pop("nopython", None)  # implied by njit, which warns when it is given
         entry = _twins.setdefault(id(function), (function, numba.njit(**options)(function.py_func)))
     return entry[1]
 
