@@ -131,6 +131,23 @@ def test_grad_scale_and_found_inf_as_torchs_fused_step(name, dtype):
     assert float(o_opt.state[ours[0]]["step"]) == 5.0
 
 
+@needs_avx512
+@pytest.mark.parametrize("name,kwargs", [CASES[0], CASES[4]], ids=["Adam", "AdamW"])
+def test_large_lists_take_the_prefetching_loop_with_torchs_fused_bits(name, kwargs):
+    """A float32 list whose parts hold 2**20 elements or more on every thread runs the prefetching
+    multi-tensor loop (``_fused_adam.prefetch_large``), generic step and short path: torch's bits."""
+    import numba
+
+    sizes = [numba.get_num_threads() * 2**20 + 4099, 77]
+    t_opt, o_opt, theirs, ours, gen = _pair(name, kwargs, torch.float32, sizes=sizes)
+    for step in range(3):
+        _grads(theirs, ours, gen)
+        t_opt.step()
+        o_opt.step()
+        _assert_same(t_opt, o_opt, theirs, ours, f"step {step + 1}")
+    assert o_opt._fast is not None and o_opt._fast.large is not None
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_other_cpu_capabilities_take_torchs_fused_step(monkeypatch, dtype):
     """Where torch's CPU kernels are not the AVX-512 ones, torch's own fused step updates the parameters

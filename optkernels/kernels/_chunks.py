@@ -375,6 +375,7 @@ def entry(
     guard: GuardedEntry | None = None,
     wide: bool = False,
     prefetch: bool = False,
+    part_loop: tuple[str, dict] | None = None,
 ) -> Any:
     """The entry of ``py_func``'s chunked CPU launch: ``entry(parallel, n, *arguments)`` runs
     ``py_func(i, *arguments)`` for ``i`` in ``0 .. n - 1`` (a Numba dispatcher, compiled per argument types
@@ -396,13 +397,23 @@ def entry(
     the array arguments' elements 1024 ahead of each block, within its part (:data:`_PREFETCHING_PARTS`,
     :func:`prefetch_ahead`; one loop nest, one vectorised copy of the element loop), for element functions
     whose arithmetic per element is enough that the loop's own loads start too late to keep memory busy;
-    not with ``guard``; part of the name."""
+    not with ``guard``; part of the name.
+
+    ``part_loop``: ``(template, names)``, a part loop of the caller's in place of :data:`_PARTS` (filled in
+    as it is: ``{name}``, ``{args}``; ``names``: what it calls besides ``element``, ``uint64`` and
+    :func:`prefetch_ahead`), such as the multi-tensor rows' prefetching loop; not with ``guard`` or
+    ``prefetch``; the template is part of the name, the sources of what it calls belong in ``salt``."""
     element = numba.njit(inline="always", **_JIT_OPTIONS)(py_func)
     params = _params(py_func)
     namespace: dict[str, Any] = {}
     parts_template = _PREFETCHING_PARTS if prefetch else _PARTS
-    if guard is not None and prefetch:
+    part_names: dict[str, Any] = {}
+    if guard is not None and (prefetch or part_loop is not None):
         raise ValueError("a guarded entry claims its indices one by one: it does not prefetch")
+    if part_loop is not None:
+        if prefetch:
+            raise ValueError("a part loop of the caller's replaces the prefetching part loop")
+        parts_template, part_names = part_loop
     if guard is None:
         template = _ENTRY
     else:
@@ -428,7 +439,13 @@ def entry(
         parts_template,
         f"{name}_parts",
         py_func,
-        {"uint64": np.uint64, "element": element, "fetch_add": fetch_add, "prefetch_ahead": prefetch_ahead},
+        {
+            "uint64": np.uint64,
+            "element": element,
+            "fetch_add": fetch_add,
+            "prefetch_ahead": prefetch_ahead,
+            **part_names,
+        },
     )
     function = generate(template, name, py_func, {"run_chunks": _runner(parts, views, wide), **namespace})
     return numba.njit(cache=cache, nogil=guard is None, no_cfunc_wrapper=True, **_JIT_OPTIONS)(function)

@@ -48,6 +48,12 @@ SERIAL_BELOW = 1 << 15
 #: fewer of them.
 SPLIT_ELEMENT_WEIGHT = 4
 
+#: Elements of a thread's part from which a prefetching launch runs in blocks and prefetches
+#: (:func:`._chunks.entry`'s ``prefetch``, :data:`_MANY_PREFETCHING_PARTS`; the value is that of
+#: ``_chunks._PREFETCHING_PARTS``): below it the arrays may come from the caches, where the blocks cost time
+#: and the prefetches gain none.
+PREFETCH_PART = 1 << 20
+
 _CPU_LOOP = """
 def {name}(n, {args}):
     for i in prange(n):
@@ -137,6 +143,12 @@ class Elementwise:
     #: ``prefetch``), for element functions with enough arithmetic per element (a division, a square root)
     #: that the loop's own loads, waiting behind that arithmetic, leave memory idle (the same bits).
     prefetch = False
+    #: Whether launches whose thread's part holds :data:`PREFETCH_PART` elements or more run a prefetching
+    #: loop (:attr:`chunked_prefetching`; a whole multi-tensor list without a prologue:
+    #: :meth:`many_chunked` with ``prefetch``), compiled on the first such launch, smaller launches keeping
+    #: the plain one: for element functions whose large launches leave memory idle behind their arithmetic
+    #: (the same bits).
+    prefetch_large = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -178,6 +190,12 @@ class Elementwise:
         return _chunks.entry(function, salt=source)
 
     @functools.cached_property
+    def chunked_prefetching(self) -> Callable:
+        """:attr:`chunked` with the prefetching part loop (:func:`._chunks.entry`'s ``prefetch``), which
+        :meth:`launch` runs where :attr:`prefetch_large` is set and a thread's part is large."""
+        return _chunks.entry(self.py_func, wide=self.wide_vectors, prefetch=True)
+
+    @functools.cached_property
     def cuda(self) -> Callable:
         """The CUDA kernel: ``cuda[blocks, threads](n, *arrays, *scalars)``."""
         cuda = _cuda.module()
@@ -201,7 +219,11 @@ class Elementwise:
         if device == "cpu":
             with parallel_launch():
                 if self.chunked_cpu:
-                    self.chunked(parallel_allowed(), n, *args)
+                    parallel = parallel_allowed()
+                    if self.prefetch_large and _large_parts(n, parallel) and not self.chunk_rows:
+                        self.chunked_prefetching(parallel, n, *args)
+                    else:
+                        self.chunked(parallel, n, *args)
                 else:
                     for_this_process(self.cpu)(n, *args)
             return
@@ -237,17 +259,22 @@ class Elementwise:
             driver = drivers[key] = _many_driver(self.py_func, n_arrays, prologue and prologue.py_func, True)
         return driver
 
-    def many_chunked(self, n_arrays: int, prologue: Elementwise | None = None) -> Callable:
+    def many_chunked(
+        self, n_arrays: int, prologue: Elementwise | None = None, prefetch: bool = False
+    ) -> Callable:
         """The multi-tensor loop as a chunked launch (:mod:`._chunks`, one index per row of the chunk
         table): ``many_chunked(n_arrays)(parallel, rows, chunks, addresses, like, *scalars)``, with a
         ``prologue`` ``(parallel, rows, chunks, addresses, like, workspace, *prologue_scalars, *scalars)``.
-        Each thread runs an equal block of rows, as the parallel loop of :meth:`many` does."""
+        Each thread runs an equal block of rows, as the parallel loop of :meth:`many` does. ``prefetch``
+        (without a prologue): the entry whose parts of :data:`PREFETCH_PART` elements or more run their rows
+        in blocks, prefetching ahead within the tensor and the part (:data:`_MANY_PREFETCHING_PARTS`; the
+        same bits), a second entry, compiled on its first call."""
         drivers = self.__dict__.setdefault("_many_chunked", {})
-        key = (n_arrays, prologue)
+        key = (n_arrays, prologue, prefetch)
         driver = drivers.get(key)
         if driver is None:
             driver = drivers[key] = _many_entry(
-                self.py_func, n_arrays, prologue and prologue.py_func, True, self.wide_vectors
+                self.py_func, n_arrays, prologue and prologue.py_func, True, self.wide_vectors, prefetch
             )
         return driver
 
@@ -333,12 +360,27 @@ class Elementwise:
             if prologue is not None:
                 head += (tensors.workspace(), *prologue_scalars)
             if self.chunked_many:
-                self.many_chunked(n_arrays, prologue)(parallel_allowed(), table.shape[0], *head, *scalars)
+                prefetch = (
+                    self.prefetch_large
+                    and prologue is None
+                    and chunks is None
+                    and tensors.total // threads >= PREFETCH_PART
+                )
+                entry = self.many_chunked(n_arrays, prologue, prefetch)
+                entry(parallel_allowed(), table.shape[0], *head, *scalars)
             else:
                 for_this_process(self.many(n_arrays, prologue))(*head, *scalars)
 
 
 _BASE_SOURCE = Elementwise._cpu_source
+
+
+def _large_parts(n: int, parallel: bool) -> bool:
+    """Whether a chunked launch over ``n`` elements gives each thread :data:`PREFETCH_PART` elements or more
+    (one part on the calling thread where not ``parallel``; inside :func:`parallel_launch`)."""
+    if n < PREFETCH_PART:
+        return False
+    return n // (thread_mask()[0]() if parallel else 1) >= PREFETCH_PART
 
 
 class _SerialBelow:
@@ -481,6 +523,52 @@ def {name}(_chunks, _addresses, _like, _workspace{prologue_scalars}{scalars}):
 
 _CPU_MANY_VIEW = "        {array} = carray(address_as_pointer(_addresses[{row}, _t], _like), _n)"
 
+# One row of the multi-tensor loop (:data:`_CPU_MANY`'s body) in blocks of 64 elements where ``_limit`` > 0,
+# the lines of its arrays' elements 1024 ahead prefetched before each block whose prefetches stay below
+# ``_limit`` (an element bound within the tensor: the part's next row's end, or the row's own); with
+# ``_limit`` 0, one block: the plain row. One loop nest: one vectorised copy of the element loop (as
+# ``_chunks._PREFETCHING_PARTS``).
+_CPU_MANY_PREFETCHING_ROW = """
+def {name}(_c, _limit, _chunks, _addresses, _like{scalars}):
+    _t = _chunks[_c, 0]
+    _n = _chunks[_c, 3]
+{views}
+    _lo = _chunks[_c, 1]
+    _hi = _chunks[_c, 2]
+    _step = max(_hi - _lo, 1)
+    _ahead = _lo
+    if _limit > 0:
+        _step = 64
+        _ahead = _limit - 1024 - 64
+    for _block in range(_lo, _hi, _step):
+        if _block < _ahead:
+            prefetch_ahead(_block + 1024, {arrays})
+        for i in range(uint64(_block), uint64(min(_block + _step, _hi))):
+            element(i, {args})
+"""
+
+# The part loop of the prefetching multi-tensor entry (``_chunks.entry``'s ``part_loop``): a part (a thread's
+# block of rows) of PREFETCH_PART (1048576) elements or more runs each row with the prefetch bound ``_limit``:
+# the end of the part's next row where that row continues the same tensor, else the row's own end, so that
+# no prefetch reaches into another tensor's rows or past the part (lines another thread writes); a smaller
+# part runs its rows plain (``_limit`` 0).
+_MANY_PREFETCHING_PARTS = """
+def {name}(_first, _count, _n, _parts, {args}):
+    for _p in range(_first, _first + _count):
+        _start = _p * _n // _parts
+        _stop = (_p + 1) * _n // _parts
+        _size = 0
+        for _c in range(_start, _stop):
+            _size += _chunks[_c, 2] - _chunks[_c, 1]
+        for _c in range(_start, _stop):
+            _limit = 0
+            if _size >= 1048576:
+                _limit = _chunks[_c, 2]
+                if _c + 1 < _stop and _chunks[_c + 1, 0] == _chunks[_c, 0] and _chunks[_c + 1, 1] == _limit:
+                    _limit = _chunks[_c + 1, 2]
+            row(_c, _limit, {args})
+"""
+
 
 def _split_params(py_func: Callable, n_arrays: int) -> tuple[list, list]:
     params = list(inspect.signature(py_func).parameters)[1:]
@@ -565,13 +653,57 @@ def _many_function(py_func: Callable, n_arrays: int, prologue: Callable | None, 
 
 
 def _many_entry(
-    py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool, wide: bool = False
+    py_func: Callable,
+    n_arrays: int,
+    prologue: Callable | None,
+    cache: bool,
+    wide: bool = False,
+    prefetch: bool = False,
 ) -> Callable:
     """The chunked entry of the multi-tensor loop (:meth:`Elementwise.many_chunked`; ``cache``: False for
-    a fresh compile whose code can be inspected; ``wide``: :attr:`Elementwise.wide_vectors`). Its rows
-    make views of addresses (``views``)."""
+    a fresh compile whose code can be inspected; ``wide``: :attr:`Elementwise.wide_vectors`; ``prefetch``:
+    its parts of :data:`PREFETCH_PART` elements or more prefetch, :data:`_MANY_PREFETCHING_PARTS`; not with a
+    prologue). Its rows make views of addresses (``views``)."""
     function, source = _many_function(py_func, n_arrays, prologue, True)
-    return _chunks.entry(function, salt=source, cache=cache, views=True, wide=wide)
+    if not prefetch:
+        return _chunks.entry(function, salt=source, cache=cache, views=True, wide=wide)
+    if prologue is not None:
+        raise ValueError(f"{py_func.__name__}: a multi-tensor loop with a prologue does not prefetch")
+    row, row_source = _many_prefetching_row(py_func, n_arrays)
+    return _chunks.entry(
+        function,
+        salt=source + row_source,
+        cache=cache,
+        views=True,
+        wide=wide,
+        part_loop=(_MANY_PREFETCHING_PARTS, {"row": row}),
+    )
+
+
+def _many_prefetching_row(py_func: Callable, n_arrays: int) -> tuple[Callable, str]:
+    """``(row, source)``: :data:`_CPU_MANY_PREFETCHING_ROW` for ``py_func`` with ``n_arrays`` arrays, to be
+    inlined into the prefetching part loop."""
+    from ._pointers import address_as_pointer
+
+    arrays, scalars = _split_params(py_func, n_arrays)
+    name = f"_many{n_arrays}_{py_func.__name__}_prefetching_row"
+    views = "\n".join(_CPU_MANY_VIEW.format(array=a, row=j)[4:] for j, a in enumerate(arrays))
+    source = _CPU_MANY_PREFETCHING_ROW.format(
+        name=name,
+        scalars="".join(", " + s for s in scalars),
+        views=views,
+        arrays=", ".join(arrays),
+        args=", ".join(arrays + scalars),
+    )
+    namespace = {
+        "carray": numba.carray,
+        "uint64": np.uint64,
+        "address_as_pointer": address_as_pointer,
+        "prefetch_ahead": _chunks.prefetch_ahead,
+        "element": numba.njit(inline="always", **_JIT_OPTIONS)(py_func),
+    }
+    row = _chunks.define(name, source, py_func, namespace)
+    return numba.njit(inline="always", **_JIT_OPTIONS)(row), source
 
 
 def _many_driver(py_func: Callable, n_arrays: int, prologue: Callable | None, cache: bool) -> Callable:

@@ -25,6 +25,10 @@ def _adam(i, var, m, v, gradient, lr_t, beta1, one_minus_beta1, one_minus_beta2,
     var[i] = var[i] - lr_t * numerator / (math.sqrt(v_new) + epsilon)
 
 
+# its root and division hold the loop's loads back: its large launches are prefetched ahead
+_adam.prefetch_large = True
+
+
 @elementwise
 def _adam_amsgrad(i, var, m, v, vhat, grad, lr_t, one_minus_beta1, one_minus_beta2, epsilon):
     g = grad[i]

@@ -143,6 +143,10 @@ def _fused_adam(
     var[i] = fused_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size)
 
 
+# its root and two divisions hold the loop's loads back: its large lists are prefetched ahead
+_fused_adam.prefetch_large = True
+
+
 @elementwise
 def _fused_adam_amsgrad(
     i,

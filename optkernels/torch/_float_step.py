@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels._elementwise import SERIAL_BELOW
+from ..kernels._elementwise import PREFETCH_PART, SERIAL_BELOW
 from ..kernels._threading import thread_mask
 from ._base import _Plan
 from ._half_step import _HYPER, _hyper, _plain_hyper
@@ -45,6 +45,7 @@ class FloatStep:
         "tensors",
         "grads",
         "entry",
+        "large",
         "threads",
     )
 
@@ -57,7 +58,11 @@ class FloatStep:
         self.per_group = optimizer._group_scalars(group, dtype)
         self.grads = tensors.addresses[-1]  # the gradient row, written by the guard's check
         # the entry launch_many calls (without a prologue): already compiled by the generic step
-        self.entry = plan.key[1][0].many_chunked(tensors.addresses.shape[0])
+        kernel = plan.key[1][0]
+        self.entry = kernel.many_chunked(tensors.addresses.shape[0])
+        # its prefetching entry where a part can be large enough for it (compiled on its first launch)
+        large = kernel.prefetch_large and tensors.total >= PREFETCH_PART
+        self.large = kernel.many_chunked(tensors.addresses.shape[0], prefetch=True) if large else None
         # what reads the calling thread's Numba thread count, where the list is large enough to run on all
         # of them (else None: _SerialBelow sets the count to one for the launch)
         self.threads = thread_mask()[0] if tensors.total >= SERIAL_BELOW else None
@@ -109,5 +114,5 @@ class FloatStep:
         # nothing is written above this line but the table's gradient row (refilled at every launch)
         plan.step_now = step
         plan.steps_np.fill(step)  # the state's 'step' tensors are views of it
-        launch_table(self.entry, self.tensors, self.threads, scalars)
+        launch_table(self.entry, self.tensors, self.threads, scalars, self.large)
         return True

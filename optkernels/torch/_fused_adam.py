@@ -38,6 +38,11 @@ class FusedRule(HalfRule):
         """The float rule's ``chunked_many``."""
         return bool(self.rule.chunked_many)
 
+    @property
+    def prefetch_large(self) -> bool:
+        """The float rule's ``prefetch_large``."""
+        return bool(self.rule.prefetch_large)
+
     def many_chunked(self, *args: Any, **options: Any) -> Any:
         """The float rule's chunked multi-tensor entry."""
         return self.rule.many_chunked(*args, **options)

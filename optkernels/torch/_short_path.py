@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-from ..kernels._elementwise import _SerialBelow
+from ..kernels._elementwise import PREFETCH_PART, _SerialBelow
 from ..kernels._threading import parallel_allowed, parallel_launch
 from ._base import unwrapped
 
@@ -140,15 +140,22 @@ def gradients_checked(optimizer: Any, plan: Any, params: list, grads: Any, watch
     return True
 
 
-def launch_table(entry: Any, tensors: Any, threads: Any, scalars: tuple) -> None:
+def launch_table(entry: Any, tensors: Any, threads: Any, scalars: tuple, large: Any = None) -> None:
     """Run a multi-tensor kernel's chunked ``entry`` over the launch table ``tensors`` with ``scalars``, as
     :meth:`~optkernels.kernels._elementwise.Elementwise.launch_many` runs it; ``threads``: what reads the
-    calling thread's Numba thread count where the table is large enough for all of them, else None."""
+    calling thread's Numba thread count where the table is large enough for all of them, else None;
+    ``large``: the kernel's prefetching entry (``many_chunked(..., prefetch=True)``), run instead where each
+    thread's part holds :data:`~optkernels.kernels._elementwise.PREFETCH_PART` elements or more, or None."""
     launch = parallel_launch()
     if threads is not None and type(launch) is nullcontext:  # nothing to enter, nothing to set
-        table = tensors.balanced(threads())
+        count = threads()
+        table = tensors.balanced(count)
+        if large is not None and tensors.total // count >= PREFETCH_PART:
+            entry = large
         entry(parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *scalars)
         return
     with launch, _SerialBelow(tensors.total) as count:
         table = tensors.balanced(count)
+        if large is not None and tensors.total // count >= PREFETCH_PART:
+            entry = large
         entry(parallel_allowed(), table.shape[0], table, tensors.addresses, tensors.like, *scalars)
