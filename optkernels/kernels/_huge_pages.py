@@ -21,6 +21,8 @@ __all__ = [
     "MADV_HUGEPAGE",
     "advise_scattered_once",
     "madvise_huge",
+    "remember",
+    "unadvised",
 ]
 
 #: The smallest range (bytes) advised: NumPy's threshold for asking for huge pages.
@@ -57,19 +59,20 @@ _advised: dict[tuple[int, int], bool] = {}
 ADVISED_RANGES = 256
 
 
+def unadvised(address: int, nbytes: int) -> bool:
+    """Whether :func:`advise_scattered_once` would advise ``[address, address + nbytes)``: on Linux, a range
+    of :data:`HUGE_PAGE_THRESHOLD` bytes or more not advised before (see :data:`_advised`). Memory freed and
+    allocated again at the same address and size is taken as advised already (at worst it stays on the
+    pages it has)."""
+    return nbytes >= HUGE_PAGE_THRESHOLD and _LINUX and (address, nbytes) not in _advised
+
+
 def advise_scattered_once(address: int, nbytes: int) -> None:
-    """On Linux, for a range of :data:`HUGE_PAGE_THRESHOLD` bytes or more not advised before (see
-    :data:`_advised`): advise huge pages over it and, up to :data:`COLLAPSE_BYTES`, move it there now (a
-    copy made once, about 0.3 s for 256 MB). Nothing otherwise. Memory freed and allocated again at the same
-    address and size is taken as advised already (at worst it stays on the pages it has)."""
-    if nbytes < HUGE_PAGE_THRESHOLD or not _LINUX:
+    """Where :func:`unadvised`: advise huge pages over the range and, up to :data:`COLLAPSE_BYTES`, move it
+    there now (a copy made once, about 0.3 s for 256 MB). Nothing otherwise."""
+    if not unadvised(address, nbytes):
         return
-    key = (address, nbytes)
-    if key in _advised:
-        return
-    if len(_advised) >= ADVISED_RANGES:
-        _advised.clear()
-    _advised[key] = True
+    remember(address, nbytes)
     if madvise_huge(address, nbytes) and nbytes <= COLLAPSE_BYTES:
         madvise_huge(address, nbytes, MADV_COLLAPSE)
 

@@ -22,7 +22,7 @@ from ..kernels import _cuda
 from ..kernels._address import data_address
 from ..kernels._checks import _array_facts, _flatten, check_arrays, check_range, plain_array, to_scalar
 from ..kernels._elementwise import ZERO, elementwise
-from ..kernels._huge_pages import HUGE_PAGE_THRESHOLD, advise_scattered_once
+from ..kernels._huge_pages import HUGE_PAGE_THRESHOLD, advise_scattered_once, unadvised
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
 from ._indices import host_indices, out_of_range_error
@@ -322,10 +322,15 @@ def rowwise_adagrad(
     fast = _plain_table_step(var, momentum, grad, indices, lr, eps, weight_decay, weight_decay_mode, max_norm)
     if fast is not None and type(out_of_range) is str and out_of_range in ("raise", "drop"):
         arrays, scalars, rows = fast
+        # looked up before the launch (whose memory traffic leaves the caches cold for Python), advised after
+        # the step, for the next ones
+        address, nbytes = data_address(var), var.nbytes
+        advise = unadvised(address, nbytes)
         bad = launch_cpu(_table_update, indices, rows, out_of_range == "drop", arrays, scalars)
         if bad >= 0:
             raise out_of_range_error("indices", indices, bad, rows)
-        _on_huge_pages(var)  # after the step: for the next ones
+        if advise:
+            advise_scattered_once(address, nbytes)
         return var, momentum
     result = _checked_call(
         var,
