@@ -187,20 +187,24 @@ _WIDE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _INT64 = np.dtype(np.int64)
 
 
+_F32, _F64 = _WIDE_DTYPES
+_ONE_F32, _ONE_F64 = np.float32(1), np.float64(1)
+
+
 def _hyper(value: Any, t: type) -> Any:
-    """A Python number ``value`` as ``t`` when it is >= 0 (NaN is not), else None."""
+    """A Python number ``value`` as ``t`` when it is >= 0 (NaN is not), else None. (Compared as the Python
+    number: a number >= 0 stays >= 0 as ``t``; the few that become -0.0 take the checked path, which accepts
+    them as well.)"""
     kind = type(value)
-    if kind is float or (kind is int and 0 <= value < 2**63):
-        converted = t(value)
-        if converted >= 0:
-            return converted
+    if (kind is float and value >= 0) or (kind is int and 0 <= value < 2**63):
+        return t(value)
     return None
 
 
 def _plain_table_step(
     var: Any, momentum: Any, grad: Any, indices: Any, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any
 ) -> tuple | None:
-    """``(arrays, scalars, rows)`` of the CPU row loop (:data:`_table_update`) for the common call, checked
+    """``(arrays, scalars, rows, address, nbytes)`` (the last two: var's) of the CPU row loop (:data:`_table_update`) for the common call, checked
     in a few attribute reads: plain NumPy arrays, C-contiguous, a 2-D float32/float64 table and momentum
     (writeable, no two sharing memory) with a gradient of the same dtype, int64 indices, Python numbers in
     range for the hyper-parameters, a known mode. None for anything else: the checked path
@@ -211,8 +215,13 @@ def _plain_table_step(
         return None
     if type(indices) is not ndarray or mode not in MODES:
         return None
-    dtype = var.dtype
-    if dtype not in _WIDE_DTYPES or momentum.dtype != dtype or grad.dtype != dtype or indices.dtype != _INT64:
+    dtype = var.dtype  # identities: NumPy's built-in dtypes are single objects (any other: the checks)
+    if (
+        (dtype is not _F32 and dtype is not _F64)
+        or momentum.dtype is not dtype
+        or grad.dtype is not dtype
+        or indices.dtype is not _INT64
+    ):
         return None
     if var.ndim != 2 or grad.ndim != 2 or momentum.ndim != 1 or indices.ndim != 1:
         return None
@@ -225,16 +234,21 @@ def _plain_table_step(
         return None
     if not indices.flags.c_contiguous:
         return None
-    may_share = np.may_share_memory  # bounds only: an overlap of the spans sends the call to the checks
-    if may_share(var, grad) or may_share(var, momentum) or may_share(momentum, grad):
+    # the byte spans (C-contiguous: [address, address + size x itemsize)) must not overlap, as
+    # np.may_share_memory's bounds test (which costs several times more between training steps)
+    itemsize = dtype.itemsize
+    v0, m0, g0 = data_address(var), data_address(momentum), data_address(grad)
+    v1, m1, g1 = v0 + rows * row_len * itemsize, m0 + rows * itemsize, g0 + count * row_len * itemsize
+    if (v0 < g1 and g0 < v1) or (v0 < m1 and m0 < v1) or (m0 < g1 and g0 < m1):
         return None
     t = dtype.type
     lr_, eps_, wd_, max_norm_ = _hyper(lr, t), _hyper(eps, t), _hyper(wd, t), _hyper(max_norm, t)
     if lr_ is None or eps_ is None or wd_ is None or max_norm_ is None:
         return None
-    decay = t(1) - lr_ * wd_ if mode == "decoupled" else t(1)
-    scalars = (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, t(1))
-    return [grad, var, momentum.reshape(rows, 1)], scalars, rows
+    one = _ONE_F32 if dtype is _F32 else _ONE_F64
+    decay = one - lr_ * wd_ if mode == "decoupled" else one
+    scalars = (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, one)
+    return [grad, var, momentum.reshape(rows, 1)], scalars, rows, v0, v1 - v0
 
 
 def _on_huge_pages(table: np.ndarray) -> None:
@@ -321,10 +335,9 @@ def rowwise_adagrad(
     """
     fast = _plain_table_step(var, momentum, grad, indices, lr, eps, weight_decay, weight_decay_mode, max_norm)
     if fast is not None and type(out_of_range) is str and out_of_range in ("raise", "drop"):
-        arrays, scalars, rows = fast
+        arrays, scalars, rows, address, nbytes = fast
         # looked up before the launch (whose memory traffic leaves the caches cold for Python), advised after
         # the step, for the next ones
-        address, nbytes = data_address(var), var.nbytes
         advise = unadvised(address, nbytes)
         bad = launch_cpu(_table_update, indices, rows, out_of_range == "drop", arrays, scalars)
         if bad >= 0:
