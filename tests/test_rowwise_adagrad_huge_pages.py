@@ -1,6 +1,6 @@
-"""Row-wise Adagrad moves a large NumPy table onto transparent huge pages (``optkernels/kernels/_huge_pages.py``):
-once per table, after a completed row-sparse step (not before an index error, not for dense gradients or
-small tables), changing no bit of the results."""
+"""Row-wise Adagrad moves a large NumPy table onto transparent huge pages
+(``optkernels/kernels/_huge_pages.py``): once per table, after a completed row-sparse step (not before an
+index error, not for dense gradients or small tables), changing no bit of the results."""
 import sys
 
 import numpy as np
@@ -77,7 +77,9 @@ def test_no_advice_for_small_tables_dense_gradients_half_tables_or_bad_indices(c
 
 def test_advise_scattered_once_skips_small_ranges_and_forgets_after_its_bound(monkeypatch):
     recorded = []
-    monkeypatch.setattr(_huge_pages, "madvise_huge", lambda a, n, advice=14: recorded.append((a, n, advice)) or True)
+    monkeypatch.setattr(
+        _huge_pages, "madvise_huge", lambda a, n, advice=14: recorded.append((a, n, advice)) or True
+    )
     monkeypatch.setattr(_huge_pages, "_advised", {})
     monkeypatch.setattr(_huge_pages, "_LINUX", True)
     limit = _huge_pages.HUGE_PAGE_THRESHOLD
@@ -87,7 +89,7 @@ def test_advise_scattered_once_skips_small_ranges_and_forgets_after_its_bound(mo
     _huge_pages.advise_scattered_once(1 << 30, limit)
     assert recorded == [(1 << 30, limit, 14), (1 << 30, limit, 25)]
     recorded.clear()
-    _huge_pages.advise_scattered_once(1 << 31, _huge_pages.COLLAPSE_BYTES + 1)  # too large to move: advised only
+    _huge_pages.advise_scattered_once(1 << 31, _huge_pages.COLLAPSE_BYTES + 1)  # too large: advice only
     assert recorded == [(1 << 31, _huge_pages.COLLAPSE_BYTES + 1, 14)]
     for k in range(_huge_pages.ADVISED_RANGES):
         _huge_pages.advise_scattered_once((k + 4) << 32, limit)

@@ -204,12 +204,14 @@ def _hyper(value: Any, t: type) -> Any:
 def _plain_table_step(
     var: Any, momentum: Any, grad: Any, indices: Any, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any
 ) -> tuple | None:
-    """``(arrays, scalars, rows, address, nbytes)`` (the last two: var's) of the CPU row loop (:data:`_table_update`) for the common call, checked
-    in a few attribute reads: plain NumPy arrays, C-contiguous, a 2-D float32/float64 table and momentum
-    (writeable, no two sharing memory) with a gradient of the same dtype, int64 indices, Python numbers in
-    range for the hyper-parameters, a known mode. None for anything else: the checked path
-    (:func:`_checked_call`) then decides, and words the errors. (Between training steps the caches are
-    cold, where each of the checked path's general checks costs tens of microseconds.)"""
+    """``(arrays, scalars, rows, address, nbytes)`` (the last two: var's data address and size) of the CPU
+    row loop (:data:`_table_update`) for the common call, checked in a few attribute reads: plain NumPy
+    arrays, C-contiguous and aligned, a 2-D float32/float64 table and momentum (writeable, no two sharing
+    memory) with a gradient of the same dtype, int64 indices, Python numbers in range for the
+    hyper-parameters, a known mode: the row worker's argument types then follow from the dtype alone. None
+    for anything else: the checked path (:func:`_checked_call`) then decides, and words the errors.
+    (Between training steps the caches are cold, where each of the checked path's general checks costs
+    tens of microseconds.)"""
     ndarray = np.ndarray
     if not (type(var) is ndarray and type(momentum) is ndarray and type(grad) is ndarray):
         return None
@@ -231,6 +233,8 @@ def _plain_table_step(
         return None
     v, m, g = var.flags, momentum.flags, grad.flags
     if not (v.c_contiguous and v.writeable and m.c_contiguous and m.writeable and g.c_contiguous):
+        return None
+    if not (v.aligned and m.aligned and g.aligned):
         return None
     if not indices.flags.c_contiguous:
         return None
@@ -291,9 +295,9 @@ def rowwise_adagrad(
     w\cdot\mathrm{max\_norm}/\|w\|_2` (FBGEMM's GPU kernel; its CPU kernel has no max_norm). Sums run left to
     right over the row, in the arrays' dtype. A dense gradient updates every row; a row-sparse one only its
     distinct indices, duplicates summed first (in order of appearance). On Linux a C-contiguous NumPy table
-    of 4 MiB or more updated by a row-sparse gradient is moved onto transparent huge pages after the first step that
-    sees it (``madvise``; up to 1 GiB a copy made once, about 0.3 s for 256 MB), which changes no value or
-    address.
+    of 4 MiB or more updated by a row-sparse gradient is moved onto transparent huge pages after the first
+    step that sees it (``madvise``; up to 1 GiB a copy made once, about 0.3 s for 256 MB), which changes no
+    value or address.
 
     Parameters
     ----------
@@ -339,7 +343,8 @@ def rowwise_adagrad(
         # looked up before the launch (whose memory traffic leaves the caches cold for Python), advised after
         # the step, for the next ones
         advise = unadvised(address, nbytes)
-        bad = launch_cpu(_table_update, indices, rows, out_of_range == "drop", arrays, scalars)
+        # the plain call's worker types follow from the dtype (see _plain_table_step)
+        bad = launch_cpu(_table_update, indices, rows, out_of_range == "drop", arrays, scalars, var.dtype)
         if bad >= 0:
             raise out_of_range_error("indices", indices, bad, rows)
         if advise:
