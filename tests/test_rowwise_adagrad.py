@@ -319,6 +319,34 @@ def test_plain_numpy_call_agrees_with_the_checked_path():
         assert np.array_equal(a, before) and np.array_equal(ha, h_before)
 
 
+def test_plain_call_takes_adjacent_arrays_and_refuses_overlapping_ones():
+    """The plain call's span test: table, momentum and gradient back to back in one buffer give the bits of
+    separate arrays; a momentum or gradient overlapping another array by one element, or a table not
+    aligned to its items, leaves the plain path (the checked path refuses such a gradient, nothing
+    written)."""
+    import sys
+
+    plain = sys.modules["optkernels.sparse.rowwise_adagrad"]._plain_table_step
+    rng = np.random.default_rng(12)
+    w, h = rng.standard_normal((6, 4)).astype(np.float32), rng.uniform(0, 1, 6).astype(np.float32)
+    idx, g = np.array([5, 1, 5, 0]), rng.standard_normal((4, 4)).astype(np.float32)
+    a, ha = w.copy(), h.copy()
+    rowwise_adagrad(a, ha, g, idx, lr=0.1)
+    buf = np.concatenate([w.ravel(), h, g.ravel()])
+    bw, bh, bg = buf[:24].reshape(6, 4), buf[24:30], buf[30:].reshape(4, 4)
+    rowwise_adagrad(bw, bh, bg, idx, lr=0.1)
+    assert np.array_equal(bw, a) and np.array_equal(bh, ha) and np.array_equal(bg, g)
+    assert plain(bw, bh, bg, idx, 0.1, 1e-8, 0.0, "none", 0.0) is not None
+    odd = np.zeros(24 * 4 + 1, np.uint8)[1:].view(np.float32).reshape(6, 4)  # not aligned: not this path
+    assert not odd.flags.aligned and plain(odd, bh, bg, idx, 0.1, 1e-8, 0.0, "none", 0.0) is None
+    for momentum, grad in [(buf[23:29], bg), (bh, buf[29:45].reshape(4, 4)), (bh, buf[20:36].reshape(4, 4))]:
+        assert plain(bw, momentum, grad, idx, 0.1, 1e-8, 0.0, "none", 0.0) is None
+    before = buf.copy()
+    with pytest.raises(ValueError, match="share memory"):
+        rowwise_adagrad(bw, bh, buf[20:36].reshape(4, 4), idx, lr=0.1)
+    assert np.array_equal(buf, before)
+
+
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="this machine gives Numba only one thread")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_large_batch_gives_the_reference_bits_on_any_thread_count(threads):

@@ -120,16 +120,30 @@ def {name}(_args, _dims, _steps, _data):
 
 
 def launch_cpu(
-    update: WholeRowUpdate, indices: np.ndarray, num_rows: int, drop: bool, arrays: list, scalars: tuple
+    update: WholeRowUpdate,
+    indices: np.ndarray,
+    num_rows: int,
+    drop: bool,
+    arrays: list,
+    scalars: tuple,
+    worker_key: Any = None,
 ) -> int:
     """Run ``update``'s CPU row worker over C-contiguous NumPy ``indices`` with ``arrays`` (the 2-D
     gradient, then the 2-D states) and ``scalars``; return the position of the first out-of-range index
-    (nothing was written then; never with ``drop``) or -1."""
+    (nothing was written then; never with ``drop``) or -1. ``worker_key``: a hashable value from which the
+    caller vouches that the worker's argument types follow (with the positions' dtype), so that the worker
+    is found by it alone (:meth:`WholeRowUpdate.cpu_worker` reads every array's flags); None: by the
+    arguments."""
     n_states = len(update.states)
     head, positions, space = row_loop_arguments(
         indices, num_rows, not drop, n_states, arrays[0], update.work_rows(arrays[0].shape[1])
     )
-    update.cpu_worker(indices.dtype, positions, arrays, scalars).launch(None, (*head, *arrays, *scalars))
+    worker = update.keyed.get((worker_key, positions)) if worker_key is not None else None
+    if worker is None:
+        worker = update.cpu_worker(indices.dtype, positions, arrays, scalars)
+        if worker_key is not None:
+            update.keyed[(worker_key, positions)] = worker
+    worker.launch(None, (*head, *arrays, *scalars))
     return space.sync.item(3) - 1
 
 
@@ -241,6 +255,8 @@ class WholeRowUpdate:
         self.work_rows: Callable[[int], int] = eval(f"lambda row_len: {self.work_rows_source}")
         self.states, self.scalars = params[first : first + n_states], params[first + n_states :]
         self._workers: dict[tuple, PackedWorker] = {}
+        #: The workers :func:`launch_cpu` found by a caller's ``worker_key`` (and the positions' dtype).
+        self.keyed: dict[tuple, PackedWorker] = {}
 
     def cpu_worker(self, index_dtype: Any, position_dtype: Any, arrays: list, scalars: tuple) -> PackedWorker:
         """The CPU row worker (a packed worker, compiled on first use or loaded from Numba's cache) for

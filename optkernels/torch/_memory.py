@@ -17,40 +17,32 @@ per row.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 
 import numpy as np
 import torch
 
+from ..kernels import _huge_pages
+
 __all__ = ["COLLAPSE_BYTES", "HUGE_PAGE_THRESHOLD", "SLOT_BYTES", "advise_table", "zeros_like"]
 
 #: NumPy's threshold for asking for huge pages (bytes): state tensors this large are placed by
 #: :func:`zeros_like`.
-HUGE_PAGE_THRESHOLD = 1 << 22
-_HUGE_PAGE = 1 << 21
+HUGE_PAGE_THRESHOLD = _huge_pages.HUGE_PAGE_THRESHOLD
 _PAGE = 1 << 12
-_MADV_HUGEPAGE = 14
+_MADV_HUGEPAGE = _huge_pages.MADV_HUGEPAGE
 
 #: How far apart within a 4 KiB page :func:`zeros_like` places the state tensors of one parameter (bytes,
 #: a multiple of 64, so every tensor keeps the parameter's offset within a cache line): slot ``k`` starts
 #: ``k·SLOT_BYTES`` (modulo 4 KiB) after the parameter's offset.
 SLOT_BYTES = 1024
-_MADV_COLLAPSE = 25
+_MADV_COLLAPSE = _huge_pages.MADV_COLLAPSE
 
 #: The largest table (bytes) :func:`advise_table` moves onto huge pages at once (the kernel copies
 #: it); larger ones are left to the kernel's background collapsing.
-COLLAPSE_BYTES = 1 << 30
+COLLAPSE_BYTES = _huge_pages.COLLAPSE_BYTES
 
-
-def _madvise_huge(address: int, nbytes: int, advice: int = _MADV_HUGEPAGE) -> bool:
-    """Give ``advice`` (default: huge pages) over the 2 MiB-aligned pages inside ``[address, address +
-    nbytes)``; whether the kernel took it (it refuses an advice it does not know)."""
-    lo = -(-address // _HUGE_PAGE) * _HUGE_PAGE
-    hi = (address + nbytes) // _HUGE_PAGE * _HUGE_PAGE
-    if hi <= lo:
-        return False
-    return ctypes.CDLL(None).madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), advice) == 0
+_madvise_huge = _huge_pages.madvise_huge
 
 
 def placed(p: torch.Tensor) -> bool:
@@ -115,4 +107,5 @@ def advise_table(p: torch.Tensor) -> bool:
         address, nbytes = storage.data_ptr(), storage.nbytes()
     if not _madvise_huge(address, nbytes) or nbytes > COLLAPSE_BYTES:
         return False
+    _huge_pages.remember(address, nbytes)  # the kernels' own advice (advise_scattered_once) is done
     return _madvise_huge(address, nbytes, _MADV_COLLAPSE)
