@@ -130,6 +130,17 @@ class SqrtKernel(int):
     #: A CUDA launch passes it as a plain int (:func:`optkernels.kernels._elementwise._run_time_ints`).
     compile_time_int = True
 
+    @property
+    def _numba_type_(self) -> SqrtKernelType:
+        """Numba's type of this value, which Numba's dispatcher reads from a value it cannot type by itself
+        before it would call ``typeof`` in Python (that took ~10 us a call, per launch of a kernel given a
+        SqrtKernel); the same type as :func:`_typeof_sqrt_kernel`'s, made once per kernel number."""
+        kernel = int(self)
+        found = _SQRT_KERNEL_TYPES.get(kernel)
+        if found is None:
+            found = _SQRT_KERNEL_TYPES[kernel] = SqrtKernelType(kernel)
+        return found
+
 
 class SqrtKernelType(types.Dummy):
     """Numba's type of a :class:`SqrtKernel`: the kernel number is part of the type."""
@@ -139,9 +150,13 @@ class SqrtKernelType(types.Dummy):
         super().__init__(f"SqrtKernel({self.kernel})")
 
 
+#: The Numba type of each kernel number met (:attr:`SqrtKernel._numba_type_`).
+_SQRT_KERNEL_TYPES: dict[int, SqrtKernelType] = {}
+
+
 @typeof_impl.register(SqrtKernel)
 def _typeof_sqrt_kernel(value: SqrtKernel, context: Any) -> SqrtKernelType:
-    return SqrtKernelType(int(value))
+    return value._numba_type_
 
 
 register_model(SqrtKernelType)(models.OpaqueModel)
