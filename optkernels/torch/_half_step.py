@@ -12,7 +12,8 @@ the launches. Every check runs before anything is written; anything else (a clos
 ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float ``lr``, a tensor
 that differs from the plan's, a stochastic-rounding context) takes the generic step, which checks, raises
 and routes as it always does. The launches are the generic step's (the same launchers, arrays and
-scalars): the same bits.
+scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements or more is given the step's table of
+Adam's denominators in place of the ``mkl`` scalar that its loop does not use): the same bits.
 """
 
 from __future__ import annotations
