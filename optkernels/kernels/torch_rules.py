@@ -462,11 +462,11 @@ def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2
 
 def torch_adam_denom(v: Any, bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any, mkl: Any, like: Any) -> Any:
     """``denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)`` (each op rounded to a half ``like``'s dtype,
-    ``eps`` first too: torch casts an added scalar), the division by :func:`torch_div_scalar`. In an
-    all-bfloat16 loop given a :class:`~._denominator_table.DenominatorTable` as ``mkl`` (whose bfloat16 sqrt
-    does not use it), the table's entry for ``v``: :func:`adam_denominator_table` computed it so."""
-    root = torch_div_scalar(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, like)
-    return torch_add_eps(rounded_as(root, like), eps, like)
+    ``eps`` first too: torch casts an added scalar): :func:`torch_sqrt_as`, then
+    :func:`torch_adam_denom_of_root`. In an all-bfloat16 loop given a
+    :class:`~._denominator_table.DenominatorTable` as ``mkl`` (whose bfloat16 sqrt does not use it), the
+    table's entry for ``v``: :func:`adam_denominator_table` computed it so."""
+    return torch_adam_denom_of_root(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, eps, like)
 
 
 @overload(torch_adam_denom, jit_options=dict(error_model="numpy", fastmath=False))
@@ -477,10 +477,17 @@ def _torch_adam_denom_compiled(v, bc2_sqrt, inv_bc2_sqrt, eps, mkl, like):
         return lambda v, bc2_sqrt, inv_bc2_sqrt, eps, mkl, like: denominator_at(mkl, v)
 
     def computed(v, bc2_sqrt, inv_bc2_sqrt, eps, mkl, like):
-        root = torch_div_scalar(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, like)
-        return torch_add_eps(rounded_as(root, like), eps, like)
+        return torch_adam_denom_of_root(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, eps, like)
 
     return computed
+
+
+@_scalar_helper
+def torch_adam_denom_of_root(root, bc2_sqrt, inv_bc2_sqrt, eps, like):
+    """``(root / bias_correction2_sqrt).add_(eps)``, each op rounded to a half ``like``'s dtype (``eps``
+    first too), the division by :func:`torch_div_scalar`."""
+    quotient = torch_div_scalar(root, bc2_sqrt, inv_bc2_sqrt, like)
+    return torch_add_eps(rounded_as(quotient, like), eps, like)
 
 
 @_scalar_helper
@@ -492,17 +499,26 @@ def torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, l
 
 
 @elementwise
-def _torch_adam_denoms(i, denom, v, bc2_sqrt, inv_bc2_sqrt, eps, tail_from, chunk, chunk_tail):
-    """``denom[i]``: :func:`torch_adam_denom` of ``v[i]`` (bfloat16 arrays: the table's entries). The tail
-    scalars (none is ever given) only make its half launch the split loop, whose body is vectorised (and
-    paired)."""
+def _torch_adam_roots(i, root, v, tail_from, chunk, chunk_tail):
+    """``root[i]``: :func:`torch_sqrt_as` of ``v[i]`` (bfloat16 arrays: the roots of every ``v``, the same
+    for every step). The tail scalars (none is ever given) only make its half launch the split loop, whose
+    body is vectorised (and paired)."""
+    _unused = torch_tail(i, tail_from, chunk, chunk_tail, root)
+    root[i] = torch_sqrt_as(v[i], None, root)
+
+
+@elementwise
+def _torch_adam_denoms(i, denom, root, bc2_sqrt, inv_bc2_sqrt, eps, tail_from, chunk, chunk_tail):
+    """``denom[i]``: :func:`torch_adam_denom_of_root` of ``root[i]`` (bfloat16 arrays: with
+    :func:`_torch_adam_roots`' roots, :func:`torch_adam_denom` of every ``v``: the table's entries)."""
     _unused = torch_tail(i, tail_from, chunk, chunk_tail, denom)
-    denom[i] = torch_adam_denom(v[i], bc2_sqrt, inv_bc2_sqrt, eps, None, denom)
+    denom[i] = torch_adam_denom_of_root(root[i], bc2_sqrt, inv_bc2_sqrt, eps, denom)
 
 
-#: Every bfloat16 bit pattern, in order (:func:`adam_denominator_table`'s inputs), and the launcher of
-#: :func:`_torch_adam_denoms` over them; made on first use.
-_BF16_PATTERNS: list = []
+#: The roots of every bfloat16 bit pattern ``v`` (:func:`_torch_adam_roots`, in the order of the patterns'
+#: bits: :func:`adam_denominator_table`'s inputs), and the launcher of :func:`_torch_adam_denoms`; made on
+#: first use.
+_BF16_ROOTS: list = []
 #: The entries of the negative ``v`` (sign bit set: −0, negatives, −∞, NaN with the sign bit), by ``eps``:
 #: they do not depend on the step (``√−0 = −0``, whose quotient is −0, plus ``eps``; every other root is a
 #: NaN, which the quotient and the sum carry), so a table of a known ``eps`` computes only its other half.
@@ -528,14 +544,18 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
     )
     table = _DENOMINATOR_TABLES.get(key)
     if table is None:
-        if not _BF16_PATTERNS:
+        if not _BF16_ROOTS:
             from ._elementwise import HalfLauncher
             from ._lowp import BFLOAT16
 
-            patterns = np.arange(65536, dtype=np.uint16)
-            example = (patterns.view(BFLOAT16), patterns.view(BFLOAT16), bc2_sqrt, inv_bc2_sqrt, eps)
-            _BF16_PATTERNS.extend([patterns, HalfLauncher(_torch_adam_denoms, example + _NO_TABLE_TAIL)])
-        patterns, launcher = _BF16_PATTERNS
+            patterns = np.arange(65536, dtype=np.uint16).view(BFLOAT16)
+            roots = np.empty(65536, BFLOAT16)
+            HalfLauncher(_torch_adam_roots, (roots, patterns, *_NO_TABLE_TAIL))(
+                65536, roots.view(np.uint16), patterns.view(np.uint16), *_NO_TABLE_TAIL
+            )
+            example = (roots, roots, bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL)
+            _BF16_ROOTS.extend([roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example)])
+        roots, launcher = _BF16_ROOTS
         buffer = np.empty(65537, np.uint16)
         buffer[0] = 0  # (read with entry 0, unused)
         negative = _NEGATIVE_HALVES.get(key[2])
@@ -544,7 +564,7 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
             if not launcher(
                 stop - start,
                 buffer[1 + start : 1 + stop],
-                patterns[start:stop],
+                roots[start:stop],
                 bc2_sqrt,
                 inv_bc2_sqrt,
                 eps,
@@ -1304,7 +1324,7 @@ TAKES_TAIL.update(
     )
 )
 KEEPS_NAN_PAYLOAD.update(f.py_func for f in TAKES_TAIL)  # their writes pass through torch_nan
-KEEPS_NAN_PAYLOAD.add(_torch_adam_denoms.py_func)  # the loop's denominators, NaN bits too
+KEEPS_NAN_PAYLOAD.update((_torch_adam_roots.py_func, _torch_adam_denoms.py_func))  # the loop's NaN bits
 for _kernel in TAKES_TAIL:  # their flags guard the half tail's rounding and whole update terms
     _kernel.constant_flags = True
 # Adam's root (MKL's Z0 above all) and division make its loop arithmetic-bound below memory speed
