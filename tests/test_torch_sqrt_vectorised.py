@@ -76,3 +76,26 @@ def test_a_loop_of_rsqrtss_gives_the_scalar_bits():
     out = np.empty_like(x)
     loop(x, out)
     assert np.array_equal(out, np.array([rsqrt_estimate(v) for v in x], np.float32))
+
+
+def test_a_sqrt_kernel_is_typed_without_a_python_typeof(monkeypatch):
+    """Numba's dispatcher reads a SqrtKernel's type from its ``_numba_type_`` (no call of the dispatcher's
+    ``typeof_pyval``, which took ~10 us a launch): the same type as ``numba.typeof``'s, the same result."""
+    kernel = T.mkl_flag(np.dtype(np.float32), T.MKL_AVX512_SQRT)
+    assert kernel._numba_type_ == numba.typeof(kernel) == T.SqrtKernelType(T.MKL_AVX512_SQRT)
+    assert kernel._numba_type_ is T.SqrtKernel(T.MKL_AVX512_SQRT)._numba_type_
+
+    @numba.njit(error_model="numpy")
+    def root(x, mkl):
+        return T.torch_sqrt(x, mkl)
+
+    x = np.float32(2.5)
+    first = root(x, kernel)  # compiled here (typeof_pyval called once)
+
+    def refuse(self, value):
+        raise AssertionError(f"typeof_pyval({value!r}) called")
+
+    monkeypatch.setattr(type(root), "typeof_pyval", refuse)
+    again = root(x, kernel)
+    assert again == first == T.torch_sqrt_array(np.array([x]), T.MKL_AVX512_SQRT)[0]
+    assert again == np.float32(1.5811388)

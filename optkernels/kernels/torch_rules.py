@@ -26,6 +26,7 @@ from typing import Any
 import numba
 import numpy as np
 from numba import prange, types
+from numba.core.errors import TypingError
 from numba.extending import (
     NativeValue,
     models,
@@ -38,11 +39,12 @@ from numba.extending import (
 
 from ._checks import check_arrays, check_range
 from ._constant_quotient import QUOTIENT_DIVISOR_RANGE, divide_by_reciprocal
+from ._denominator_table import DenominatorTable, DenominatorTableType, denominator_at
 from ._divide import divide_by_constant
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate, sqrt_special
-from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, rounded_as
+from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, PURE_BF16, rounded_as
 from ._mkl_sqrt64 import (
     mkl_avx2_sqrt64,
     mkl_avx512_sqrt64,
@@ -130,6 +132,17 @@ class SqrtKernel(int):
     #: A CUDA launch passes it as a plain int (:func:`optkernels.kernels._elementwise._run_time_ints`).
     compile_time_int = True
 
+    @property
+    def _numba_type_(self) -> SqrtKernelType:
+        """Numba's type of this value, which Numba's dispatcher reads from a value it cannot type by itself
+        before it would call ``typeof`` in Python (that took ~10 us a call, per launch of a kernel given a
+        SqrtKernel); the same type as :func:`_typeof_sqrt_kernel`'s, made once per kernel number."""
+        kernel = int(self)
+        found = _SQRT_KERNEL_TYPES.get(kernel)
+        if found is None:
+            found = _SQRT_KERNEL_TYPES[kernel] = SqrtKernelType(kernel)
+        return found
+
 
 class SqrtKernelType(types.Dummy):
     """Numba's type of a :class:`SqrtKernel`: the kernel number is part of the type."""
@@ -139,9 +152,13 @@ class SqrtKernelType(types.Dummy):
         super().__init__(f"SqrtKernel({self.kernel})")
 
 
+#: The Numba type of each kernel number met (:attr:`SqrtKernel._numba_type_`).
+_SQRT_KERNEL_TYPES: dict[int, SqrtKernelType] = {}
+
+
 @typeof_impl.register(SqrtKernel)
 def _typeof_sqrt_kernel(value: SqrtKernel, context: Any) -> SqrtKernelType:
-    return SqrtKernelType(int(value))
+    return value._numba_type_
 
 
 register_model(SqrtKernelType)(models.OpaqueModel)
@@ -443,14 +460,126 @@ def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2
     return torch_lerp(m, g, w1, w1_minus_one, small1, like), rounded_as(fma(one_minus_beta2 * g, g, v), like)
 
 
+def torch_adam_denom(v: Any, bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any, mkl: Any, like: Any) -> Any:
+    """``denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)`` (each op rounded to a half ``like``'s dtype,
+    ``eps`` first too: torch casts an added scalar): :func:`torch_sqrt_as`, then
+    :func:`torch_adam_denom_of_root`. In an all-bfloat16 loop given a
+    :class:`~._denominator_table.DenominatorTable` as ``mkl`` (whose bfloat16 sqrt does not use it), the
+    table's entry for ``v``: :func:`adam_denominator_table` computed it so."""
+    return torch_adam_denom_of_root(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, eps, like)
+
+
+@overload(torch_adam_denom, jit_options=dict(error_model="numpy", fastmath=False))
+def _torch_adam_denom_compiled(v, bc2_sqrt, inv_bc2_sqrt, eps, mkl, like):
+    if isinstance(mkl, DenominatorTableType):
+        if like != PURE_BF16:
+            raise TypingError("a DenominatorTable serves all-bfloat16 loops only")
+        return lambda v, bc2_sqrt, inv_bc2_sqrt, eps, mkl, like: denominator_at(mkl, v)
+
+    def computed(v, bc2_sqrt, inv_bc2_sqrt, eps, mkl, like):
+        return torch_adam_denom_of_root(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, eps, like)
+
+    return computed
+
+
+@_scalar_helper
+def torch_adam_denom_of_root(root, bc2_sqrt, inv_bc2_sqrt, eps, like):
+    """``(root / bias_correction2_sqrt).add_(eps)``, each op rounded to a half ``like``'s dtype (``eps``
+    first too), the division by :func:`torch_div_scalar`."""
+    quotient = torch_div_scalar(root, bc2_sqrt, inv_bc2_sqrt, like)
+    return torch_add_eps(rounded_as(quotient, like), eps, like)
+
+
 @_scalar_helper
 def torch_adam_param(p, m, v, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, like):
-    """``denom = (v.sqrt() / bias_correction2_sqrt).add_(eps)``, ``p.addcdiv_(m, denom, value=−step_size)``
-    (each op rounded to a half ``like``'s dtype, ``eps`` first too: torch casts an added scalar); the
-    division by :func:`torch_div_scalar`."""
-    root = torch_div_scalar(torch_sqrt_as(v, mkl, like), bc2_sqrt, inv_bc2_sqrt, like)
-    denom = torch_add_eps(rounded_as(root, like), eps, like)
+    """``p.addcdiv_(m, denom, value=−step_size)`` with :func:`torch_adam_denom`'s ``denom`` (rounded to a
+    half ``like``'s dtype)."""
+    denom = torch_adam_denom(v, bc2_sqrt, inv_bc2_sqrt, eps, mkl, like)
     return rounded_as(p + neg_step_size * m / denom, like)
+
+
+@elementwise
+def _torch_adam_roots(i, root, v, tail_from, chunk, chunk_tail):
+    """``root[i]``: :func:`torch_sqrt_as` of ``v[i]`` (bfloat16 arrays: the roots of every ``v``, the same
+    for every step). The tail scalars (none is ever given) only make its half launch the split loop, whose
+    body is vectorised (and paired)."""
+    _unused = torch_tail(i, tail_from, chunk, chunk_tail, root)
+    root[i] = torch_sqrt_as(v[i], None, root)
+
+
+@elementwise
+def _torch_adam_denoms(i, denom, root, bc2_sqrt, inv_bc2_sqrt, eps, tail_from, chunk, chunk_tail):
+    """``denom[i]``: :func:`torch_adam_denom_of_root` of ``root[i]`` (bfloat16 arrays: with
+    :func:`_torch_adam_roots`' roots, :func:`torch_adam_denom` of every ``v``: the table's entries)."""
+    _unused = torch_tail(i, tail_from, chunk, chunk_tail, denom)
+    denom[i] = torch_adam_denom_of_root(root[i], bc2_sqrt, inv_bc2_sqrt, eps, denom)
+
+
+#: The roots of every bfloat16 bit pattern ``v`` (:func:`_torch_adam_roots`, in the order of the patterns'
+#: bits: :func:`adam_denominator_table`'s inputs), and the launcher of :func:`_torch_adam_denoms`; made on
+#: first use.
+_BF16_ROOTS: list = []
+#: The entries of the negative ``v`` (sign bit set: −0, negatives, −∞, NaN with the sign bit), by ``eps``:
+#: they do not depend on the step (``√−0 = −0``, whose quotient is −0, plus ``eps``; every other root is a
+#: NaN, which the quotient and the sum carry), so a table of a known ``eps`` computes only its other half.
+_NEGATIVE_HALVES: dict = {}
+#: :func:`_torch_adam_denoms`' tail scalars: no element in torch's tails (65536 < 2**30: int32).
+_NO_TABLE_TAIL = (np.int32(65536), np.int32(65536), np.int32(0))
+#: Tables kept, by (bias_correction2**0.5, its multiplier, eps): a step whose constants repeat (late in
+#: training ``bias_correction2**0.5`` is 1.0 in float32) reuses its table.
+_DENOMINATOR_TABLES: dict = {}
+
+
+def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> DenominatorTable:
+    """A :class:`~._denominator_table.DenominatorTable` of :func:`torch_adam_denom` in an all-bfloat16 loop
+    (the three scalars as a bfloat16 Adam launch takes them: :func:`adam_half_step_scalars`), every entry
+    computed by the same element code as the loop's (a fused all-bfloat16 launch over the 65536 patterns;
+    its bfloat16 stores keep a NaN's bits, as the loop's value): the loop given it as its ``mkl`` scalar
+    reads the bits it would compute. The last two tables are kept. Not inside
+    :func:`~optkernels.kernels.stochastic_rounding` (whose launches round otherwise)."""
+    key = (
+        float(bc2_sqrt),
+        None if inv_bc2_sqrt is None else (type(inv_bc2_sqrt), float(inv_bc2_sqrt)),
+        float(eps),
+    )
+    table = _DENOMINATOR_TABLES.get(key)
+    if table is None:
+        if not _BF16_ROOTS:
+            from ._elementwise import HalfLauncher
+            from ._lowp import BFLOAT16
+
+            patterns = np.arange(65536, dtype=np.uint16).view(BFLOAT16)
+            roots = np.empty(65536, BFLOAT16)
+            HalfLauncher(_torch_adam_roots, (roots, patterns, *_NO_TABLE_TAIL))(
+                65536, roots.view(np.uint16), patterns.view(np.uint16), *_NO_TABLE_TAIL
+            )
+            example = (roots, roots, bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL)
+            _BF16_ROOTS.extend([roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example)])
+        roots, launcher = _BF16_ROOTS
+        buffer = np.empty(65537, np.uint16)
+        buffer[0] = 0  # (read with entry 0, unused)
+        negative = _NEGATIVE_HALVES.get(key[2])
+        parts = ((0, 32768),) if negative is not None else ((0, 65536),)
+        for start, stop in parts:
+            if not launcher(
+                stop - start,
+                buffer[1 + start : 1 + stop],
+                roots[start:stop],
+                bc2_sqrt,
+                inv_bc2_sqrt,
+                eps,
+                *_NO_TABLE_TAIL,
+            ):
+                raise RuntimeError("a denominator table is not built inside stochastic_rounding()")
+        if negative is None:
+            if len(_NEGATIVE_HALVES) >= 4:
+                _NEGATIVE_HALVES.clear()
+            negative = _NEGATIVE_HALVES[key[2]] = buffer[32769:].copy()
+        buffer[32769:] = negative
+        if len(_DENOMINATOR_TABLES) >= 2:
+            _DENOMINATOR_TABLES.pop(next(iter(_DENOMINATOR_TABLES)))
+        table = _DENOMINATOR_TABLES[key] = DenominatorTable(buffer)
+    return table
 
 
 @elementwise
@@ -1195,6 +1324,7 @@ TAKES_TAIL.update(
     )
 )
 KEEPS_NAN_PAYLOAD.update(f.py_func for f in TAKES_TAIL)  # their writes pass through torch_nan
+KEEPS_NAN_PAYLOAD.update((_torch_adam_roots.py_func, _torch_adam_denoms.py_func))  # the loop's NaN bits
 for _kernel in TAKES_TAIL:  # their flags guard the half tail's rounding and whole update terms
     _kernel.constant_flags = True
 # Adam's root (MKL's Z0 above all) and division make its loop arithmetic-bound below memory speed

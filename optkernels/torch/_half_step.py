@@ -12,7 +12,8 @@ the launches. Every check runs before anything is written; anything else (a clos
 ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float ``lr``, a tensor
 that differs from the plan's, a stochastic-rounding context) takes the generic step, which checks, raises
 and routes as it always does. The launches are the generic step's (the same launchers, arrays and
-scalars): the same bits.
+scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements or more is given the step's table of
+Adam's denominators in place of the ``mkl`` scalar that its loop does not use): the same bits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import operator
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..kernels._elementwise import HalfLauncher, _lowp_module
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
@@ -54,6 +56,11 @@ def _hyper(group: dict) -> Any:
 
 _FLOAT32 = np.dtype(np.float32)
 
+#: A bfloat16 tensor of at least this many elements steps with a table of the step's denominators
+#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits), whose 65536 entries cost about as
+#: much to compute as the table saves on this many elements.
+DENOMINATOR_TABLE_FROM = 1 << 18
+
 
 def _plain_hyper(group: dict) -> bool:
     """Every hyper-parameter of :data:`_HYPER` present and plain (:func:`_plain`)."""
@@ -66,7 +73,7 @@ class HalfStep:
     float16/bfloat16 CPU parameters, each launched by a kept :class:`HalfLauncher`. Made by :meth:`of` after
     a generic step; :meth:`run` steps or returns False (nothing written)."""
 
-    __slots__ = ("group", "plan", "guard", "hyper", "lr", "per_group", "grads", "launches")
+    __slots__ = ("group", "plan", "guard", "hyper", "lr", "per_group", "grads", "launches", "tabled")
 
     def __init__(self, optimizer: Any, group: dict, plan: _Plan, launches: list):
         assert plan.guard is not None  # (checked by of)
@@ -75,6 +82,9 @@ class HalfStep:
         self.lr = group["lr"]
         self.per_group = optimizer._group_scalars(group, _FLOAT32)
         self.grads = np.empty(len(plan.params), np.int64)  # written by the guard's check
+        self.tabled = [  # the launches that step with a table of denominators
+            n >= DENOMINATOR_TABLE_FROM and plan.params[k].dtype == torch.bfloat16 for k, n, _, _ in launches
+        ]
 
     @classmethod
     def of(cls, optimizer: Any) -> HalfStep | None:
@@ -126,6 +136,7 @@ class HalfStep:
             return False
         step = plan.step_now + 1
         shared = optimizer._half_step_scalars(group, self.per_group, step)
+        tabled = optimizer._tabled_half_scalars(group, shared) if any(self.tabled) else None
         calls = []
         for j, (k, n, kept, tails) in enumerate(self.launches):
             address = int(grads[j])
@@ -135,7 +146,8 @@ class HalfStep:
                 seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))
                 if seen[0] is not None:
                     kept[2] = seen
-            args = (*kept[1], seen[1], *shared, *(_tail_scalars(n) if tails is None else tails))
+            scalars = tabled if tabled is not None and self.tabled[j] else shared
+            args = (*kept[1], seen[1], *scalars, *(_tail_scalars(n) if tails is None else tails))
             launcher = kept[-1]
             if not launcher.fits(args):
                 return False

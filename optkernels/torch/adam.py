@@ -18,6 +18,7 @@ from ..kernels.torch_rules import (
     _torch_adam,
     _torch_adam_amsgrad,
     _torch_adamax,
+    adam_denominator_table,
     adam_group_scalars,
     adam_half_step_scalars,
     adam_step_scalars,
@@ -239,6 +240,16 @@ class Adam(ShortPathSteps, KernelOptimizer):
         if group.get("fused"):
             return fused_adam_step_scalars(per_group, step, None, False)
         return adam_half_step_scalars(per_group, step)[:-3]
+
+    def _tabled_half_scalars(self, group: dict, shared: tuple) -> tuple | None:
+        """:meth:`_half_step_scalars`' ``shared`` with its ``mkl`` scalar (the last; a bfloat16 sqrt does not
+        use it) replaced by the step's :func:`~optkernels.kernels.torch_rules.adam_denominator_table`: the
+        scalars of a large all-bfloat16 launch (see :data:`._half_step.DENOMINATOR_TABLE_FROM`), the same
+        bits. None for ``fused=True`` (torch's fused step computes no such denominator)."""
+        if group.get("fused"):
+            return None
+        bc2_sqrt, inv_bc2_sqrt, eps = shared[-5:-2]
+        return (*shared[:-1], adam_denominator_table(bc2_sqrt, inv_bc2_sqrt, eps))
 
     def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
         """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered); for

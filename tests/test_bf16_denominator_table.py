@@ -1,0 +1,132 @@
+"""The table of torch's bfloat16 Adam denominators (kernels/_denominator_table.py,
+``torch_rules.adam_denominator_table``): the all-bfloat16 Adam loop given one writes the bits it writes
+computing them, for every bfloat16 ``v`` (NaN, infinities, negatives, subnormals), at multiplying and dividing
+steps and in torch's scalar tails; a table's negative half does not depend on the step; and
+optkernels.torch.Adam/AdamW step large bfloat16 tensors with one, with torch.optim's bits."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from optkernels.kernels import torch_rules as T
+from optkernels.kernels._denominator_table import DenominatorTable
+from optkernels.kernels._elementwise import HalfLauncher
+
+BF16 = ml_dtypes.bfloat16
+PATTERNS = np.arange(65536, dtype=np.uint16)
+# (β2, step): a step whose quotient is a multiplication (float32 multiplier), one that divides (float64 1/c)
+MULTIPLIES, DIVIDES = (0.999, 3), (0.99999, 54601)
+
+
+def _scalars(beta2, step, eps=1e-8, wd=0.0, decoupled=False, maximize=False):
+    group = T.adam_group_scalars(np.dtype(np.float32), 1e-3, 0.9, beta2, eps, wd, decoupled, maximize, 2)
+    return T.adam_half_step_scalars(group, step)[:-3]
+
+
+def _arrays(n, seed):
+    """param, exp_avg, exp_avg_sq, grad bits: every v pattern (three times over, shuffled once), the others
+    random patterns half of the time and small normal values otherwise."""
+    rng = np.random.default_rng(seed)
+    small = (rng.standard_normal((3, n)).astype(np.float32) * 0.1).astype(BF16).view(np.uint16)
+    wild = rng.integers(0, 65536, (3, n)).astype(np.uint16)
+    p, m, g = np.where(rng.random((3, n)) < 0.5, wild, small)
+    v = np.resize(np.concatenate([PATTERNS, PATTERNS[::-1], rng.permutation(PATTERNS)]), n)
+    return [p, m, v, g]
+
+
+def _step(kernel, arrays, scalars, tails):
+    """One launch of ``kernel`` (all-bfloat16) on copies of ``arrays``: the four arrays after it."""
+    out = [a.copy() for a in arrays]
+    example = tuple(a.view(BF16) for a in out) + (*scalars, *tails)
+    HalfLauncher(kernel, example)(out[0].size, *out, *scalars, *tails)
+    return out
+
+
+@pytest.mark.parametrize("beta2, step", [MULTIPLIES, DIVIDES], ids=["multiplies", "divides"])
+@pytest.mark.parametrize("kernel", [T._torch_adam, T._torch_adam_amsgrad], ids=["adam", "amsgrad"])
+def test_a_table_gives_the_computed_bits(beta2, step, kernel):
+    scalars = _scalars(beta2, step, wd=0.01)
+    assert type(scalars[-4]) is (np.float32 if (beta2, step) == MULTIPLIES else float)  # the quotient's kind
+    n = 3 * 65536 + 77
+    arrays = _arrays(n, step)
+    if kernel is T._torch_adam_amsgrad:
+        arrays.insert(3, np.random.default_rng(1).integers(0, 65536, n).astype(np.uint16))
+    tails = T.torch_tail_scalars(n, 3, 32)  # torch's scalar tails in three threads' chunks
+    table = T.adam_denominator_table(*scalars[-5:-2])
+    computed = _step(kernel, arrays, scalars, tails)
+    tabled = _step(kernel, arrays, (*scalars[:-1], table), tails)
+    for a, b in zip(computed, tabled):
+        assert np.array_equal(a, b)
+    assert not np.array_equal(computed[0], arrays[0]) and not np.array_equal(computed[2], arrays[2])
+
+
+def test_table_entries():
+    """Entry k is the denominator of the bfloat16 with bits k: √v / c + eps, each rounded to bfloat16."""
+    bc2_sqrt, inv, eps = _scalars(*MULTIPLIES, eps=1e-3)[-5:-2]
+    table = T.adam_denominator_table(bc2_sqrt, inv, eps)
+    entries = table.buffer[1:]
+    four = int(np.array([4.0], BF16).view(np.uint16)[0])
+    quotient = np.float32(np.float32(2.0) / bc2_sqrt).astype(BF16).astype(np.float32)  # √4 = 2, exact
+    expected = quotient + np.float32(eps).astype(BF16).astype(np.float32)
+    assert entries[four] == np.array([expected], np.float32).astype(BF16).view(np.uint16)[0]
+    assert bc2_sqrt == np.float32(0.054744873)  # √(1 − 0.999³)
+    assert entries[0x8000] == np.array([eps], np.float32).astype(BF16).view(np.uint16)[0]  # √−0 / c + eps
+    assert entries[0xBF80] == 0xFFC0  # √−1: the default NaN, carried
+    assert entries[0x7F80] == 0x7F80  # √∞ / c + eps = ∞
+
+
+def test_the_negative_half_does_not_depend_on_the_step():
+    first = T.adam_denominator_table(*_scalars(0.999, 5)[-5:-2]).buffer[1:]
+    second = T.adam_denominator_table(*_scalars(0.95, 40)[-5:-2]).buffer[1:]
+    assert np.array_equal(first[32768:], second[32768:])
+    assert not np.array_equal(first[:32768], second[:32768])
+    T._NEGATIVE_HALVES.clear()  # the negative half computed, not copied
+    fresh = T.adam_denominator_table(*_scalars(0.9, 7)[-5:-2]).buffer[1:]
+    assert np.array_equal(fresh[32768:], first[32768:])
+
+
+def test_a_table_buffer_is_checked():
+    with pytest.raises(ValueError, match="65537"):
+        DenominatorTable(np.zeros(65536, np.uint16))
+
+
+def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
+    torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch")
+    import sys
+
+    import optkernels.torch as okt
+    from optkernels.torch import _half_step
+
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 50000)
+    used = []
+    table = T.adam_denominator_table
+    monkeypatch.setattr(T, "adam_denominator_table", lambda *a: used.append(a) or table(*a))
+    monkeypatch.setattr(
+        sys.modules["optkernels.torch.adam"], "adam_denominator_table", T.adam_denominator_table
+    )
+    gen = torch.Generator().manual_seed(5)
+    for cls, kwargs in (("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", {})):
+        base = [(torch.randn(n, generator=gen) * 0.1).bfloat16() for n in (60000, 1000)]
+        base[0].view(torch.int16)[::97] = torch.arange(0, 65536, 97 * 1, dtype=torch.int32)[
+            : base[0][::97].numel()
+        ].to(torch.int16)  # every 97th element a spread of bit patterns (NaN, inf, subnormals)
+        pairs = []
+        for lib, extra in ((torch.optim, dict(foreach=False)), (okt, {})):
+            ps = [torch.nn.Parameter(b.clone()) for b in base]
+            pairs.append((ps, getattr(lib, cls)(ps, lr=0.01, **kwargs, **extra)))
+        (tp, topt), (op, oopt) = pairs
+        before = len(used)
+        for k in range(5):
+            for p, q in zip(tp, op):
+                g = (torch.randn(p.shape, generator=gen) * (1.0 if k % 2 else 1e-19)).bfloat16()
+                p.grad, q.grad = g.clone(), g.clone()
+            topt.step()
+            oopt.step()
+            for p, q in zip(tp, op):
+                assert torch.equal(p.view(torch.int16), q.view(torch.int16)), (cls, k)
+                for name in topt.state[p]:
+                    if name != "step":
+                        assert torch.equal(
+                            topt.state[p][name].view(torch.int16), oopt.state[q][name].view(torch.int16)
+                        ), (cls, k, name)
+        assert len(used) - before == 4  # the short path's four steps (the first is the generic step)
