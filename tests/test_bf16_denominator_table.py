@@ -130,3 +130,35 @@ def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
                             topt.state[p][name].view(torch.int16), oopt.state[q][name].view(torch.int16)
                         ), (cls, k, name)
         assert len(used) - before == 4  # the short path's four steps (the first is the generic step)
+
+
+def test_tables_built_from_several_threads_at_first_use_are_the_serial_ones(monkeypatch):
+    """Several threads' first tables at once (the roots and launcher made on first use, the kept tables
+    evicted by others): each gets the entries one thread alone computes."""
+    import threading
+
+    cases = [(0.999, step) for step in (2, 3, 5, 8)] + [DIVIDES, (0.99, 7)]
+    fresh = {"_BF16_ROOTS": dict, "_DENOMINATOR_TABLES": dict, "_NEGATIVE_HALVES": dict}
+    for name, empty in fresh.items():
+        monkeypatch.setattr(T, name, empty())
+    barrier, got, errors = threading.Barrier(len(cases)), {}, []
+
+    def build(case):
+        try:
+            scalars = _scalars(*case)
+            barrier.wait()
+            got[case] = T.adam_denominator_table(*scalars[-5:-2]).buffer[1:].copy()
+        except Exception as error:  # reported below, with the case
+            errors.append((case, error))
+
+    threads = [threading.Thread(target=build, args=(case,)) for case in cases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    for case in cases:
+        for name, empty in fresh.items():
+            monkeypatch.setattr(T, name, empty())
+        alone = T.adam_denominator_table(*_scalars(*case)[-5:-2]).buffer[1:]
+        assert np.array_equal(got[case], alone), case

@@ -515,10 +515,10 @@ def _torch_adam_denoms(i, denom, root, bc2_sqrt, inv_bc2_sqrt, eps, tail_from, c
     denom[i] = torch_adam_denom_of_root(root[i], bc2_sqrt, inv_bc2_sqrt, eps, denom)
 
 
-#: The roots of every bfloat16 bit pattern ``v`` (:func:`_torch_adam_roots`, in the order of the patterns'
-#: bits: :func:`adam_denominator_table`'s inputs), and the launcher of :func:`_torch_adam_denoms`; made on
-#: first use.
-_BF16_ROOTS: list = []
+#: ``"roots"``: the roots of every bfloat16 bit pattern ``v`` (:func:`_torch_adam_roots`, in the order of the
+#: patterns' bits: :func:`adam_denominator_table`'s inputs) and the launcher of :func:`_torch_adam_denoms`,
+#: one tuple, made on first use (by the first of several threads to publish it: ``setdefault``).
+_BF16_ROOTS: dict = {}
 #: The entries of the negative ``v`` (sign bit set: −0, negatives, −∞, NaN with the sign bit), by ``eps``:
 #: they do not depend on the step (``√−0 = −0``, whose quotient is −0, plus ``eps``; every other root is a
 #: NaN, which the quotient and the sum carry), so a table of a known ``eps`` computes only its other half.
@@ -544,7 +544,8 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
     )
     table = _DENOMINATOR_TABLES.get(key)
     if table is None:
-        if not _BF16_ROOTS:
+        found = _BF16_ROOTS.get("roots")
+        if found is None:
             from ._elementwise import HalfLauncher
             from ._lowp import BFLOAT16
 
@@ -554,8 +555,9 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
                 65536, roots.view(np.uint16), patterns.view(np.uint16), *_NO_TABLE_TAIL
             )
             example = (roots, roots, bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL)
-            _BF16_ROOTS.extend([roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example)])
-        roots, launcher = _BF16_ROOTS
+            made = (roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example))
+            found = _BF16_ROOTS.setdefault("roots", made)
+        roots, launcher = found
         buffer = np.empty(65537, np.uint16)
         buffer[0] = 0  # (read with entry 0, unused)
         negative = _NEGATIVE_HALVES.get(key[2])
@@ -576,9 +578,13 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
                 _NEGATIVE_HALVES.clear()
             negative = _NEGATIVE_HALVES[key[2]] = buffer[32769:].copy()
         buffer[32769:] = negative
+        table = DenominatorTable(buffer)
         if len(_DENOMINATOR_TABLES) >= 2:
-            _DENOMINATOR_TABLES.pop(next(iter(_DENOMINATOR_TABLES)))
-        table = _DENOMINATOR_TABLES[key] = DenominatorTable(buffer)
+            try:  # the oldest, unless another thread has just removed it (a table in use stays alive)
+                _DENOMINATOR_TABLES.pop(next(iter(_DENOMINATOR_TABLES)), None)
+            except (StopIteration, RuntimeError):  # emptied, or changed between iter() and next()
+                pass
+        _DENOMINATOR_TABLES[key] = table
     return table
 
 
