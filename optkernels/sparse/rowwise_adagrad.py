@@ -222,6 +222,12 @@ class PlainTable:
         self.scalars = scalars
         self.advised = False  # var is known to be on huge pages (advised by a step of this object)
 
+    def apart(self, address: int, nbytes: int) -> bool:
+        """Whether ``[address, address + nbytes)`` (a gradient's bytes) overlaps neither var nor momentum."""
+        v0, v1, m0, m1 = self.spans
+        end = address + nbytes
+        return not ((v0 < end and address < v1) or (m0 < end and address < m1))
+
 
 def plain_scalars(
     dtype: np.dtype, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any, row_len: int
@@ -288,10 +294,7 @@ def plain_gradient(table: PlainTable, grad: Any, indices: Any) -> bool:
     g = grad.flags
     if not (g.c_contiguous and g.aligned and indices.flags.c_contiguous):
         return False
-    v0, v1, m0, m1 = table.spans
-    g0 = data_address(grad)
-    g1 = g0 + count * row_len * table.dtype.itemsize
-    return not ((v0 < g1 and g0 < v1) or (m0 < g1 and g0 < m1))
+    return table.apart(data_address(grad), count * row_len * table.dtype.itemsize)
 
 
 def launch_plain(table: PlainTable, grad: np.ndarray, indices: np.ndarray, drop: bool) -> None:

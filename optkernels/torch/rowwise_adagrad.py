@@ -14,7 +14,7 @@ import torch
 
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
-from ..sparse.rowwise_adagrad import PlainTable, launch_plain, plain_gradient, plain_scalars, plain_table
+from ..sparse.rowwise_adagrad import PlainTable, launch_plain, plain_scalars, plain_table
 from . import _memory, _views
 from ._base import KernelOptimizer, _contiguous, _Work, unwrapped
 from ._sparse import row_sparse
@@ -159,7 +159,7 @@ class RowWiseAdagrad(KernelOptimizer):
         """The step of one float32/float64 CPU table with a row-sparse COO gradient (``sparse_dim`` 1, as
         ``nn.Embedding(sparse=True)`` gives) and its ``sum`` state already made, in one group, without
         hooks, profiler or gradient scaler, where the kernel's plain call takes the arrays
-        (:func:`~optkernels.sparse.rowwise_adagrad.plain_gradient`): the kernel launched on NumPy views
+        (:func:`~optkernels.sparse.rowwise_adagrad.plain_gradient`'s checks, read from torch): the kernel on NumPy views
         after the checks of the full step, in a few attribute reads (between training steps the caches
         are cold, where the full step's general sorting costs about as much as a tenth of the update). The
         views of the table and its state are kept (:class:`_TableViews`) while the tensors keep their
@@ -190,19 +190,25 @@ class RowWiseAdagrad(KernelOptimizer):
         table = views.table(_HYPER(group))
         if table is None:
             return False
-        indices = g._indices().numpy()  # through NumPy: torch's indexing is the slowest of these reads
-        if indices.shape[0] != 1:  # sparse_dim
+        # the gradient's facts from torch (cheaper than NumPy's when cold); its values have the shape
+        # (nnz, row length) and its indices (sparse_dim, nnz), which torch's COO tensors enforce
+        rows, values = g._indices(), g._values()
+        if values.dtype is not views.dtype or not (values.is_contiguous() and rows.is_contiguous()):
             return False
-        values = g._values()
+        address = values.data_ptr()
+        indices = rows.numpy()  # the index row through NumPy: torch's indexing is the slowest of these reads
+        sparse_dim, count = indices.shape
+        itemsize = table.dtype.itemsize
+        if sparse_dim != 1 or not count or address % itemsize:
+            return False
+        if not table.apart(address, count * table.row_len * itemsize):
+            return False
         try:
             values = values.numpy()
         except RuntimeError:  # values that require grad
             values = values.detach().numpy()
-        indices = indices[0]
-        if not plain_gradient(table, values, indices):
-            return False
         self._check_hyper(group)
-        launch_plain(table, values, indices, False)
+        launch_plain(table, values, indices[0], False)
         return True
 
     def _kernel(self, group: dict) -> tuple:
