@@ -63,8 +63,9 @@ def test_worked_example_10_2_float32_bits():
 def test_torch_drop_in_short_step_follows_replaced_tensors_and_hyper_parameters(monkeypatch):
     """The short table step keeps NumPy views of the table and its state between steps: a parameter given
     new memory (``p.data =``), the same memory seen with another shape, a replaced ``sum`` state, a new
-    ``lr`` and a non-contiguous gradient (the full step's) each give the full step's bits, and the
-    replaced table's old memory is left alone."""
+    ``lr``, a non-contiguous gradient (the full step's) and gradients rewritten in the same memory (fewer
+    values the last steps) each give the full step's bits, and the replaced table's old memory is left
+    alone."""
     torch = pytest.importorskip("torch")
     import optkernels.torch as OT
     from optkernels.torch._base import KernelOptimizer
@@ -112,7 +113,18 @@ def test_torch_drop_in_short_step_follows_replaced_tensors_and_hyper_parameters(
     short.data, full.data = same_memory, full.data.view(100, 4)[:50]
     both_step(width=4)
     both_step(width=4, transposed=True)
-    assert full_steps.count(opt_full) == 7 and full_steps.count(opt_short) == 2  # the first, the transposed
+    values, rows = floats(30, 4), torch.zeros((1, 30), dtype=torch.int64)
+    for nnz in (30, 30, 30, 20, 20):  # the gradient in the same memory each step, rewritten
+        values.copy_(floats(30, 4))
+        rows.copy_(torch.from_numpy(rng.integers(0, 50, (1, 30))))
+        short.grad = torch.sparse_coo_tensor(rows[:, :nnz], values[:nnz], (50, 4))
+        full.grad = torch.sparse_coo_tensor(rows[:, :nnz].clone(), values[:nnz].clone(), (50, 4))
+        assert short.grad._values().data_ptr() == values.data_ptr()
+        opt_short.step()
+        opt_full.step()
+        assert torch.equal(short, full)
+        assert torch.equal(opt_short.state[short]["sum"], opt_full.state[full]["sum"])
+    assert full_steps.count(opt_full) == 12 and full_steps.count(opt_short) == 2  # the first, the transposed
 
 
 @pytest.mark.parametrize("mode", ["none", "l2", "decoupled"])
