@@ -60,6 +60,73 @@ def test_worked_example_10_2_float32_bits():
     assert h[0] == np.float32(0.0915953144)
 
 
+def test_torch_drop_in_short_step_follows_replaced_tensors_and_hyper_parameters(monkeypatch):
+    """The short table step keeps NumPy views of the table and its state between steps: a parameter given
+    new memory (``p.data =``), the same memory seen with another shape, a replaced ``sum`` state, a new
+    ``lr``, a non-contiguous gradient (the full step's) and gradients rewritten in the same memory (fewer
+    values the last steps) each give the full step's bits, and the replaced table's old memory is left
+    alone."""
+    torch = pytest.importorskip("torch")
+    import optkernels.torch as OT
+    from optkernels.torch._base import KernelOptimizer
+
+    rng = np.random.default_rng(4)
+
+    def floats(*shape):
+        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+
+    table = floats(50, 8)
+    short, full = torch.nn.Parameter(table.clone()), torch.nn.Parameter(table.clone())
+    opt_short = OT.RowWiseAdagrad([short], lr=0.1, weight_decay=0.01, weight_decay_mode="decoupled")
+    opt_full = OT.RowWiseAdagrad([full], lr=0.1, weight_decay=0.01, weight_decay_mode="decoupled")
+    opt_full.register_step_pre_hook(lambda *args: None)  # the full step, always
+    full_steps = []
+    step = KernelOptimizer._step
+    monkeypatch.setattr(KernelOptimizer, "_step", lambda self, *a: full_steps.append(self) or step(self, *a))
+
+    def both_step(width=8, transposed=False):
+        idx = torch.from_numpy(rng.integers(0, 50, 30))
+        values = floats(width, 30).t() if transposed else floats(30, width)
+        assert values.is_contiguous() is not transposed
+        short.grad = torch.sparse_coo_tensor(idx[None], values, (50, width), check_invariants=True)
+        full.grad = torch.sparse_coo_tensor(idx[None], values.clone(), (50, width), check_invariants=True)
+        opt_short.step()
+        opt_full.step()
+        assert torch.equal(short, full)
+        assert torch.equal(opt_short.state[short]["sum"], opt_full.state[full]["sum"])
+
+    both_step()
+    both_step()
+    old = short.data
+    kept = old.clone()
+    new = floats(50, 8)
+    short.data, full.data = new.clone(), new.clone()
+    both_step()
+    assert torch.equal(old, kept) and not torch.equal(short, new)  # the new memory was updated
+    opt_short.state[short]["sum"] = torch.full((50,), 0.5)
+    opt_full.state[full]["sum"] = torch.full((50,), 0.5)
+    both_step()
+    opt_short.param_groups[0]["lr"] = opt_full.param_groups[0]["lr"] = 0.03
+    both_step()
+    same_memory = short.data.view(100, 4)[:50]
+    assert same_memory.data_ptr() == short.data_ptr()
+    short.data, full.data = same_memory, full.data.view(100, 4)[:50]
+    both_step(width=4)
+    both_step(width=4, transposed=True)
+    values, rows = floats(30, 4), torch.zeros((1, 30), dtype=torch.int64)
+    for nnz in (30, 30, 30, 20, 20):  # the gradient in the same memory each step, rewritten
+        values.copy_(floats(30, 4))
+        rows.copy_(torch.from_numpy(rng.integers(0, 50, (1, 30))))
+        short.grad = torch.sparse_coo_tensor(rows[:, :nnz], values[:nnz], (50, 4))
+        full.grad = torch.sparse_coo_tensor(rows[:, :nnz].clone(), values[:nnz].clone(), (50, 4))
+        assert short.grad._values().data_ptr() == values.data_ptr()
+        opt_short.step()
+        opt_full.step()
+        assert torch.equal(short, full)
+        assert torch.equal(opt_short.state[short]["sum"], opt_full.state[full]["sum"])
+    assert full_steps.count(opt_full) == 12 and full_steps.count(opt_short) == 2  # the first, the transposed
+
+
 @pytest.mark.parametrize("mode", ["none", "l2", "decoupled"])
 @pytest.mark.parametrize("max_norm", [0.0, 0.9])
 @pytest.mark.parametrize("sparse", [False, True])
@@ -326,7 +393,12 @@ def test_plain_call_takes_adjacent_arrays_and_refuses_overlapping_ones():
     written)."""
     import sys
 
-    plain = sys.modules["optkernels.sparse.rowwise_adagrad"]._plain_table_step
+    module = sys.modules["optkernels.sparse.rowwise_adagrad"]
+
+    def plain(var, momentum, grad, indices, *hyper):
+        table = module.plain_table(var, momentum, *hyper)
+        return table is not None and module.plain_gradient(table, grad, indices)
+
     rng = np.random.default_rng(12)
     w, h = rng.standard_normal((6, 4)).astype(np.float32), rng.uniform(0, 1, 6).astype(np.float32)
     idx, g = np.array([5, 1, 5, 0]), rng.standard_normal((4, 4)).astype(np.float32)
@@ -336,11 +408,11 @@ def test_plain_call_takes_adjacent_arrays_and_refuses_overlapping_ones():
     bw, bh, bg = buf[:24].reshape(6, 4), buf[24:30], buf[30:].reshape(4, 4)
     rowwise_adagrad(bw, bh, bg, idx, lr=0.1)
     assert np.array_equal(bw, a) and np.array_equal(bh, ha) and np.array_equal(bg, g)
-    assert plain(bw, bh, bg, idx, 0.1, 1e-8, 0.0, "none", 0.0) is not None
+    assert plain(bw, bh, bg, idx, 0.1, 1e-8, 0.0, "none", 0.0)
     odd = np.zeros(24 * 4 + 1, np.uint8)[1:].view(np.float32).reshape(6, 4)  # not aligned: not this path
-    assert not odd.flags.aligned and plain(odd, bh, bg, idx, 0.1, 1e-8, 0.0, "none", 0.0) is None
+    assert not odd.flags.aligned and not plain(odd, bh, bg, idx, 0.1, 1e-8, 0.0, "none", 0.0)
     for momentum, grad in [(buf[23:29], bg), (bh, buf[29:45].reshape(4, 4)), (bh, buf[20:36].reshape(4, 4))]:
-        assert plain(bw, momentum, grad, idx, 0.1, 1e-8, 0.0, "none", 0.0) is None
+        assert not plain(bw, momentum, grad, idx, 0.1, 1e-8, 0.0, "none", 0.0)
     before = buf.copy()
     with pytest.raises(ValueError, match="share memory"):
         rowwise_adagrad(bw, bh, buf[20:36].reshape(4, 4), idx, lr=0.1)

@@ -201,49 +201,41 @@ def _hyper(value: Any, t: type) -> Any:
     return None
 
 
-def _plain_table_step(
-    var: Any, momentum: Any, grad: Any, indices: Any, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any
+class PlainTable:
+    """A table and its accumulator that passed the plain call's checks (:func:`plain_table`), with the
+    scalars of its hyper-parameters: what a row-sparse step needs beyond its gradient
+    (:func:`plain_gradient`, :func:`launch_plain`). A caller may keep one for the next steps of the same
+    arrays and hyper-parameters (the torch drop-in does, re-checking its tensors)."""
+
+    __slots__ = ("var", "momentum", "arrays", "dtype", "rows", "row_len", "spans", "scalars", "advised")
+
+    def __init__(self, var: np.ndarray, momentum: np.ndarray, scalars: tuple) -> None:
+        self.var = var
+        self.momentum = momentum
+        rows, row_len = var.shape
+        self.rows, self.row_len, self.dtype = rows, row_len, var.dtype
+        self.arrays = (var, momentum.reshape(rows, 1))  # the row loop's states
+        itemsize = var.dtype.itemsize
+        v0, m0 = data_address(var), data_address(momentum)
+        #: var's and momentum's byte spans (C-contiguous: [address, address + size x itemsize))
+        self.spans = (v0, v0 + rows * row_len * itemsize, m0, m0 + rows * itemsize)
+        self.scalars = scalars
+        self.advised = False  # var is known to be on huge pages (advised by a step of this object)
+
+    def apart(self, address: int, nbytes: int) -> bool:
+        """Whether ``[address, address + nbytes)`` (a gradient's bytes) overlaps neither var nor momentum."""
+        v0, v1, m0, m1 = self.spans
+        end = address + nbytes
+        return not ((v0 < end and address < v1) or (m0 < end and address < m1))
+
+
+def plain_scalars(
+    dtype: np.dtype, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any, row_len: int
 ) -> tuple | None:
-    """``(arrays, scalars, rows, address, nbytes)`` (the last two: var's data address and size) of the CPU
-    row loop (:data:`_table_update`) for the common call, checked in a few attribute reads: plain NumPy
-    arrays, C-contiguous and aligned, a 2-D float32/float64 table and momentum (writeable, no two sharing
-    memory) with a gradient of the same dtype, int64 indices, Python numbers in range for the
-    hyper-parameters, a known mode: the row worker's argument types then follow from the dtype alone. None
-    for anything else: the checked path (:func:`_checked_call`) then decides, and words the errors.
-    (Between training steps the caches are cold, where each of the checked path's general checks costs
-    tens of microseconds.)"""
-    ndarray = np.ndarray
-    if not (type(var) is ndarray and type(momentum) is ndarray and type(grad) is ndarray):
-        return None
-    if type(indices) is not ndarray or mode not in MODES:
-        return None
-    dtype = var.dtype  # identities: NumPy's built-in dtypes are single objects (any other: the checks)
-    if (
-        (dtype is not _F32 and dtype is not _F64)
-        or momentum.dtype is not dtype
-        or grad.dtype is not dtype
-        or indices.dtype is not _INT64
-    ):
-        return None
-    if var.ndim != 2 or grad.ndim != 2 or momentum.ndim != 1 or indices.ndim != 1:
-        return None
-    rows, row_len = var.shape
-    count = indices.shape[0]
-    if momentum.shape[0] != rows or grad.shape[0] != count or grad.shape[1] != row_len or not count * row_len:
-        return None
-    v, m, g = var.flags, momentum.flags, grad.flags
-    if not (v.c_contiguous and v.writeable and m.c_contiguous and m.writeable and g.c_contiguous):
-        return None
-    if not (v.aligned and m.aligned and g.aligned):
-        return None
-    if not indices.flags.c_contiguous:
-        return None
-    # the byte spans (C-contiguous: [address, address + size x itemsize)) must not overlap, as
-    # np.may_share_memory's bounds test (which costs several times more between training steps)
-    itemsize = dtype.itemsize
-    v0, m0, g0 = data_address(var), data_address(momentum), data_address(grad)
-    v1, m1, g1 = v0 + rows * row_len * itemsize, m0 + rows * itemsize, g0 + count * row_len * itemsize
-    if (v0 < g1 and g0 < v1) or (v0 < m1 and m0 < v1) or (m0 < g1 and g0 < m1):
+    """The row loop's scalars for a table of ``dtype`` (float32/float64) and rows of ``row_len``, where the
+    hyper-parameters are Python numbers >= 0 and ``mode`` a known one; else None (the checked path then
+    decides, and words the errors)."""
+    if mode not in MODES:
         return None
     t = dtype.type
     lr_, eps_, wd_, max_norm_ = _hyper(lr, t), _hyper(eps, t), _hyper(wd, t), _hyper(max_norm, t)
@@ -251,8 +243,81 @@ def _plain_table_step(
         return None
     one = _ONE_F32 if dtype is _F32 else _ONE_F64
     decay = one - lr_ * wd_ if mode == "decoupled" else one
-    scalars = (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, one)
-    return [grad, var, momentum.reshape(rows, 1)], scalars, rows, v0, v1 - v0
+    return (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, one)
+
+
+def plain_table(
+    var: Any, momentum: Any, lr: Any, eps: Any, wd: Any, mode: Any, max_norm: Any
+) -> PlainTable | None:
+    """The :class:`PlainTable` of the common call's table, checked in a few attribute reads: plain NumPy
+    arrays, C-contiguous, aligned and writeable, a 2-D float32/float64 table and its 1-D momentum of the
+    same dtype, not sharing memory, Python numbers in range for the hyper-parameters, a known mode. None for
+    anything else: the checked path (:func:`_checked_call`) then decides, and words the errors. (Between
+    training steps the caches are cold, where each of the checked path's general checks costs tens of
+    microseconds.)"""
+    ndarray = np.ndarray
+    if not (type(var) is ndarray and type(momentum) is ndarray):
+        return None
+    dtype = var.dtype  # identities: NumPy's built-in dtypes are single objects (any other: the checks)
+    if (dtype is not _F32 and dtype is not _F64) or momentum.dtype is not dtype:
+        return None
+    if var.ndim != 2 or momentum.ndim != 1 or momentum.shape[0] != var.shape[0]:
+        return None
+    v, m = var.flags, momentum.flags
+    if not (v.c_contiguous and v.writeable and v.aligned and m.c_contiguous and m.writeable and m.aligned):
+        return None
+    scalars = plain_scalars(dtype, lr, eps, wd, mode, max_norm, var.shape[1])
+    if scalars is None:
+        return None
+    table = PlainTable(var, momentum, scalars)
+    v0, v1, m0, m1 = table.spans
+    if v0 < m1 and m0 < v1:  # as np.may_share_memory's bounds test (several times dearer when cold)
+        return None
+    return table
+
+
+def plain_gradient(table: PlainTable, grad: Any, indices: Any) -> bool:
+    """Whether a row-sparse gradient ``(grad, indices)`` fits the plain call on ``table``: NumPy arrays,
+    ``grad`` 2-D of the table's dtype and row length, one row per index, C-contiguous and aligned, its
+    memory apart from the table's and the momentum's; ``indices`` 1-D int64, C-contiguous. The row worker's
+    argument types then follow from the dtype alone (see :func:`launch_plain`). False: nothing was read
+    but attributes."""
+    ndarray = np.ndarray
+    if type(grad) is not ndarray or type(indices) is not ndarray:
+        return False
+    if grad.dtype is not table.dtype or indices.dtype is not _INT64 or grad.ndim != 2 or indices.ndim != 1:
+        return False
+    count = indices.shape[0]
+    row_len = table.row_len
+    if grad.shape[0] != count or grad.shape[1] != row_len or not count * row_len:
+        return False
+    g = grad.flags
+    if not (g.c_contiguous and g.aligned and indices.flags.c_contiguous):
+        return False
+    return table.apart(data_address(grad), count * row_len * table.dtype.itemsize)
+
+
+def launch_plain(table: PlainTable, grad: np.ndarray, indices: np.ndarray, drop: bool) -> None:
+    """Run the CPU row loop (:data:`_table_update`) for a gradient that :func:`plain_gradient` accepted on
+    ``table``; then move a large table onto huge pages the first time (see :func:`_on_huge_pages`).
+
+    Raises:
+        IndexError: an out-of-range index (unless ``drop``); nothing was written then.
+    """
+    address, end = table.spans[0], table.spans[1]
+    # looked up before the launch (whose memory traffic leaves the caches cold for Python), advised after
+    # the step, for the next ones
+    advise = not table.advised and unadvised(address, end - address)
+    # the plain call's worker types follow from the dtype (see plain_gradient)
+    var, momentum = table.arrays
+    bad = launch_cpu(
+        _table_update, indices, table.rows, drop, [grad, var, momentum], table.scalars, table.dtype
+    )
+    if bad >= 0:
+        raise out_of_range_error("indices", indices, bad, table.rows)
+    if advise:
+        advise_scattered_once(address, end - address)
+    table.advised = True
 
 
 def _on_huge_pages(table: np.ndarray) -> None:
@@ -337,18 +402,14 @@ def rowwise_adagrad(
     IndexError
         An out-of-range index with ``out_of_range="raise"``.
     """
-    fast = _plain_table_step(var, momentum, grad, indices, lr, eps, weight_decay, weight_decay_mode, max_norm)
-    if fast is not None and type(out_of_range) is str and out_of_range in ("raise", "drop"):
-        arrays, scalars, rows, address, nbytes = fast
-        # looked up before the launch (whose memory traffic leaves the caches cold for Python), advised after
-        # the step, for the next ones
-        advise = unadvised(address, nbytes)
-        # the plain call's worker types follow from the dtype (see _plain_table_step)
-        bad = launch_cpu(_table_update, indices, rows, out_of_range == "drop", arrays, scalars, var.dtype)
-        if bad >= 0:
-            raise out_of_range_error("indices", indices, bad, rows)
-        if advise:
-            advise_scattered_once(address, nbytes)
+    table = plain_table(var, momentum, lr, eps, weight_decay, weight_decay_mode, max_norm)
+    if (
+        table is not None
+        and plain_gradient(table, grad, indices)
+        and type(out_of_range) is str
+        and out_of_range in ("raise", "drop")
+    ):
+        launch_plain(table, grad, indices, out_of_range == "drop")
         return var, momentum
     result = _checked_call(
         var,

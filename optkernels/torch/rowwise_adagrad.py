@@ -4,13 +4,17 @@ rows merged by the kernel, deterministically)."""
 
 from __future__ import annotations
 
+import ctypes
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
+from ..sparse.rowwise_adagrad import PlainTable, launch_plain, plain_scalars, plain_table
 from . import _memory, _views
 from ._base import KernelOptimizer, _contiguous, _Work, unwrapped
 from ._sparse import row_sparse
@@ -19,6 +23,89 @@ __all__ = ["RowWiseAdagrad"]
 
 #: Parameter dtypes of the short step (:meth:`RowWiseAdagrad._table_step`): the kernel's own, no copies.
 _TABLE_DTYPES = (torch.float32, torch.float64)
+_SPARSE_COO, _STRIDED = torch.sparse_coo, torch.strided
+
+#: A group's hyper-parameters, in the order of :func:`~optkernels.sparse.rowwise_adagrad.plain_scalars`.
+_HYPER = operator.itemgetter("lr", "eps", "weight_decay", "weight_decay_mode", "max_norm")
+
+
+def _unowned_view(t: torch.Tensor) -> np.ndarray:
+    """A NumPy array over the memory of the C-contiguous CPU tensor ``t`` that does not keep it alive (a
+    view kept between steps must not hold a table that was replaced): used only while ``t``'s address,
+    shape and dtype are seen unchanged (:meth:`_TableViews.fits`)."""
+    view = t.detach().numpy()
+    memory = (ctypes.c_char * view.nbytes).from_address(view.ctypes.data)
+    return np.frombuffer(memoryview(memory).cast("B"), view.dtype).reshape(view.shape)
+
+
+class _TableViews:
+    """The plain call's table (:class:`~optkernels.sparse.rowwise_adagrad.PlainTable`) over NumPy views of
+    a parameter and its ``sum`` state, kept between steps with what makes the views right: each tensor's
+    address, shape and dtype (C-contiguous CPU tensors), and the hyper-parameters of its scalars."""
+
+    __slots__ = ("p_address", "h_address", "shape", "h_shape", "dtype", "hyper", "plain")
+
+    def __init__(self, p: torch.Tensor, h: torch.Tensor, plain: PlainTable) -> None:
+        self.p_address, self.h_address = p.data_ptr(), h.data_ptr()
+        self.shape, self.h_shape, self.dtype = p.shape, h.shape, p.dtype
+        self.hyper: tuple = ()
+        self.plain = plain
+
+    @classmethod
+    def of(cls, p: torch.Tensor, h: Any) -> _TableViews | None:
+        """The views of a 2-D float32/float64 C-contiguous CPU table ``p`` and its ``sum`` state ``h``
+        (one float of its dtype per row, C-contiguous, on the CPU), or None (where the plain call does not
+        take them, or nothing is to be updated)."""
+        dtype = p.dtype
+        if p.layout is not _STRIDED or dtype not in _TABLE_DTYPES or not _views.host_cpu(p):
+            return None
+        if not (p.is_contiguous() and p.dim() == 2 and p.numel()):
+            return None
+        if not (
+            isinstance(h, torch.Tensor)
+            and h.layout is _STRIDED
+            and h.dtype is dtype
+            and h.is_cpu
+            and h.shape == p.shape[:1]
+            and h.is_contiguous()
+        ):
+            return None
+        # the scalars come with the group's hyper-parameters (see table); these are placeholders
+        plain = plain_table(_unowned_view(p), _unowned_view(h), 0.0, 0.0, 0.0, "none", 0.0)
+        return None if plain is None else cls(p, h, plain)
+
+    def fits(self, p: torch.Tensor, h: Any) -> bool:
+        """Whether ``p`` and ``h`` are still the tensors of these views: the same address, shape and dtype,
+        C-contiguous CPU tensors (a replaced or resized parameter or state is not)."""
+        dtype = self.dtype
+        return (
+            p.layout is _STRIDED
+            and p.dtype is dtype
+            and _views.host_cpu(p)
+            and p.is_contiguous()
+            and p.data_ptr() == self.p_address
+            and p.shape == self.shape
+            and isinstance(h, torch.Tensor)
+            and h.dtype is dtype
+            and h.is_cpu
+            and h.is_contiguous()
+            and h.layout is _STRIDED
+            and h.data_ptr() == self.h_address
+            and h.shape == self.h_shape
+        )
+
+    def table(self, hyper: tuple) -> PlainTable | None:
+        """The plain table with the scalars of ``hyper`` (a group's :data:`_HYPER`, ``lr`` taken as a
+        float), made again where a value is not the same object as before; None where the plain call does
+        not take them."""
+        if all(map(operator.is_, hyper, self.hyper)) and len(hyper) == len(self.hyper):
+            return self.plain
+        lr, eps, weight_decay, mode, max_norm = hyper
+        scalars = plain_scalars(self.plain.dtype, float(lr), eps, weight_decay, mode, max_norm, self.shape[1])
+        if scalars is None:
+            return None
+        self.plain.scalars, self.hyper = scalars, hyper
+        return self.plain
 
 
 class RowWiseAdagrad(KernelOptimizer):
@@ -71,49 +158,57 @@ class RowWiseAdagrad(KernelOptimizer):
     def _table_step(self) -> bool:
         """The step of one float32/float64 CPU table with a row-sparse COO gradient (``sparse_dim`` 1, as
         ``nn.Embedding(sparse=True)`` gives) and its ``sum`` state already made, in one group, without
-        hooks, profiler or gradient scaler: the kernel called with views of the tensors after the checks
-        of the full step, in a few attribute reads (between training steps the caches are cold, where the
-        full step's general sorting costs about as much as a tenth of the update). True if done; False,
-        nothing written, for anything else: the full step then decides (and words the errors)."""
-        if len(self.param_groups) != 1 or not self._unobserved():
+        hooks, profiler or gradient scaler, where the kernel's plain call takes the arrays
+        (:func:`~optkernels.sparse.rowwise_adagrad.plain_gradient`'s checks, read from torch): the kernel on NumPy views
+        after the checks of the full step, in a few attribute reads (between training steps the caches
+        are cold, where the full step's general sorting costs about as much as a tenth of the update). The
+        views of the table and its state are kept (:class:`_TableViews`) while the tensors keep their
+        memory and layout. True if done; False, nothing written, for anything else: the full step then
+        decides (and words the errors)."""
+        groups = self.param_groups
+        if len(groups) != 1 or not self._unobserved():
             return False
         attributes = self.__dict__  # torch.amp.GradScaler's attributes (see KernelOptimizer._unscale)
         if attributes.get("found_inf") is not None or attributes.get("grad_scale") is not None:
             return False
-        group = self.param_groups[0]
+        group = groups[0]
         params = group["params"]
         if len(params) != 1 or group.get("differentiable") or group.get("capturable"):
             return False
         p = params[0]
         g = p.grad
-        if g is None or g.layout is not torch.sparse_coo or p.layout is not torch.strided:
-            return False
-        dtype = p.dtype
-        if dtype not in _TABLE_DTYPES or not _views.host_cpu(p) or not p.is_contiguous():
-            return False
-        if g.dtype != dtype or not g.is_cpu or g.shape != p.shape or g.sparse_dim() != 1:
+        if g is None or g.layout is not _SPARSE_COO or not g.is_cpu:
             return False
         h = self.state.get(p, {}).get("sum")
-        if not (
-            isinstance(h, torch.Tensor)
-            and h.dtype == dtype
-            and h.is_cpu
-            and h.shape == p.shape[:1]
-            and h.is_contiguous()
-        ):
+        views = attributes.get("_table_views")
+        if views is None or not views.fits(p, h):
+            views = attributes["_table_views"] = _TableViews.of(p, h)
+            if views is None:
+                return False
+        if g.shape != views.shape:
             return False
-        # the index row through NumPy (torch's indexing is the slowest of these reads)
-        indices, values = g._indices().numpy()[0], g._values()
-        if not (indices.flags.c_contiguous and values.is_contiguous()):
+        table = views.table(_HYPER(group))
+        if table is None:
             return False
+        # the gradient's facts from torch (cheaper than NumPy's when cold); its values have the shape
+        # (nnz, row length) and its indices (sparse_dim, nnz), which torch's COO tensors enforce
+        rows, values = g._indices(), g._values()
+        if values.dtype is not views.dtype or not (values.is_contiguous() and rows.is_contiguous()):
+            return False
+        address = values.data_ptr()
+        indices = rows.numpy()  # the index row through NumPy: torch's indexing is the slowest of these reads
+        sparse_dim, count = indices.shape
+        itemsize = table.dtype.itemsize
+        if sparse_dim != 1 or not count or address % itemsize:
+            return False
+        if not table.apart(address, count * table.row_len * itemsize):
+            return False
+        try:
+            values = values.numpy()
+        except RuntimeError:  # values that require grad
+            values = values.detach().numpy()
         self._check_hyper(group)
-        rowwise_adagrad(
-            p.detach().numpy(),
-            h.detach().numpy(),
-            values.detach().numpy(),
-            indices,
-            **self._hyper(group),
-        )
+        launch_plain(table, values, indices[0], False)
         return True
 
     def _kernel(self, group: dict) -> tuple:
