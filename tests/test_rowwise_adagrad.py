@@ -447,3 +447,27 @@ def test_large_batch_gives_the_reference_bits_on_any_thread_count(threads):
         numba.set_num_threads(previous)
     assert np.array_equal(w, rw) and np.array_equal(h, rh)
     assert np.array_equal(var, merged_var) and np.array_equal(acc, merged_acc)
+
+
+def test_torch_drop_in_follows_a_tensor_lr_changed_in_place():
+    """A tensor ``lr`` that a scheduler changes in place (``fill_``, as torch's schedulers do) is read at
+    every step, by the short table step too: the bits of steps with the float values."""
+    torch = pytest.importorskip("torch")
+    import optkernels.torch as OT
+
+    rng = np.random.default_rng(5)
+    table = torch.from_numpy(rng.standard_normal((40, 8)).astype(np.float32))
+    tensor_lr, float_lr = torch.nn.Parameter(table.clone()), torch.nn.Parameter(table.clone())
+    lr = torch.tensor(0.1)
+    opt_tensor = OT.RowWiseAdagrad([tensor_lr], lr=lr)
+    opt_float = OT.RowWiseAdagrad([float_lr], lr=0.1)
+    for value in (0.1, 0.1, 0.02, 0.02, 0.5):
+        lr.fill_(value)
+        opt_float.param_groups[0]["lr"] = value
+        idx = torch.from_numpy(rng.integers(0, 40, 25))
+        values = torch.from_numpy(rng.standard_normal((25, 8)).astype(np.float32))
+        tensor_lr.grad = torch.sparse_coo_tensor(idx[None], values, (40, 8))
+        float_lr.grad = torch.sparse_coo_tensor(idx[None], values.clone(), (40, 8))
+        opt_tensor.step()
+        opt_float.step()
+        assert torch.equal(tensor_lr, float_lr), value

@@ -27,6 +27,9 @@ _SPARSE_COO, _STRIDED = torch.sparse_coo, torch.strided
 
 #: A group's hyper-parameters, in the order of :func:`~optkernels.sparse.rowwise_adagrad.plain_scalars`.
 _HYPER = operator.itemgetter("lr", "eps", "weight_decay", "weight_decay_mode", "max_norm")
+#: The types of hyper-parameter values that the short table step may take as unchanged while they are the
+#: same object (not a tensor: torch's schedulers change a tensor lr in place).
+_IMMUTABLE = frozenset((float, int, str, bool))
 
 
 def _unowned_view(t: torch.Tensor) -> np.ndarray:
@@ -96,9 +99,13 @@ class _TableViews:
 
     def table(self, hyper: tuple) -> PlainTable | None:
         """The plain table with the scalars of ``hyper`` (a group's :data:`_HYPER`, ``lr`` taken as a
-        float), made again where a value is not the same object as before; None where the plain call does
-        not take them."""
-        if all(map(operator.is_, hyper, self.hyper)) and len(hyper) == len(self.hyper):
+        float), made again where a value is not the same object as before or may change in place (a tensor);
+        None where the plain call does not take them."""
+        if (
+            len(hyper) == len(self.hyper)
+            and all(map(operator.is_, hyper, self.hyper))
+            and all(type(value) in _IMMUTABLE for value in hyper)  # a tensor lr changes in place
+        ):
             return self.plain
         lr, eps, weight_decay, mode, max_norm = hyper
         scalars = plain_scalars(self.plain.dtype, float(lr), eps, weight_decay, mode, max_norm, self.shape[1])
