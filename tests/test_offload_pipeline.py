@@ -86,6 +86,24 @@ def test_deferred_chunks_equal_the_host_only_step(dtype, n, chunk):
     np.testing.assert_array_equal(v, expected_v)
 
 
+def test_large_chunks_take_the_prefetching_host_step_with_the_plain_steps_bits(monkeypatch):
+    """Chunks of 2**21 elements and more (parts of 2**20 or more on up to two threads) run the host step's
+    prefetching loop (``_adam_delta.prefetch_large``): the bits of the plain loop over the whole array."""
+    from optkernels.kernels import adam as A
+
+    chunk = 2**21 + 37
+    w, m, v, g = _state(2 * chunk + 1000, np.float32)
+    expected_m, expected_v = m.copy(), v.copy()
+    with monkeypatch.context() as patch:
+        patch.setattr(A._adam_delta, "prefetch_large", False)
+        expected = _host_only(w, expected_m, expected_v, g)
+    A._adam_delta.__dict__.pop("chunked_prefetching", None)
+    offload_step(DeferredTransport(chunk, np.float32), w, m, v, g, _scalars(np.float32))
+    assert "chunked_prefetching" in A._adam_delta.__dict__, "the chunks did not take the prefetching loop"
+    assert w.tobytes() == expected.tobytes()
+    assert m.tobytes() == expected_m.tobytes() and v.tobytes() == expected_v.tobytes()
+
+
 def test_the_host_waits_only_for_the_copy_two_chunks_back():
     w, m, v, g = _state(50, np.float32)
     transport = DeferredTransport(10, np.float32)

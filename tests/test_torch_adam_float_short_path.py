@@ -94,12 +94,13 @@ def test_a_large_list_runs_on_every_thread_with_the_same_bits():
     same_state(topt, oopt, tp, op)
 
 
-@pytest.mark.parametrize("cls", ["Adam", "AdamW"])
-def test_a_list_of_large_parts_takes_the_prefetching_loop_with_the_same_bits(cls):
+@pytest.mark.parametrize("cls, amsgrad", [("Adam", False), ("AdamW", False), ("Adam", True)])
+def test_a_list_of_large_parts_takes_the_prefetching_loop_with_the_same_bits(cls, amsgrad):
     """A list whose parts hold 2**20 elements or more on every thread: the prefetching multi-tensor loop
-    (``_torch_adam.prefetch_large``), on the generic step and the short path, torch's bits."""
+    (``_torch_adam.prefetch_large``; amsgrad: ``_torch_adam_amsgrad``'s), on the generic step and the short
+    path, torch's bits."""
     sizes = (numba.get_num_threads() * 2**20 + 4099, 77, 70_000)
-    (tp, topt), (op, oopt) = twins(cls, torch.float32, sizes=sizes, weight_decay=0.01)
+    (tp, topt), (op, oopt) = twins(cls, torch.float32, sizes=sizes, weight_decay=0.01, amsgrad=amsgrad)
     used = 0
     for k in range(4):
         grads((tp, op), k, fresh=k == 0)

@@ -41,6 +41,10 @@ def _adam_amsgrad(i, var, m, v, vhat, grad, lr_t, one_minus_beta1, one_minus_bet
     var[i] = var[i] - lr_t * m_new / (math.sqrt(vhat_new) + epsilon)
 
 
+# the same root and division over five arrays: its large launches are prefetched ahead too
+_adam_amsgrad.prefetch_large = True
+
+
 @elementwise
 def _adam_delta(
     i, delta, m, v, gradient, lr_t, beta1, one_minus_beta1, beta2, one_minus_beta2, epsilon, use_nesterov
@@ -52,6 +56,10 @@ def _adam_delta(
     v[i] = v_new
     numerator = beta1 * m_new + one_minus_beta1 * g if use_nesterov else m_new
     delta[i] = -(lr_t * numerator) / (math.sqrt(v_new) + epsilon)
+
+
+# the offload's host step: the same root and division, its large launches prefetched ahead
+_adam_delta.prefetch_large = True
 
 
 def _step_size(one: Any, b1p: Any, b2p: Any, lr: Any) -> Any:

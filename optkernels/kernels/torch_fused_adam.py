@@ -190,6 +190,10 @@ def _fused_adam_amsgrad(
     var[i] = fused_adam_param(p, m, top, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size)
 
 
+# not prefetched (prefetch_large stays off): with the maximum its loop is bound by its arithmetic, not by
+# memory, and the prefetches only add instructions to it (its large lists ran slower with them)
+
+
 @elementwise
 def _fused_adam_half(
     i,

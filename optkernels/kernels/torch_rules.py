@@ -1336,5 +1336,6 @@ for _kernel in TAKES_TAIL:  # their flags guard the half tail's rounding and who
 # Adam's root (MKL's Z0 above all) and division make its loop arithmetic-bound below memory speed
 for _kernel in (_torch_adam, _torch_adam_amsgrad):
     _kernel.wide_vectors = True
-# its large lists keep memory busy only with their loads prefetched ahead of that arithmetic
-_torch_adam.prefetch_large = True
+# their large lists keep memory busy only with their loads prefetched ahead of that arithmetic
+for _kernel in (_torch_adam, _torch_adam_amsgrad):
+    _kernel.prefetch_large = True
