@@ -28,7 +28,7 @@ __all__ = [
 #: The smallest range (bytes) advised: NumPy's threshold for asking for huge pages.
 HUGE_PAGE_THRESHOLD = 1 << 22
 
-#: The largest range (bytes) moved onto huge pages at once (the kernel copies it, about 1.3 ms per MB);
+#: The largest range (bytes) moved onto huge pages at once (the kernel copies it, in time that grows with its size);
 #: larger ones are only advised, left to the kernel's background collapsing.
 COLLAPSE_BYTES = 1 << 30
 
@@ -69,7 +69,7 @@ def unadvised(address: int, nbytes: int) -> bool:
 
 def advise_scattered_once(address: int, nbytes: int) -> None:
     """Where :func:`unadvised`: advise huge pages over the range and, up to :data:`COLLAPSE_BYTES`, move it
-    there now (a copy made once, about 0.3 s for 256 MB). Nothing otherwise."""
+    there now (a copy, made once). Nothing otherwise."""
     if not unadvised(address, nbytes):
         return
     remember(address, nbytes)

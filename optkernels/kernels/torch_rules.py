@@ -135,8 +135,8 @@ class SqrtKernel(int):
     @property
     def _numba_type_(self) -> SqrtKernelType:
         """Numba's type of this value, which Numba's dispatcher reads from a value it cannot type by itself
-        before it would call ``typeof`` in Python (that took ~10 us a call, per launch of a kernel given a
-        SqrtKernel); the same type as :func:`_typeof_sqrt_kernel`'s, made once per kernel number."""
+        before it would call ``typeof`` in Python (a Python call per launch of a kernel given a SqrtKernel);
+        the same type as :func:`_typeof_sqrt_kernel`'s, made once per kernel number."""
         kernel = int(self)
         found = _SQRT_KERNEL_TYPES.get(kernel)
         if found is None:

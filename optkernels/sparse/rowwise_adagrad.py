@@ -361,7 +361,7 @@ def rowwise_adagrad(
     right over the row, in the arrays' dtype. A dense gradient updates every row; a row-sparse one only its
     distinct indices, duplicates summed first (in order of appearance). On Linux a C-contiguous NumPy table
     of 4 MiB or more updated by a row-sparse gradient is moved onto transparent huge pages after the first
-    step that sees it (``madvise``; up to 1 GiB a copy made once, about 0.3 s for 256 MB), which changes no
+    step that sees it (``madvise``; up to 1 GiB, a copy made once: see docs/guide/lowbit.rst), which changes no
     value or address.
 
     Parameters
