@@ -4,6 +4,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 _TESTS = Path(__file__).resolve().parent
@@ -23,6 +24,18 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 from optkernels.kernels import _threading  # noqa: E402
 
 _LAYER = _threading.layer()
+
+
+_MPI_LAUNCH_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Under mpiexec each rank is one pytest process: no pytest-xdist workers (setup.cfg's ``-n 2``), whose
+    processes would inherit the rank's MPI launch variables."""
+    if any(name in os.environ for name in _MPI_LAUNCH_VARS) and getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
 
 
 def pytest_report_header(config):
