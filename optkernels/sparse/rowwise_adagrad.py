@@ -13,6 +13,7 @@ CUDA arrays take one loop iteration (one CUDA thread) per row, after :func:`merg
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numba
@@ -26,9 +27,10 @@ from ..kernels._huge_pages import HUGE_PAGE_THRESHOLD, advise_scattered_once, un
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
 from ._indices import host_indices, out_of_range_error
+from ._plan import position_example
 from ._row_sums import LANES, square_sums_8
 from ._rows import JIT_OPTIONS
-from ._whole_rows import WholeRowUpdate, launch_cpu
+from ._whole_rows import KeptLaunch, WholeRowUpdate, kept_launch_fits, launch_cpu
 from .merge import check_merge, merge_duplicates
 from .row_sparse import RowSparse
 
@@ -299,25 +301,70 @@ def plain_gradient(table: PlainTable, grad: Any, indices: Any) -> bool:
 
 def launch_plain(table: PlainTable, grad: np.ndarray, indices: np.ndarray, drop: bool) -> None:
     """Run the CPU row loop (:data:`_table_update`) for a gradient that :func:`plain_gradient` accepted on
-    ``table``; then move a large table onto huge pages the first time (see :func:`_on_huge_pages`).
+    ``table`` (:func:`run_kept` of the :func:`kept_launch`); then move a large table onto huge pages the
+    first time (see :func:`_on_huge_pages`).
 
     Raises:
         IndexError: an out-of-range index (unless ``drop``); nothing was written then.
     """
+    kept = kept_launch(table, indices.shape[0], drop)
+    bad = run_kept(table, kept, data_address(grad), data_address(indices))
+    if bad >= 0:
+        raise out_of_range_error("indices", indices, bad, table.rows)
+
+
+#: How many launches (:func:`kept_launch`) a thread keeps.
+KEPT_LAUNCHES = 8
+
+_kept = threading.local()
+
+
+def kept_launch(table: PlainTable, count: int, drop: bool) -> KeptLaunch:
+    """The :class:`~._whole_rows.KeptLaunch` of the plain call's row loop on ``table``'s arrays for
+    gradients of ``count`` (>= 1) int64 indices, dropping out-of-range ones if ``drop``: the calling
+    thread's, found by the arrays' addresses, sizes and shape (one kept for a table since freed is right
+    for a new one in the same memory), made on first use; a new one each call where its plan workspace
+    would be larger than the row loops keep (:func:`~._whole_rows.kept_launch_fits`)."""
+    key = (table.spans, table.rows, table.row_len, count, drop)
+    launches = getattr(_kept, "launches", None)
+    if launches is None:
+        launches = _kept.launches = {}
+    kept = launches.get(key)
+    if kept is None:
+        dtype, row_len = table.dtype, table.row_len
+        positions = position_example(count).dtype
+        # the plain call's worker types follow from the dtype (see plain_gradient)
+        worker = _table_update.keyed.get((dtype, positions))
+        if worker is None:  # a gradient as plain_gradient takes it: 2-D, C-contiguous, aligned
+            example = [np.empty((2, row_len), dtype), *table.arrays]
+            worker = _table_update.cpu_worker(_INT64, positions, example, table.scalars)
+            _table_update.keyed[(dtype, positions)] = worker
+        states = list(table.arrays)
+        args = (_INT64, count, table.rows, not drop, row_len, dtype, states, table.scalars)
+        kept = KeptLaunch(_table_update, worker, *args)
+        if kept_launch_fits(_table_update, count, row_len, dtype.itemsize):
+            if len(launches) >= KEPT_LAUNCHES:
+                launches.clear()
+            launches[key] = kept
+    return kept
+
+
+def run_kept(table: PlainTable, kept: KeptLaunch, grad: int, indices: int) -> int:
+    """Run ``kept`` (``table``'s, from :func:`kept_launch`) with the scalars of ``table`` over the
+    gradient rows at address ``grad`` and the int64 indices at ``indices`` (C-contiguous, aligned, apart from
+    the table's memory: :func:`plain_gradient`'s checks); return the position of the first out-of-range
+    index (nothing was written) or -1. A large table is moved onto huge pages after its first completed step
+    (:func:`_on_huge_pages`)."""
     address, end = table.spans[0], table.spans[1]
     # looked up before the launch (whose memory traffic leaves the caches cold for Python), advised after
     # the step, for the next ones
     advise = not table.advised and unadvised(address, end - address)
-    # the plain call's worker types follow from the dtype (see plain_gradient)
-    var, momentum = table.arrays
-    bad = launch_cpu(
-        _table_update, indices, table.rows, drop, [grad, var, momentum], table.scalars, table.dtype
-    )
-    if bad >= 0:
-        raise out_of_range_error("indices", indices, bad, table.rows)
-    if advise:
-        advise_scattered_once(address, end - address)
-    table.advised = True
+    bad = kept.run(indices, grad, table.scalars)
+    if bad < 0:
+        if advise:
+            advise_scattered_once(address, end - address)
+        table.advised = True
+    return bad
 
 
 def _on_huge_pages(table: np.ndarray) -> None:

@@ -14,7 +14,14 @@ import torch
 
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
-from ..sparse.rowwise_adagrad import PlainTable, launch_plain, plain_scalars, plain_table
+from ..sparse._indices import out_of_range_error
+from ..sparse.rowwise_adagrad import (
+    PlainTable,
+    kept_launch,
+    plain_scalars,
+    plain_table,
+    run_kept,
+)
 from . import _memory, _views
 from ._base import KernelOptimizer, _contiguous, _Work, unwrapped
 from ._sparse import row_sparse
@@ -203,19 +210,17 @@ class RowWiseAdagrad(KernelOptimizer):
         if values.dtype is not views.dtype or not (values.is_contiguous() and rows.is_contiguous()):
             return False
         address = values.data_ptr()
-        indices = rows.numpy()  # the index row through NumPy: torch's indexing is the slowest of these reads
-        sparse_dim, count = indices.shape
+        sparse_dim, count = rows.shape
         itemsize = table.dtype.itemsize
         if sparse_dim != 1 or not count or address % itemsize:
             return False
         if not table.apart(address, count * table.row_len * itemsize):
             return False
-        try:
-            values = values.numpy()
-        except RuntimeError:  # values that require grad
-            values = values.detach().numpy()
         self._check_hyper(group)
-        launch_plain(table, values, indices[0], False)
+        # the gradient's memory by its addresses (its NumPy views cost more than the rest of the launch)
+        bad = run_kept(table, kept_launch(table, count, False), address, rows.data_ptr())
+        if bad >= 0:
+            raise out_of_range_error("indices", rows.numpy()[0], bad, table.rows)
         return True
 
     def _kernel(self, group: dict) -> tuple:
