@@ -28,7 +28,7 @@ from ..kernels._intrinsics import (
     prefetch_read_far,
     prefetch_write,
 )
-from ..kernels._workers import Fields, PackedWorker, _code, array_fields, data_address, loader, type_key
+from ..kernels._workers import Fields, PackedWorker, _code, array_fields, loader, type_key
 from ._plan import (
     PLAN_ARGS,
     REUSED_BYTES,
@@ -181,8 +181,9 @@ class KeptLaunch:
         "scalars",
         "_indices",
         "_grad",
+        "_words",
         "_sync",
-        "_sync_at",
+        "_sync_bytes",
         "_scalar_at",
         "_scalar_format",
         "_space",
@@ -233,26 +234,31 @@ class KeptLaunch:
         if bytes(written) != pack(8, 16) or bytes(rescaled) != packed:
             raise RuntimeError("KeptLaunch: packed argument layout not as expected")
         self.data = ctypes.create_string_buffer(packed, len(packed))
-        self._indices = ctypes.c_size_t.from_buffer(self.data, 4 * word)
-        self._grad = ctypes.c_size_t.from_buffer(self.data, grad_at)
+        # plain memoryviews (no ctypes call in a run): the packed words, the counters and their bytes
+        self._words = memoryview(self.data).cast("B").cast("P")
+        self._indices, self._grad = 4, grad_at // word
         self._scalar_at, self._scalar_format = scalar_at, scalar_format
         self._space = space  # the plan's memory, alive as long as this launch
-        self._sync_at = data_address(space.sync)
-        self._sync = (ctypes.c_int64 * SYNC_SLOTS).from_address(self._sync_at)
+        self._sync, self._sync_bytes = memoryview(space.sync), memoryview(space.sync).cast("B")
         self.worker, self.count, self.scalars = worker, count, scalars
 
     def run(self, indices: int, grad: int, scalars: tuple) -> int:
         """Run the row worker over the ``count`` indices at address ``indices`` (C-contiguous) with the
         gradient rows at ``grad`` (C-contiguous, ``(count, row_len)``) and ``scalars`` (of the first run's
         types); return the position of the first out-of-range index (nothing was written then) or -1."""
-        self._indices.value = indices
-        self._grad.value = grad
+        words = self._words
+        words[self._indices] = indices
+        words[self._grad] = grad
         if scalars is not self.scalars:
             self._scalar_format.pack_into(self.data, self._scalar_at, *scalars)
             self.scalars = scalars
-        ctypes.memset(self._sync_at, 0, SYNC_SLOTS * 8)
+        self._sync_bytes[:] = _ZERO_SYNC
         self.worker.launch_packed(None, self.data)
         return self._sync[3] - 1
+
+
+#: The counters of a plan (:data:`~optkernels.sparse._plan.SYNC_SLOTS` int64) at zero.
+_ZERO_SYNC = bytes(8 * SYNC_SLOTS)
 
 
 def kept_launch_fits(update: WholeRowUpdate, count: int, row_len: int, itemsize: int) -> bool:

@@ -209,14 +209,13 @@ class PlainTable:
     (:func:`plain_gradient`, :func:`launch_plain`). A caller may keep one for the next steps of the same
     arrays and hyper-parameters (the torch drop-in does, re-checking its tensors)."""
 
-    __slots__ = ("var", "momentum", "arrays", "dtype", "rows", "row_len", "spans", "scalars", "advised")
+    __slots__ = ("var", "momentum", "dtype", "rows", "row_len", "spans", "scalars", "advised")
 
     def __init__(self, var: np.ndarray, momentum: np.ndarray, scalars: tuple) -> None:
         self.var = var
         self.momentum = momentum
         rows, row_len = var.shape
         self.rows, self.row_len, self.dtype = rows, row_len, var.dtype
-        self.arrays = (var, momentum.reshape(rows, 1))  # the row loop's states
         itemsize = var.dtype.itemsize
         v0, m0 = data_address(var), data_address(momentum)
         #: var's and momentum's byte spans (C-contiguous: [address, address + size x itemsize))
@@ -236,7 +235,20 @@ def plain_scalars(
 ) -> tuple | None:
     """The row loop's scalars for a table of ``dtype`` (float32/float64) and rows of ``row_len``, where the
     hyper-parameters are Python numbers >= 0 and ``mode`` a known one; else None (the checked path then
-    decides, and words the errors)."""
+    decides, and words the errors). Called again with the same objects, the last call's tuple itself (no
+    NumPy scalar made again: a kept launch then writes no scalars)."""
+    last = _last_scalars[0]  # the previous call's, for the same objects (a float is never changed)
+    if (
+        last is not None
+        and last[0] is dtype
+        and last[1] is lr
+        and last[2] is eps
+        and last[3] is wd
+        and last[4] is mode
+        and last[5] is max_norm
+        and last[6] == row_len
+    ):
+        return last[7]
     if mode not in MODES:
         return None
     t = dtype.type
@@ -245,7 +257,14 @@ def plain_scalars(
         return None
     one = _ONE_F32 if dtype is _F32 else _ONE_F64
     decay = one - lr_ * wd_ if mode == "decoupled" else one
-    return (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, one)
+    scalars = (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, one)
+    _last_scalars[0] = (dtype, lr, eps, wd, mode, max_norm, row_len, scalars)
+    return scalars
+
+
+#: The last :func:`plain_scalars`: its arguments (Python floats and ints, which never change: the same
+#: objects are the same values, -0.0 apart from 0.0) and its scalars.
+_last_scalars: list = [None]
 
 
 def plain_table(
@@ -335,11 +354,11 @@ def kept_launch(table: PlainTable, count: int, drop: bool) -> KeptLaunch:
         positions = position_example(count).dtype
         # the plain call's worker types follow from the dtype (see plain_gradient)
         worker = _table_update.keyed.get((dtype, positions))
+        states = [table.var, table.momentum.reshape(table.rows, 1)]  # the row loop's 2-D states
         if worker is None:  # a gradient as plain_gradient takes it: 2-D, C-contiguous, aligned
-            example = [np.empty((2, row_len), dtype), *table.arrays]
+            example = [np.empty((2, row_len), dtype), *states]
             worker = _table_update.cpu_worker(_INT64, positions, example, table.scalars)
             _table_update.keyed[(dtype, positions)] = worker
-        states = list(table.arrays)
         args = (_INT64, count, table.rows, not drop, row_len, dtype, states, table.scalars)
         kept = KeptLaunch(_table_update, worker, *args)
         if kept_launch_fits(_table_update, count, row_len, dtype.itemsize):
