@@ -108,17 +108,23 @@ class _TableViews:
         """The plain table with the scalars of ``hyper`` (a group's :data:`_HYPER`, ``lr`` taken as a
         float), made again where a value is not the same object as before or may change in place (a tensor);
         None where the plain call does not take them."""
+        lr, eps, weight_decay, mode, max_norm = hyper
+        kept = self.hyper  # () until scalars are kept, and then only for values of _IMMUTABLE types
         if (
-            len(hyper) == len(self.hyper)
-            and all(map(operator.is_, hyper, self.hyper))
-            and all(type(value) in _IMMUTABLE for value in hyper)  # a tensor lr changes in place
+            kept
+            and lr is kept[0]
+            and eps is kept[1]
+            and weight_decay is kept[2]
+            and mode is kept[3]
+            and max_norm is kept[4]
         ):
             return self.plain
-        lr, eps, weight_decay, mode, max_norm = hyper
         scalars = plain_scalars(self.plain.dtype, float(lr), eps, weight_decay, mode, max_norm, self.shape[1])
         if scalars is None:
             return None
-        self.plain.scalars, self.hyper = scalars, hyper
+        self.plain.scalars = scalars
+        # a tensor lr changes in place: its scalars are made again each step
+        self.hyper = hyper if all(type(value) in _IMMUTABLE for value in hyper) else ()
         return self.plain
 
 
