@@ -473,18 +473,21 @@ def test_torch_drop_in_follows_a_tensor_lr_changed_in_place():
         assert torch.equal(tensor_lr, float_lr), value
 
 
-@pytest.mark.parametrize("kept", [True, False])
+@pytest.mark.parametrize("kept", [True, "few bytes", False])
 def test_kept_launches_give_the_bits_of_the_checked_path(kept, monkeypatch):
     """The plain call runs a launch kept per thread, table and gradient length (its arguments packed once,
     each call writing the gradient's and indices' addresses and new scalars): steps with new gradient
     arrays, changed hyper-parameters, raise and drop, an out-of-range index (IndexError, nothing written)
-    and more tables than are kept give the bits of the checked path (int32 indices), as do launches made
-    afresh each call (a workspace too large to keep)."""
+    and more tables (or bytes) than are kept give the bits of the checked path (int32 indices), as do
+    launches made afresh each call (a workspace too large to keep)."""
     import sys
 
     module = sys.modules["optkernels.sparse.rowwise_adagrad"]
     if not kept:
         monkeypatch.setattr(module, "kept_launch_fits", lambda *args: False)
+    if kept == "few bytes":  # room for three launches: all forgotten at every fourth
+        table = module.plain_table(np.zeros((30, 6)), np.zeros(30), 0.1, 1e-8, 0.0, "none", 0.0)
+        monkeypatch.setattr(module, "KEPT_BYTES", 3 * module.kept_launch(table, 40, False).nbytes)
     monkeypatch.setattr(module, "_kept", __import__("threading").local())
     rng = np.random.default_rng(13)
     rows, count = 30, 40
@@ -508,3 +511,5 @@ def test_kept_launches_give_the_bits_of_the_checked_path(kept, monkeypatch):
         assert np.array_equal(w, before) and np.array_equal(h, h_before)
     launches = getattr(module._kept, "launches", {})
     assert (0 < len(launches) <= module.KEPT_LAUNCHES) if kept else not launches
+    assert sum(launch.nbytes for launch in launches.values()) <= module.KEPT_BYTES
+

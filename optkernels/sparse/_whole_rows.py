@@ -177,6 +177,7 @@ class KeptLaunch:
     __slots__ = (
         "worker",
         "count",
+        "nbytes",
         "data",
         "scalars",
         "_indices",
@@ -241,6 +242,7 @@ class KeptLaunch:
         self._space = space  # the plan's memory, alive as long as this launch
         self._sync, self._sync_bytes = memoryview(space.sync), memoryview(space.sync).cast("B")
         self.worker, self.count, self.scalars = worker, count, scalars
+        self.nbytes = space.workspace.nbytes  # the memory this launch keeps
 
     def run(self, indices: int, grad: int, scalars: tuple) -> int:
         """Run the row worker over the ``count`` indices at address ``indices`` (C-contiguous) with the

@@ -27,7 +27,7 @@ from ..kernels._huge_pages import HUGE_PAGE_THRESHOLD, advise_scattered_once, un
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
 from ._indices import host_indices, out_of_range_error
-from ._plan import position_example
+from ._plan import REUSED_BYTES, position_example
 from ._row_sums import LANES, square_sums_8
 from ._rows import JIT_OPTIONS
 from ._whole_rows import KeptLaunch, WholeRowUpdate, kept_launch_fits, launch_cpu
@@ -332,8 +332,9 @@ def launch_plain(table: PlainTable, grad: np.ndarray, indices: np.ndarray, drop:
         raise out_of_range_error("indices", indices, bad, table.rows)
 
 
-#: How many launches (:func:`kept_launch`) a thread keeps.
+#: How many launches (:func:`kept_launch`) a thread keeps, and how many bytes of plan workspace at most.
 KEPT_LAUNCHES = 8
+KEPT_BYTES = 2 * REUSED_BYTES
 
 _kept = threading.local()
 
@@ -342,8 +343,9 @@ def kept_launch(table: PlainTable, count: int, drop: bool) -> KeptLaunch:
     """The :class:`~._whole_rows.KeptLaunch` of the plain call's row loop on ``table``'s arrays for
     gradients of ``count`` (>= 1) int64 indices, dropping out-of-range ones if ``drop``: the calling
     thread's, found by the arrays' addresses, sizes and shape (one kept for a table since freed is right
-    for a new one in the same memory), made on first use; a new one each call where its plan workspace
-    would be larger than the row loops keep (:func:`~._whole_rows.kept_launch_fits`)."""
+    for a new one in the same memory), made on first use (all forgotten when :data:`KEPT_LAUNCHES` or
+    :data:`KEPT_BYTES` would be passed); a new one each call where its plan workspace would be larger than
+    the row loops keep (:func:`~._whole_rows.kept_launch_fits`)."""
     key = (table.spans, table.rows, table.row_len, count, drop)
     launches = getattr(_kept, "launches", None)
     if launches is None:
@@ -362,7 +364,8 @@ def kept_launch(table: PlainTable, count: int, drop: bool) -> KeptLaunch:
         args = (_INT64, count, table.rows, not drop, row_len, dtype, states, table.scalars)
         kept = KeptLaunch(_table_update, worker, *args)
         if kept_launch_fits(_table_update, count, row_len, dtype.itemsize):
-            if len(launches) >= KEPT_LAUNCHES:
+            held = sum(launch.nbytes for launch in launches.values())
+            if len(launches) >= KEPT_LAUNCHES or held + kept.nbytes > KEPT_BYTES:
                 launches.clear()
             launches[key] = kept
     return kept
