@@ -1,6 +1,7 @@
 """The CPU row loop of updates that need each distinct row whole (row-wise Adagrad's mean of squares):
 the merge plan, prefetching and balanced tasks of :mod:`._rows`' loop in one packed row worker whose row
-statement is the caller's (:class:`WholeRowUpdate`), and :func:`launch_cpu` to run it.
+statement is the caller's (:class:`WholeRowUpdate`), :func:`launch_cpu` to run it, and :class:`KeptLaunch`
+to run it call after call over the same states with its arguments packed once.
 
 The other sparse updates run per element of a row (:class:`._rows.RowUpdate`); a whole-row update keeps
 rows back in per-worker buffers to update several at once.
@@ -28,7 +29,7 @@ from ..kernels._intrinsics import (
     prefetch_read_far,
     prefetch_write,
 )
-from ..kernels._workers import Fields, PackedWorker, _code, array_fields, loader, type_key
+from ..kernels._workers import PackedWorker, _code, array_fields, loader, type_key
 from ._plan import (
     PLAN_ARGS,
     REUSED_BYTES,
@@ -200,7 +201,7 @@ class KeptLaunch:
         stop_at_bad: bool,
         row_len: int,
         dtype: np.dtype,
-        states: list[Fields],
+        states: list,
         scalars: tuple,
     ) -> None:
         workers = worker_count()
@@ -210,20 +211,22 @@ class KeptLaunch:
         positions = position_example(count).dtype
         plan = plan_worker(index_dtype, positions).address
         scratch = array_fields(space.extra, (n_scratch, row_len), itemsize)
-        head = space.args(None, limit, stop_at_bad, STATE_ROW_COST * len(update.states))[1:]
-        tail = (plan, scratch)
+        row_cost = STATE_ROW_COST * len(update.states)
+
+        def head(indices: int) -> tuple:  # the plan's arguments, the plan worker, the scratch rows
+            fields = array_fields(indices, (count,), index_dtype.itemsize)
+            return (*space.args(fields, limit, stop_at_bad, row_cost), plan, scratch)  # type: ignore[arg-type]
 
         def pack(indices: int, grad: int) -> bytes:
-            first = array_fields(indices, (count,), index_dtype.itemsize)
             rows = array_fields(grad, (count, row_len), itemsize)
-            return worker.pack((first, *head, *tail, rows, *states, *scalars))
+            return worker.pack((*head(indices), rows, *states, *scalars))
 
         packed = pack(0, 0)  # the addresses are written by each run
         # byte offsets of the indices' and the gradient's data pointers (the fifth word of an array's
         # fields) and of the scalars, in the native layout (each field aligned to its size), checked below
         word = struct.calcsize("@P")
         types = worker.arg_types
-        grad_at = _aligned_end(types[: len(head) + len(tail) + 1], word) + 4 * word
+        grad_at = _aligned_end(types[: len(head(0)) + 1], word) + 4 * word
         scalar_format = struct.Struct("@" + _codes_of(types[len(types) - len(scalars) :]))
         scalar_at = _aligned_end(types[: len(types) - len(scalars)], 8)
         written = bytearray(packed)
@@ -240,7 +243,7 @@ class KeptLaunch:
         self._indices, self._grad = 4, grad_at // word
         self._scalar_at, self._scalar_format = scalar_at, scalar_format
         self._space = space  # the plan's memory, alive as long as this launch
-        self._sync, self._sync_bytes = memoryview(space.sync), memoryview(space.sync).cast("B")
+        self._sync, self._sync_bytes = space.sync.data, space.sync.data.cast("B")
         self.worker, self.count, self.scalars = worker, count, scalars
         self.nbytes = space.workspace.nbytes  # the memory this launch keeps
 
