@@ -226,7 +226,7 @@ class KeptLaunch:
         # fields) and of the scalars, in the native layout (each field aligned to its size), checked below
         word = struct.calcsize("@P")
         types = worker.arg_types
-        grad_at = _aligned_end(types[: len(head(0)) + 1], word) + 4 * word
+        grad_at = _aligned_end(types[: len(head(0))], word) + 4 * word
         scalar_format = struct.Struct("@" + _codes_of(types[len(types) - len(scalars) :]))
         scalar_at = _aligned_end(types[: len(types) - len(scalars)], 8)
         written = bytearray(packed)
