@@ -471,3 +471,45 @@ def test_torch_drop_in_follows_a_tensor_lr_changed_in_place():
         opt_tensor.step()
         opt_float.step()
         assert torch.equal(tensor_lr, float_lr), value
+
+
+@pytest.mark.parametrize("kept", [True, "few bytes", False])
+def test_kept_launches_give_the_bits_of_the_checked_path(kept, monkeypatch):
+    """The plain call runs a launch kept per thread, table and gradient length (its arguments packed once,
+    each call writing the gradient's and indices' addresses and new scalars): steps with new gradient
+    arrays, changed hyper-parameters, raise and drop, an out-of-range index (IndexError, nothing written)
+    and more tables (or bytes) than are kept give the bits of the checked path (int32 indices), as do
+    launches made afresh each call (a workspace too large to keep)."""
+    import sys
+
+    module = sys.modules["optkernels.sparse.rowwise_adagrad"]
+    if not kept:
+        monkeypatch.setattr(module, "kept_launch_fits", lambda *args: False)
+    if kept == "few bytes":  # room for three launches: all forgotten at every fourth
+        table = module.plain_table(np.zeros((30, 6)), np.zeros(30), 0.1, 1e-8, 0.0, "none", 0.0)
+        monkeypatch.setattr(module, "KEPT_BYTES", 3 * module.kept_launch(table, 40, False).nbytes)
+    monkeypatch.setattr(module, "_kept", __import__("threading").local())
+    rng = np.random.default_rng(13)
+    rows, count = 30, 40
+    tables = [(rng.standard_normal((rows, 6)), rng.uniform(0, 1, rows)) for _ in range(module.KEPT_LAUNCHES + 2)]
+    checked = [(w.copy(), h.copy()) for w, h in tables]
+    steps = [dict(lr=0.1), dict(lr=0.1), dict(lr=0.05, weight_decay=0.01, weight_decay_mode="l2"),
+             dict(lr=0.05, out_of_range="drop"), dict(lr=0.2, max_norm=1.5), dict(lr=0.2, max_norm=1.5)]
+    for step, kw in enumerate(steps):
+        for k, ((w, h), (cw, ch)) in enumerate(zip(tables, checked)):
+            idx = rng.integers(0, rows + (3 if "out_of_range" in kw else 0), count)
+            g = rng.standard_normal((count, 6))
+            rowwise_adagrad(w, h, g, idx, **kw)
+            rowwise_adagrad(cw, ch, g, idx.astype(np.int32), **kw)
+            assert np.array_equal(w, cw) and np.array_equal(h, ch), (step, k)
+        w, h = tables[step % len(tables)]
+        bad = rng.integers(0, rows, count)
+        bad[count - 3] = rows
+        before, h_before = w.copy(), h.copy()
+        with pytest.raises(IndexError, match=str(rows)):
+            rowwise_adagrad(w, h, rng.standard_normal((count, 6)), bad, lr=0.1)
+        assert np.array_equal(w, before) and np.array_equal(h, h_before)
+    launches = getattr(module._kept, "launches", {})
+    assert (0 < len(launches) <= module.KEPT_LAUNCHES) if kept else not launches
+    assert sum(launch.nbytes for launch in launches.values()) <= module.KEPT_BYTES
+

@@ -177,7 +177,11 @@ class PackedWorker:
     def launch(self, parts: int | None, args: tuple) -> None:
         """Run the worker over ``parts`` parts (None: one per thread of the calling thread's Numba thread
         count) with ``args``, on Numba's threads (see the module docstring)."""
-        data = self._pack(args)
+        self.launch_packed(parts, self._pack(args))
+
+    def launch_packed(self, parts: int | None, data: Any) -> None:
+        """:meth:`launch` of arguments packed already: :meth:`pack`'s bytes, or a ctypes character array
+        holding them (which a caller may keep, and rewrite between launches)."""
         with parallel_launch():
             threads = thread_mask()[0]() if parallel_allowed() else 1
             if parts is None:

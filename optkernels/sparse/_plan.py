@@ -299,12 +299,10 @@ def _aligned(n: int, to: int = 8) -> int:
     return -(-n // to) * to
 
 
-def plan_space(n: int, n_tasks: int, extra_bytes: int = 0) -> PlanSpace:
-    """New buffers for the plan of ``n`` indices cut into at most ``n_tasks`` tasks, in one workspace with
-    ``extra_bytes`` more for the caller; counters at zero. One allocation and one address read, not one
-    per buffer: a launch's arguments are packed from Python on every call."""
+def _buffer_sizes(n: int, n_tasks: int) -> tuple:
+    """The bytes of each of a plan's buffers (see :class:`PlanSpace`), aligned to 8."""
     position = position_example(n).itemsize
-    sizes = (
+    return (
         _aligned(n * position),
         _aligned(n * position),
         8 * MAX_PASSES * COUNT_COLUMNS,
@@ -312,6 +310,19 @@ def plan_space(n: int, n_tasks: int, extra_bytes: int = 0) -> PlanSpace:
         8 * (n + 1),
         8 * (n_tasks + 1),
     )
+
+
+def plan_space_bytes(n: int, n_tasks: int, extra_bytes: int = 0) -> int:
+    """The size of :func:`plan_space`'s workspace for these arguments."""
+    return _aligned(sum(_buffer_sizes(n, n_tasks)), 64) + 64 + extra_bytes
+
+
+def plan_space(n: int, n_tasks: int, extra_bytes: int = 0) -> PlanSpace:
+    """New buffers for the plan of ``n`` indices cut into at most ``n_tasks`` tasks, in one workspace with
+    ``extra_bytes`` more for the caller; counters at zero. One allocation and one address read, not one
+    per buffer: a launch's arguments are packed from Python on every call."""
+    position = position_example(n).itemsize
+    sizes = _buffer_sizes(n, n_tasks)
     offsets = [0]
     for size in sizes:
         offsets.append(offsets[-1] + size)

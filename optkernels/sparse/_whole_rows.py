@@ -1,6 +1,7 @@
 """The CPU row loop of updates that need each distinct row whole (row-wise Adagrad's mean of squares):
 the merge plan, prefetching and balanced tasks of :mod:`._rows`' loop in one packed row worker whose row
-statement is the caller's (:class:`WholeRowUpdate`), and :func:`launch_cpu` to run it.
+statement is the caller's (:class:`WholeRowUpdate`), :func:`launch_cpu` to run it, and :class:`KeptLaunch`
+to run it call after call over the same states with its arguments packed once.
 
 The other sparse updates run per element of a row (:class:`._rows.RowUpdate`); a whole-row update keeps
 rows back in per-worker buffers to update several at once.
@@ -8,8 +9,10 @@ rows back in per-worker buffers to update several at once.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
+import struct
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,21 +29,34 @@ from ..kernels._intrinsics import (
     prefetch_read_far,
     prefetch_write,
 )
-from ..kernels._workers import PackedWorker, loader, type_key
-from ._plan import PLAN_ARGS, plan_types, readonly_array
+from ..kernels._workers import PackedWorker, _code, array_fields, loader, type_key
+from ._plan import (
+    PLAN_ARGS,
+    REUSED_BYTES,
+    SYNC_SLOTS,
+    plan_space,
+    plan_space_bytes,
+    plan_types,
+    plan_worker,
+    position_example,
+    readonly_array,
+)
 from ._rows import (
     FAR_GRAD_ROWS,
     FAR_STATE_ROWS,
     JIT_OPTIONS,
     PREFETCH_GRAD_ROWS,
     PREFETCH_STATE_ROWS,
+    STATE_ROW_COST,
+    TASKS_PER_THREAD,
     WAIT_PREFETCH_ROWS,
     generate,
     row_loop_arguments,
     smaller,
+    worker_count,
 )
 
-__all__ = ["WholeRowUpdate", "launch_cpu"]
+__all__ = ["KeptLaunch", "WholeRowUpdate", "launch_cpu"]
 
 # The CPU row worker, run once by every thread of a launch (as _rows' _CPU_ROWS). The first to arrive computes
 # the merge plan (claimed with an atomic add, so it is always a running thread: no thread ever waits for one
@@ -126,25 +142,146 @@ def launch_cpu(
     drop: bool,
     arrays: list,
     scalars: tuple,
-    worker_key: Any = None,
 ) -> int:
     """Run ``update``'s CPU row worker over C-contiguous NumPy ``indices`` with ``arrays`` (the 2-D
     gradient, then the 2-D states) and ``scalars``; return the position of the first out-of-range index
-    (nothing was written then; never with ``drop``) or -1. ``worker_key``: a hashable value from which the
-    caller vouches that the worker's argument types follow (with the positions' dtype), so that the worker
-    is found by it alone (:meth:`WholeRowUpdate.cpu_worker` reads every array's flags); None: by the
-    arguments."""
+    (nothing was written then; never with ``drop``) or -1."""
     n_states = len(update.states)
     head, positions, space = row_loop_arguments(
         indices, num_rows, not drop, n_states, arrays[0], update.work_rows(arrays[0].shape[1])
     )
-    worker = update.keyed.get((worker_key, positions)) if worker_key is not None else None
-    if worker is None:
-        worker = update.cpu_worker(indices.dtype, positions, arrays, scalars)
-        if worker_key is not None:
-            update.keyed[(worker_key, positions)] = worker
+    worker = update.cpu_worker(indices.dtype, positions, arrays, scalars)
     worker.launch(None, (*head, *arrays, *scalars))
     return space.sync.item(3) - 1
+
+
+class KeptLaunch:
+    """A launch of a whole-row update's CPU row worker (:func:`launch_cpu`) kept for its next calls over the
+    same states: its arguments packed once, into memory of its own, with a plan workspace of its own (for
+    gradients of one length and index dtype, a stop-at-bad flag and a thread pool size); each :meth:`run`
+    rewrites only the indices' and the gradient's addresses and, when they are new, the scalars, and sets the
+    plan's counters back to zero. Between training steps every Python operation runs with cold caches, where
+    packing all the arguments again (each array's address read through ctypes, the plan's buffers, the
+    workspace's reuse) is a good part of a step's time.
+
+    Args:
+        update: the update; ``worker``: its CPU row worker for these types (:meth:`WholeRowUpdate.cpu_worker`
+            with the positions' dtype of ``count`` indices).
+        index_dtype: the indices' dtype; ``count``: how many (at least 1); ``limit``, ``stop_at_bad``: see
+            :func:`launch_cpu` (``num_rows``, ``not drop``).
+        row_len: the gradient's row length (at least 1); ``dtype``: its dtype.
+        states: the 2-D states (arrays, or their :class:`~optkernels.kernels._workers.Fields`: only their
+            addresses and layout are kept, of memory the caller keeps alive for every run); ``scalars``: the
+            first run's scalars.
+    """
+
+    __slots__ = (
+        "worker",
+        "count",
+        "nbytes",
+        "data",
+        "scalars",
+        "_indices",
+        "_grad",
+        "_words",
+        "_sync",
+        "_sync_bytes",
+        "_scalar_at",
+        "_scalar_format",
+        "_space",
+    )
+
+    def __init__(
+        self,
+        update: WholeRowUpdate,
+        worker: PackedWorker,
+        index_dtype: np.dtype,
+        count: int,
+        limit: int,
+        stop_at_bad: bool,
+        row_len: int,
+        dtype: np.dtype,
+        states: list,
+        scalars: tuple,
+    ) -> None:
+        workers = worker_count()
+        n_scratch = workers * update.work_rows(row_len)
+        itemsize = dtype.itemsize
+        space = plan_space(count, workers * TASKS_PER_THREAD, n_scratch * row_len * itemsize)
+        positions = position_example(count).dtype
+        plan = plan_worker(index_dtype, positions).address
+        scratch = array_fields(space.extra, (n_scratch, row_len), itemsize)
+        row_cost = STATE_ROW_COST * len(update.states)
+
+        def head(indices: int) -> tuple:  # the plan's arguments, the plan worker, the scratch rows
+            fields = array_fields(indices, (count,), index_dtype.itemsize)
+            return (*space.args(fields, limit, stop_at_bad, row_cost), plan, scratch)  # type: ignore[arg-type]
+
+        def pack(indices: int, grad: int) -> bytes:
+            rows = array_fields(grad, (count, row_len), itemsize)
+            return worker.pack((*head(indices), rows, *states, *scalars))
+
+        packed = pack(0, 0)  # the addresses are written by each run
+        # byte offsets of the indices' and the gradient's data pointers (the fifth word of an array's
+        # fields) and of the scalars, in the native layout (each field aligned to its size), checked below
+        word = struct.calcsize("@P")
+        types = worker.arg_types
+        grad_at = _aligned_end(types[: len(head(0))], word) + 4 * word
+        scalar_format = struct.Struct("@" + _codes_of(types[len(types) - len(scalars) :]))
+        scalar_at = _aligned_end(types[: len(types) - len(scalars)], 8)
+        written = bytearray(packed)
+        struct.pack_into("@P", written, 4 * word, 8)  # the indices at 8, the gradient at 16
+        struct.pack_into("@P", written, grad_at, 16)
+        rescaled = bytearray(packed)
+        rescaled[scalar_at:] = bytes(len(packed) - scalar_at)
+        scalar_format.pack_into(rescaled, scalar_at, *scalars)
+        if bytes(written) != pack(8, 16) or bytes(rescaled) != packed:
+            raise RuntimeError("KeptLaunch: packed argument layout not as expected")
+        self.data = ctypes.create_string_buffer(packed, len(packed))
+        # plain memoryviews (no ctypes call in a run): the packed words, the counters and their bytes
+        self._words = memoryview(self.data).cast("B").cast("P")
+        self._indices, self._grad = 4, grad_at // word
+        self._scalar_at, self._scalar_format = scalar_at, scalar_format
+        self._space = space  # the plan's memory, alive as long as this launch
+        self._sync, self._sync_bytes = space.sync.data, space.sync.data.cast("B")
+        self.worker, self.count, self.scalars = worker, count, scalars
+        self.nbytes = space.workspace.nbytes  # the memory this launch keeps
+
+    def run(self, indices: int, grad: int, scalars: tuple) -> int:
+        """Run the row worker over the ``count`` indices at address ``indices`` (C-contiguous) with the
+        gradient rows at ``grad`` (C-contiguous, ``(count, row_len)``) and ``scalars`` (of the first run's
+        types); return the position of the first out-of-range index (nothing was written then) or -1."""
+        words = self._words
+        words[self._indices] = indices
+        words[self._grad] = grad
+        if scalars is not self.scalars:
+            self._scalar_format.pack_into(self.data, self._scalar_at, *scalars)
+            self.scalars = scalars
+        self._sync_bytes[:] = _ZERO_SYNC
+        self.worker.launch_packed(None, self.data)
+        return self._sync[3] - 1
+
+
+#: The counters of a plan (:data:`~optkernels.sparse._plan.SYNC_SLOTS` int64) at zero.
+_ZERO_SYNC = bytes(8 * SYNC_SLOTS)
+
+
+def kept_launch_fits(update: WholeRowUpdate, count: int, row_len: int, itemsize: int) -> bool:
+    """Whether a :class:`KeptLaunch` of ``update`` over ``count`` indices and rows of ``row_len`` items of
+    ``itemsize`` bytes keeps a plan workspace no larger than the row loops reuse
+    (:data:`~optkernels.sparse._plan.REUSED_BYTES`)."""
+    workers = worker_count()
+    scratch = workers * update.work_rows(row_len) * row_len * itemsize
+    return plan_space_bytes(count, workers * TASKS_PER_THREAD, scratch) <= REUSED_BYTES
+
+
+def _codes_of(arg_types: Any) -> str:
+    return "".join(map(_code, arg_types))
+
+
+def _aligned_end(arg_types: Any, align: int) -> int:
+    """Where a field aligned to ``align`` bytes starts after packed arguments of ``arg_types``."""
+    return -(-struct.calcsize("@" + _codes_of(arg_types)) // align) * align
 
 
 @numba.njit(inline="always", **JIT_OPTIONS)
@@ -255,7 +392,8 @@ class WholeRowUpdate:
         self.work_rows: Callable[[int], int] = eval(f"lambda row_len: {self.work_rows_source}")
         self.states, self.scalars = params[first : first + n_states], params[first + n_states :]
         self._workers: dict[tuple, PackedWorker] = {}
-        #: The workers :func:`launch_cpu` found by a caller's ``worker_key`` (and the positions' dtype).
+        #: Workers that a caller finds by a key of its own (with the positions' dtype), from which it vouches
+        #: that the worker's argument types follow (:meth:`cpu_worker` reads every array's flags).
         self.keyed: dict[tuple, PackedWorker] = {}
 
     def cpu_worker(self, index_dtype: Any, position_dtype: Any, arrays: list, scalars: tuple) -> PackedWorker:

@@ -13,6 +13,7 @@ CUDA arrays take one loop iteration (one CUDA thread) per row, after :func:`merg
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numba
@@ -26,9 +27,10 @@ from ..kernels._huge_pages import HUGE_PAGE_THRESHOLD, advise_scattered_once, un
 from ..kernels._upcast import via_float32
 from ._call import unpack_grad
 from ._indices import host_indices, out_of_range_error
+from ._plan import REUSED_BYTES, position_example
 from ._row_sums import LANES, square_sums_8
 from ._rows import JIT_OPTIONS
-from ._whole_rows import WholeRowUpdate, launch_cpu
+from ._whole_rows import KeptLaunch, WholeRowUpdate, kept_launch_fits, launch_cpu
 from .merge import check_merge, merge_duplicates
 from .row_sparse import RowSparse
 
@@ -207,14 +209,13 @@ class PlainTable:
     (:func:`plain_gradient`, :func:`launch_plain`). A caller may keep one for the next steps of the same
     arrays and hyper-parameters (the torch drop-in does, re-checking its tensors)."""
 
-    __slots__ = ("var", "momentum", "arrays", "dtype", "rows", "row_len", "spans", "scalars", "advised")
+    __slots__ = ("var", "momentum", "dtype", "rows", "row_len", "spans", "scalars", "advised")
 
     def __init__(self, var: np.ndarray, momentum: np.ndarray, scalars: tuple) -> None:
         self.var = var
         self.momentum = momentum
         rows, row_len = var.shape
         self.rows, self.row_len, self.dtype = rows, row_len, var.dtype
-        self.arrays = (var, momentum.reshape(rows, 1))  # the row loop's states
         itemsize = var.dtype.itemsize
         v0, m0 = data_address(var), data_address(momentum)
         #: var's and momentum's byte spans (C-contiguous: [address, address + size x itemsize))
@@ -234,7 +235,20 @@ def plain_scalars(
 ) -> tuple | None:
     """The row loop's scalars for a table of ``dtype`` (float32/float64) and rows of ``row_len``, where the
     hyper-parameters are Python numbers >= 0 and ``mode`` a known one; else None (the checked path then
-    decides, and words the errors)."""
+    decides, and words the errors). Called again with the same objects, the last call's tuple itself (no
+    NumPy scalar made again: a kept launch then writes no scalars)."""
+    last = _last_scalars[0]  # the previous call's, for the same objects (a float is never changed)
+    if (
+        last is not None
+        and last[0] is dtype
+        and last[1] is lr
+        and last[2] is eps
+        and last[3] is wd
+        and last[4] is mode
+        and last[5] is max_norm
+        and last[6] == row_len
+    ):
+        return last[7]
     if mode not in MODES:
         return None
     t = dtype.type
@@ -243,7 +257,14 @@ def plain_scalars(
         return None
     one = _ONE_F32 if dtype is _F32 else _ONE_F64
     decay = one - lr_ * wd_ if mode == "decoupled" else one
-    return (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, one)
+    scalars = (t(row_len), lr_, eps_, wd_, mode == "l2", decay, max_norm_, one)
+    _last_scalars[0] = (dtype, lr, eps, wd, mode, max_norm, row_len, scalars)
+    return scalars
+
+
+#: The last :func:`plain_scalars`: its arguments (Python floats and ints, which never change: the same
+#: objects are the same values, -0.0 apart from 0.0) and its scalars.
+_last_scalars: list = [None]
 
 
 def plain_table(
@@ -299,25 +320,73 @@ def plain_gradient(table: PlainTable, grad: Any, indices: Any) -> bool:
 
 def launch_plain(table: PlainTable, grad: np.ndarray, indices: np.ndarray, drop: bool) -> None:
     """Run the CPU row loop (:data:`_table_update`) for a gradient that :func:`plain_gradient` accepted on
-    ``table``; then move a large table onto huge pages the first time (see :func:`_on_huge_pages`).
+    ``table`` (:func:`run_kept` of the :func:`kept_launch`); then move a large table onto huge pages the
+    first time (see :func:`_on_huge_pages`).
 
     Raises:
         IndexError: an out-of-range index (unless ``drop``); nothing was written then.
     """
+    kept = kept_launch(table, indices.shape[0], drop)
+    bad = run_kept(table, kept, data_address(grad), data_address(indices))
+    if bad >= 0:
+        raise out_of_range_error("indices", indices, bad, table.rows)
+
+
+#: How many launches (:func:`kept_launch`) a thread keeps, and how many bytes of plan workspace at most.
+KEPT_LAUNCHES = 8
+KEPT_BYTES = 2 * REUSED_BYTES
+
+_kept = threading.local()
+
+
+def kept_launch(table: PlainTable, count: int, drop: bool) -> KeptLaunch:
+    """The :class:`~._whole_rows.KeptLaunch` of the plain call's row loop on ``table``'s arrays for
+    gradients of ``count`` (>= 1) int64 indices, dropping out-of-range ones if ``drop``: the calling
+    thread's, found by the arrays' addresses, sizes and shape (one kept for a table since freed is right
+    for a new one in the same memory), made on first use (all forgotten when :data:`KEPT_LAUNCHES` or
+    :data:`KEPT_BYTES` would be passed); a new one each call where its plan workspace would be larger than
+    the row loops keep (:func:`~._whole_rows.kept_launch_fits`)."""
+    key = (table.spans, table.rows, table.row_len, count, drop)
+    launches = getattr(_kept, "launches", None)
+    if launches is None:
+        launches = _kept.launches = {}
+    kept = launches.get(key)
+    if kept is None:
+        dtype, row_len = table.dtype, table.row_len
+        positions = position_example(count).dtype
+        # the plain call's worker types follow from the dtype (see plain_gradient)
+        worker = _table_update.keyed.get((dtype, positions))
+        states = [table.var, table.momentum.reshape(table.rows, 1)]  # the row loop's 2-D states
+        if worker is None:  # a gradient as plain_gradient takes it: 2-D, C-contiguous, aligned
+            example = [np.empty((2, row_len), dtype), *states]
+            worker = _table_update.cpu_worker(_INT64, positions, example, table.scalars)
+            _table_update.keyed[(dtype, positions)] = worker
+        args = (_INT64, count, table.rows, not drop, row_len, dtype, states, table.scalars)
+        kept = KeptLaunch(_table_update, worker, *args)
+        if kept_launch_fits(_table_update, count, row_len, dtype.itemsize):
+            held = sum(launch.nbytes for launch in launches.values())
+            if len(launches) >= KEPT_LAUNCHES or held + kept.nbytes > KEPT_BYTES:
+                launches.clear()
+            launches[key] = kept
+    return kept
+
+
+def run_kept(table: PlainTable, kept: KeptLaunch, grad: int, indices: int) -> int:
+    """Run ``kept`` (``table``'s, from :func:`kept_launch`) with the scalars of ``table`` over the
+    gradient rows at address ``grad`` and the int64 indices at ``indices`` (C-contiguous, aligned, apart from
+    the table's memory: :func:`plain_gradient`'s checks); return the position of the first out-of-range
+    index (nothing was written) or -1. A large table is moved onto huge pages after its first completed step
+    (:func:`_on_huge_pages`)."""
     address, end = table.spans[0], table.spans[1]
     # looked up before the launch (whose memory traffic leaves the caches cold for Python), advised after
     # the step, for the next ones
     advise = not table.advised and unadvised(address, end - address)
-    # the plain call's worker types follow from the dtype (see plain_gradient)
-    var, momentum = table.arrays
-    bad = launch_cpu(
-        _table_update, indices, table.rows, drop, [grad, var, momentum], table.scalars, table.dtype
-    )
-    if bad >= 0:
-        raise out_of_range_error("indices", indices, bad, table.rows)
-    if advise:
-        advise_scattered_once(address, end - address)
-    table.advised = True
+    bad = kept.run(indices, grad, table.scalars)
+    if bad < 0:
+        if advise:
+            advise_scattered_once(address, end - address)
+        table.advised = True
+    return bad
 
 
 def _on_huge_pages(table: np.ndarray) -> None:

@@ -14,7 +14,14 @@ import torch
 
 from ..optimizers.rowwise_adagrad import check_rowwise_hyper
 from ..sparse import rowwise_adagrad
-from ..sparse.rowwise_adagrad import PlainTable, launch_plain, plain_scalars, plain_table
+from ..sparse._indices import out_of_range_error
+from ..sparse.rowwise_adagrad import (
+    PlainTable,
+    kept_launch,
+    plain_scalars,
+    plain_table,
+    run_kept,
+)
 from . import _memory, _views
 from ._base import KernelOptimizer, _contiguous, _Work, unwrapped
 from ._sparse import row_sparse
@@ -101,17 +108,23 @@ class _TableViews:
         """The plain table with the scalars of ``hyper`` (a group's :data:`_HYPER`, ``lr`` taken as a
         float), made again where a value is not the same object as before or may change in place (a tensor);
         None where the plain call does not take them."""
+        lr, eps, weight_decay, mode, max_norm = hyper
+        kept = self.hyper  # () until scalars are kept, and then only for values of _IMMUTABLE types
         if (
-            len(hyper) == len(self.hyper)
-            and all(map(operator.is_, hyper, self.hyper))
-            and all(type(value) in _IMMUTABLE for value in hyper)  # a tensor lr changes in place
+            kept
+            and lr is kept[0]
+            and eps is kept[1]
+            and weight_decay is kept[2]
+            and mode is kept[3]
+            and max_norm is kept[4]
         ):
             return self.plain
-        lr, eps, weight_decay, mode, max_norm = hyper
         scalars = plain_scalars(self.plain.dtype, float(lr), eps, weight_decay, mode, max_norm, self.shape[1])
         if scalars is None:
             return None
-        self.plain.scalars, self.hyper = scalars, hyper
+        self.plain.scalars = scalars
+        # a tensor lr changes in place: its scalars are made again each step
+        self.hyper = hyper if all(type(value) in _IMMUTABLE for value in hyper) else ()
         return self.plain
 
 
@@ -203,19 +216,17 @@ class RowWiseAdagrad(KernelOptimizer):
         if values.dtype is not views.dtype or not (values.is_contiguous() and rows.is_contiguous()):
             return False
         address = values.data_ptr()
-        indices = rows.numpy()  # the index row through NumPy: torch's indexing is the slowest of these reads
-        sparse_dim, count = indices.shape
+        sparse_dim, count = rows.shape
         itemsize = table.dtype.itemsize
         if sparse_dim != 1 or not count or address % itemsize:
             return False
         if not table.apart(address, count * table.row_len * itemsize):
             return False
-        try:
-            values = values.numpy()
-        except RuntimeError:  # values that require grad
-            values = values.detach().numpy()
         self._check_hyper(group)
-        launch_plain(table, values, indices[0], False)
+        # the gradient's memory by its addresses (its NumPy views cost more than the rest of the launch)
+        bad = run_kept(table, kept_launch(table, count, False), address, rows.data_ptr())
+        if bad >= 0:
+            raise out_of_range_error("indices", rows.numpy()[0], bad, table.rows)
         return True
 
     def _kernel(self, group: dict) -> tuple:
