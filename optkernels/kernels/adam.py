@@ -25,8 +25,10 @@ def _adam(i, var, m, v, gradient, lr_t, beta1, one_minus_beta1, one_minus_beta2,
     var[i] = var[i] - lr_t * numerator / (math.sqrt(v_new) + epsilon)
 
 
-# its root and division hold the loop's loads back: its large launches are prefetched ahead
+# its root and division hold the loop's loads back: its large launches are prefetched ahead (float32, and
+# the fused loop of bfloat16/float16 parameters and gradients)
 _adam.prefetch_large = True
+_adam.prefetch_large_half = True
 
 
 @elementwise
