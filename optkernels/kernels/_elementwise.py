@@ -149,6 +149,12 @@ class Elementwise:
     #: the plain one: for element functions whose large launches leave memory idle behind their arithmetic
     #: (the same bits).
     prefetch_large = False
+    #: Whether a float16/bfloat16 launch that runs the fused loop (float32 math on the widened elements, one
+    #: pass over memory: :func:`_fused_entry`) and gives each thread :data:`PREFETCH_PART` elements or more
+    #: runs that loop's prefetching form (:func:`._chunks.entry`'s ``prefetch``), compiled on its first such
+    #: launch, smaller launches keeping the plain one: for element functions whose large half launches leave
+    #: memory idle behind their arithmetic and conversions (the same bits).
+    prefetch_large_half = False
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -1002,11 +1008,25 @@ def {name}(_i, {args}):
 """
 
 
-def _fused_entry(py_func: Callable, kinds: tuple, flags: tuple = ()) -> Callable | None:
+def _fused_entry(
+    py_func: Callable, kinds: tuple, flags: tuple = (), prefetch: bool = False
+) -> Callable | None:
     """As :func:`_fused_driver`, as a chunked launch (:func:`._chunks.entry`): ``entry(parallel, n,
-    *arguments)``."""
+    *arguments)``; ``prefetch``: its prefetching form (a part of :data:`PREFETCH_PART` elements or more runs
+    in blocks, the arrays prefetched ahead: ``_chunks.entry``'s ``prefetch``; each element the same call)."""
     fused = _fused_function(py_func, kinds, flags, _FUSED_CHUNK, "")
-    return None if fused is None else _chunks.entry(fused[0], salt=fused[1])
+    return None if fused is None else _chunks.entry(fused[0], salt=fused[1], prefetch=prefetch)
+
+
+def _prefetching_fused_entry(ew: Elementwise, kinds: tuple, flags: tuple) -> Callable:
+    """The prefetching form of ``ew``'s fused half loop for ``kinds`` and ``flags`` (:func:`_fused_entry`
+    with ``prefetch``), kept with its drivers; compiled on first use (the first large launch)."""
+    drivers = ew.__dict__.setdefault("_half_drivers", {})
+    key = ("prefetching", "cpu", kinds, False, flags)
+    entry = drivers.get(key)
+    if entry is None:
+        entry = drivers[key] = _fused_entry(ew.py_func, kinds, flags, prefetch=True)
+    return entry
 
 
 # The fused loop of an element function that tests torch's scalar tail (``_torch_tail.torch_tail``), as a
@@ -1207,7 +1227,8 @@ def _launch_half(ew: Elementwise, device: str, n: int, kinds: tuple, args: tuple
     extra = rounding.take() if rounding is not None else ()
     if device == "cpu":
         if workspace is _NO_WORKSPACE or workspace is _SPLIT_WORKSPACE:
-            _launch_chunked(driver, workspace, n, views)
+            large = (ew, kinds, flags) if workspace is _NO_WORKSPACE and ew.prefetch_large_half else None
+            _launch_chunked(driver, workspace, n, views, large)
             return
         with parallel_launch(), _SerialBelow(n):
             if workspace is None:
@@ -1231,7 +1252,7 @@ class HalfLauncher:
         Example arguments (arrays with their half dtypes, and scalars), as :meth:`Elementwise.launch` takes.
     """
 
-    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half", "_chunked")
+    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half", "_chunked", "_large")
 
     def __init__(self, ew: Elementwise, args: tuple):
         kinds = _half_kinds(args)
@@ -1245,6 +1266,8 @@ class HalfLauncher:
         self._n_half = len(half)
         self._chunked = self._workspace is _NO_WORKSPACE or self._workspace is _SPLIT_WORKSPACE
         self._nan_scalars = tuple(k for k in scalars if type(args[k]) in _FLOAT_SCALARS)
+        fused = self._workspace is _NO_WORKSPACE and ew.prefetch_large_half
+        self._large = (ew, kinds, flags) if fused else None  # see _launch_chunked
 
     def fits(self, args: tuple) -> bool:
         """Whether ``args`` has the bool values this launcher's loop was compiled for."""
@@ -1265,7 +1288,7 @@ class HalfLauncher:
             if a != a:
                 args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
         if self._chunked:
-            _launch_chunked(self._driver, self._workspace, n, args)
+            _launch_chunked(self._driver, self._workspace, n, args, self._large)
             return True
         with parallel_launch(), _SerialBelow(n):
             workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
@@ -1297,16 +1320,23 @@ def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tupl
     return plan
 
 
-def _launch_chunked(driver: Callable, workspace: np.ndarray, n: int, args: Any) -> None:
+def _launch_chunked(
+    driver: Callable, workspace: np.ndarray, n: int, args: Any, large: tuple | None = None
+) -> None:
     """Launch a fused half loop's chunked entry over ``n`` elements: ``driver(parallel, n, *args)``, or for
     a split loop (``workspace`` :data:`_SPLIT_WORKSPACE`) ``driver(parallel, parts, n, parts, *args)`` with
     one part per thread of the calling thread's count. Below :data:`SERIAL_BELOW` float32 elements' worth
     (an element of the split loop weighs :data:`SPLIT_ELEMENT_WEIGHT`) the entry runs on the calling
-    thread, as :class:`_SerialBelow` runs a parallel loop, without changing the thread count."""
+    thread, as :class:`_SerialBelow` runs a parallel loop, without changing the thread count. ``large``:
+    ``(ew, kinds, flags)`` of a fused loop whose element function sets
+    :attr:`Elementwise.prefetch_large_half`: where a thread's part holds :data:`PREFETCH_PART` elements or
+    more, its prefetching form runs instead (:func:`_prefetching_fused_entry`)."""
     split = workspace is _SPLIT_WORKSPACE
     with parallel_launch():
         parallel = n * (SPLIT_ELEMENT_WEIGHT if split else 1) >= SERIAL_BELOW and parallel_allowed()
         if not split:
+            if large is not None and _large_parts(n, parallel):
+                driver = _prefetching_fused_entry(*large)
             driver(parallel, n, *args)
             return
         parts = thread_mask()[0]() if parallel else 1

@@ -25,8 +25,10 @@ def _adam(i, var, m, v, gradient, lr_t, beta1, one_minus_beta1, one_minus_beta2,
     var[i] = var[i] - lr_t * numerator / (math.sqrt(v_new) + epsilon)
 
 
-# its root and division hold the loop's loads back: its large launches are prefetched ahead
+# its root and division hold the loop's loads back: its large launches are prefetched ahead (float32, and
+# the fused loop of bfloat16/float16 parameters and gradients)
 _adam.prefetch_large = True
+_adam.prefetch_large_half = True
 
 
 @elementwise
@@ -41,8 +43,9 @@ def _adam_amsgrad(i, var, m, v, vhat, grad, lr_t, one_minus_beta1, one_minus_bet
     var[i] = var[i] - lr_t * m_new / (math.sqrt(vhat_new) + epsilon)
 
 
-# the same root and division over five arrays: its large launches are prefetched ahead too
+# the same root and division over five arrays: its large launches are prefetched ahead too (half ones too)
 _adam_amsgrad.prefetch_large = True
+_adam_amsgrad.prefetch_large_half = True
 
 
 @elementwise
@@ -58,8 +61,9 @@ def _adam_delta(
     delta[i] = -(lr_t * numerator) / (math.sqrt(v_new) + epsilon)
 
 
-# the offload's host step: the same root and division, its large launches prefetched ahead
+# the offload's host step: the same root and division, its large launches prefetched ahead (half ones too)
 _adam_delta.prefetch_large = True
+_adam_delta.prefetch_large_half = True
 
 
 def _step_size(one: Any, b1p: Any, b2p: Any, lr: Any) -> Any:
