@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..kernels._elementwise import HalfLauncher, _lowp_module
+from ..kernels.torch_rules import DenominatorTableBuffer
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
 from ._short_path import _plain, gradients_checked, lr_changed, planned_group, unchanged
 
@@ -73,7 +74,7 @@ class HalfStep:
     float16/bfloat16 CPU parameters, each launched by a kept :class:`HalfLauncher`. Made by :meth:`of` after
     a generic step; :meth:`run` steps or returns False (nothing written)."""
 
-    __slots__ = ("group", "plan", "guard", "hyper", "lr", "per_group", "grads", "launches", "tabled")
+    __slots__ = ("group", "plan", "guard", "hyper", "lr", "per_group", "grads", "launches", "tabled", "table")
 
     def __init__(self, optimizer: Any, group: dict, plan: _Plan, launches: list):
         assert plan.guard is not None  # (checked by of)
@@ -82,9 +83,11 @@ class HalfStep:
         self.lr = group["lr"]
         self.per_group = optimizer._group_scalars(group, _FLOAT32)
         self.grads = np.empty(len(plan.params), np.int64)  # written by the guard's check
-        self.tabled = [  # the launches that step with a table of denominators
-            n >= DENOMINATOR_TABLE_FROM and plan.params[k].dtype == torch.bfloat16 for k, n, _, _ in launches
+        self.tabled = [  # the launches that step with a table of denominators (torch's fused step has none)
+            not group.get("fused") and n >= DENOMINATOR_TABLE_FROM and plan.params[k].dtype == torch.bfloat16
+            for k, n, _, _ in launches
         ]
+        self.table = DenominatorTableBuffer() if any(self.tabled) else None  # this path's own table
 
     @classmethod
     def of(cls, optimizer: Any) -> HalfStep | None:
@@ -136,7 +139,19 @@ class HalfStep:
             return False
         step = plan.step_now + 1
         shared = optimizer._half_step_scalars(group, self.per_group, step)
-        tabled = optimizer._tabled_half_scalars(group, shared) if any(self.tabled) else None
+        own = self.table
+        tabled = optimizer._tabled_half_scalars(group, shared, own) if own is not None else None
+        held = tabled is not None and tabled[-1] is own.table  # given back after the launches
+        try:
+            return self._launch(plan, params, grads, shared, tabled, step)
+        finally:
+            if held:
+                own.release()
+
+    def _launch(self, plan: Any, params: list, grads: Any, shared: tuple, tabled: Any, step: int) -> bool:
+        """:meth:`run`'s launches with the step's scalars ``shared`` (``tabled`` those of the tensors that
+        read a table, or None), after the step counters are set to ``step``; False where a launcher does not
+        fit its arguments (nothing written)."""
         calls = []
         for j, (k, n, kept, tails) in enumerate(self.launches):
             address = int(grads[j])
