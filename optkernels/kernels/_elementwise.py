@@ -1260,10 +1260,7 @@ class HalfLauncher:
             return False
         if n == 0:
             return True
-        for k in self._nan_scalars:  # all-bfloat16 call: a NaN scalar as the default NaN (see _launch_half)
-            a = args[k]
-            if a != a:
-                args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
+        args = self._default_nans(args)
         if self._chunked:
             _launch_chunked(self._driver, self._workspace, n, args)
             return True
@@ -1271,6 +1268,30 @@ class HalfLauncher:
             workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
             for_this_process(self._driver)(n, workspace, *args)
         return True
+
+    def serial(self, n: int, *args: Any) -> bool:
+        """As calling the launcher (the same bits), on the calling thread alone: for a launch too small to
+        share out (a chunked launch only)."""
+        if not self._chunked:
+            raise TypeError("only a chunked half launcher runs serially")
+        if _lowp_module().stochastic_stream() is not None:
+            return False
+        if n == 0:
+            return True
+        args = self._default_nans(args)
+        if self._workspace is _SPLIT_WORKSPACE:
+            self._driver(False, 1, n, 1, *args)
+        else:
+            self._driver(False, n, *args)
+        return True
+
+    def _default_nans(self, args: tuple) -> tuple:
+        """``args`` with a NaN scalar as the default NaN, in an all-bfloat16 call (see ``_launch_half``)."""
+        for k in self._nan_scalars:
+            a = args[k]
+            if a != a:
+                args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
+        return args
 
 
 def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tuple = ()) -> tuple:

@@ -562,7 +562,9 @@ def _fill_denominators(buffer: np.ndarray, stop: int, bc2_sqrt: Any, inv_bc2_sqr
         made = (roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example))
         found = _BF16_ROOTS.setdefault("roots", made)
     roots, launcher = found
-    if not launcher(stop, buffer[1 : 1 + stop], roots[:stop], bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL):
+    if not launcher.serial(  # (a few microseconds: not worth waking another thread)
+        stop, buffer[1 : 1 + stop], roots[:stop], bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL
+    ):
         raise RuntimeError("a denominator table is not built inside stochastic_rounding()")
 
 

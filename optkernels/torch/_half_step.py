@@ -58,9 +58,9 @@ def _hyper(group: dict) -> Any:
 _FLOAT32 = np.dtype(np.float32)
 
 #: A bfloat16 tensor of at least this many elements steps with a table of the step's denominators
-#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits), whose 65536 entries cost about as
-#: much to compute as the table saves on this many elements.
-DENOMINATOR_TABLE_FROM = 1 << 18
+#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits): refilling the table's 32768 positive
+#: entries on one thread costs about what reading it saves each of two threads on half this many elements.
+DENOMINATOR_TABLE_FROM = 1 << 16
 
 
 def _plain_hyper(group: dict) -> bool:
