@@ -236,3 +236,28 @@ def test_tables_built_from_several_threads_at_first_use_are_the_serial_ones(monk
             monkeypatch.setattr(T, name, empty())
         alone = T.adam_denominator_table(*_scalars(*case)[-5:-2]).buffer[1:]
         assert np.array_equal(got[case], alone), case
+
+
+def test_launches_by_key_give_the_dispatchers_bits():
+    """HalfLauncher.by_key: calls whose scalars change types (a multiplying and a dividing quotient, the
+    computed and the tabled denominator) each under their own key, first through the dispatcher and then
+    through the overload's entry point, serially and not: the bits of plain launches."""
+    n = 3 * 65536 + 77
+    arrays = _arrays(n, 21)
+    tails = T.torch_tail_scalars(n, 2, 32)
+    cases = []
+    for beta2, step in (MULTIPLIES, DIVIDES):
+        scalars = _scalars(beta2, step, wd=0.01)
+        cases += [scalars, (*scalars[:-1], T.adam_denominator_table(*scalars[-5:-2]))]
+    example = tuple(a.view(BF16) for a in arrays) + (*cases[0], *tails)
+    launcher = HalfLauncher(T._torch_adam, example)
+    for round_ in range(3):
+        for k, scalars in enumerate(cases):
+            expected = _step(T._torch_adam, arrays, scalars, tails)
+            out = [a.copy() for a in arrays]
+            key = (type(scalars[-4]), type(scalars[-1]))
+            assert launcher.by_key(key, n, *out, *scalars, *tails, serial=bool(round_ % 2))
+            for a, b in zip(expected, out):
+                assert np.array_equal(a, b), (round_, k)
+    assert len(launcher._entries) == 4
+    assert all(callable(entry) for entry in launcher._entries.values())  # each resolved to an entry point

@@ -562,8 +562,17 @@ def _fill_denominators(buffer: np.ndarray, stop: int, bc2_sqrt: Any, inv_bc2_sqr
         made = (roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example))
         found = _BF16_ROOTS.setdefault("roots", made)
     roots, launcher = found
-    if not launcher.serial(  # (a few microseconds: not worth waking another thread)
-        stop, buffer[1 : 1 + stop], roots[:stop], bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL
+    key = (type(bc2_sqrt), type(inv_bc2_sqrt), type(eps))  # (the arrays: 1-D contiguous uint16, always)
+    if not launcher.by_key(  # on this thread: a few microseconds, not worth waking another one
+        key,
+        stop,
+        buffer[1 : 1 + stop],
+        roots[:stop],
+        bc2_sqrt,
+        inv_bc2_sqrt,
+        eps,
+        *_NO_TABLE_TAIL,
+        serial=True,
     ):
         raise RuntimeError("a denominator table is not built inside stochastic_rounding()")
 

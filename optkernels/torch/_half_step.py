@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..kernels._elementwise import HalfLauncher, _lowp_module
-from ..kernels.torch_rules import DenominatorTableBuffer
+from ..kernels.torch_rules import DenominatorTableBuffer, SqrtKernel
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
 from ._short_path import _plain, gradients_checked, lr_changed, planned_group, unchanged
 
@@ -162,14 +162,27 @@ class HalfStep:
                 if seen[0] is not None:
                     kept[2] = seen
             scalars = tabled if tabled is not None and self.tabled[j] else shared
-            args = (*kept[1], seen[1], *scalars, *(_tail_scalars(n) if tails is None else tails))
+            tail = _tail_scalars(n) if tails is None else tails
+            args = (*kept[1], seen[1], *scalars, *tail)
             launcher = kept[-1]
             if not launcher.fits(args):
                 return False
-            calls.append((launcher, n, args))
+            calls.append((launcher, n, args, None if seen[0] is None else _types_key(seen[0], scalars, tail)))
         # nothing is written above this line
         plan.step_now = step
         plan.steps_np.fill(step)  # the state's 'step' tensors are views of it
-        for launcher, n, args in calls:
-            launcher(n, *args)
+        for launcher, n, args, key in calls:
+            if key is None:
+                launcher(n, *args)
+            else:
+                launcher.by_key(key, n, *args)
         return True
+
+
+def _types_key(address: int, scalars: tuple, tail: tuple) -> tuple:
+    """What the Numba types of a launch's arguments depend on beyond the plan's own arrays (the same
+    objects every step): the gradient's bits (:func:`._base._bits_at` of ``address``: 1-D, contiguous,
+    writable, aligned where the address is even), the scalars' types and the ``mkl`` scalar's own Numba
+    type (a SqrtKernel's is its kernel's), for :meth:`HalfLauncher.by_key`."""
+    mkl = scalars[-1]
+    return (address & 1, *map(type, scalars), mkl if type(mkl) is SqrtKernel else None, *map(type, tail))
