@@ -140,7 +140,9 @@ class HalfStep:
         step = plan.step_now + 1
         shared = optimizer._half_step_scalars(group, self.per_group, step)
         own = self.table
-        tabled = optimizer._tabled_half_scalars(group, shared, own) if own is not None else None
+        if own is None:
+            return self._launch(plan, params, grads, shared, None, step)
+        tabled = optimizer._tabled_half_scalars(group, shared, own)
         held = tabled is not None and tabled[-1] is own.table  # given back after the launches
         try:
             return self._launch(plan, params, grads, shared, tabled, step)
