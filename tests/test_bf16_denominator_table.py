@@ -95,7 +95,7 @@ def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
     import optkernels.torch as okt
     from optkernels.torch import _half_step
 
-    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 50000)
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)  # per thread: 60000 elements take it
     used = []
     take = T.DenominatorTableBuffer.take
     monkeypatch.setattr(T.DenominatorTableBuffer, "take", lambda own, *a: used.append(a) or take(own, *a))
@@ -180,7 +180,7 @@ def test_optimizers_stepping_in_several_threads_give_the_serial_bits(monkeypatch
     import optkernels.torch as okt
     from optkernels.torch import _half_step
 
-    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 20000)
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)  # per thread: 30000 elements take it
     betas = [(0.9, 0.999), (0.8, 0.99), (0.9, 0.95), (0.5, 0.9)]
 
     def run(k, out):
