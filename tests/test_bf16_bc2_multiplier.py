@@ -64,17 +64,22 @@ def _same(a, b):
     return torch.equal(a.detach().view(torch.int16), b.detach().view(torch.int16))
 
 
+@pytest.mark.parametrize("n", [4099, 70001], ids=["computed", "tabled"])
 @pytest.mark.parametrize("amsgrad", [False, True])
 @pytest.mark.parametrize("beta2, first", [(0.999, 2932), (DIVIDES[0], DIVIDES[1] - 2)])
-def test_bfloat16_adam_steps_around_the_checked_steps_are_torch_bits(amsgrad, beta2, first):
+def test_bfloat16_adam_steps_around_the_checked_steps_are_torch_bits(amsgrad, beta2, first, n, monkeypatch):
     """optkernels.torch.Adam on bfloat16 from torch's state: five steps from ``first`` (one by a neighbour
     of float32(1/c) at 2934 with β2 = 0.999, one dividing at 54601 with β2 = 0.99999), the same bits as
-    torch.optim.Adam(foreach=False) at every step."""
+    torch.optim.Adam(foreach=False) at every step; the larger tensor with the table of denominators (whose
+    launches change their scalars' types at the dividing step and back)."""
+    from optkernels.torch import _half_step
+
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 10000)  # per thread: 70001 elements take it
     gen = torch.Generator().manual_seed(3)
-    init = torch.randn(4099, generator=gen).to(torch.bfloat16)
+    init = torch.randn(n, generator=gen).to(torch.bfloat16)
     theirs, ours = init.clone().requires_grad_(), init.clone().requires_grad_()
     reference = torch.optim.Adam([theirs], lr=1e-2, betas=(0.9, beta2), amsgrad=amsgrad, foreach=False)
-    theirs.grad = torch.randn(4099, generator=gen).to(torch.bfloat16)
+    theirs.grad = torch.randn(n, generator=gen).to(torch.bfloat16)
     reference.step()
     state = reference.state_dict()
     state["state"][0]["step"] = torch.tensor(float(first - 1))
@@ -83,7 +88,7 @@ def test_bfloat16_adam_steps_around_the_checked_steps_are_torch_bits(amsgrad, be
     optimizer.load_state_dict(copy.deepcopy(state))
     ours.data.copy_(theirs.detach())
     for step in range(first, first + 5):
-        g = (torch.randn(4099, generator=gen) * (step - first + 1)).to(torch.bfloat16)
+        g = (torch.randn(n, generator=gen) * (step - first + 1)).to(torch.bfloat16)
         theirs.grad, ours.grad = g, g.clone()
         reference.step()
         optimizer.step()

@@ -92,18 +92,13 @@ def test_a_table_buffer_is_checked():
 
 def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
     torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch")
-    import sys
-
     import optkernels.torch as okt
     from optkernels.torch import _half_step
 
-    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 50000)
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)  # per thread: 60000 elements take it
     used = []
-    table = T.adam_denominator_table
-    monkeypatch.setattr(T, "adam_denominator_table", lambda *a: used.append(a) or table(*a))
-    monkeypatch.setattr(
-        sys.modules["optkernels.torch.adam"], "adam_denominator_table", T.adam_denominator_table
-    )
+    take = T.DenominatorTableBuffer.take
+    monkeypatch.setattr(T.DenominatorTableBuffer, "take", lambda own, *a: used.append(a) or take(own, *a))
     gen = torch.Generator().manual_seed(5)
     for cls, kwargs in (("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", {})):
         base = [(torch.randn(n, generator=gen) * 0.1).bfloat16() for n in (60000, 1000)]
@@ -130,6 +125,85 @@ def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
                             topt.state[p][name].view(torch.int16), oopt.state[q][name].view(torch.int16)
                         ), (cls, k, name)
         assert len(used) - before == 4  # the short path's four steps (the first is the generic step)
+
+
+def test_a_refilled_buffer_holds_the_fresh_tables_entries():
+    """One buffer refilled for steps of other constants, a repeated step, another eps (−0.0 against 0.0:
+    the entry of −0 differs) and back: each time the entries of a table made anew."""
+    own = T.DenominatorTableBuffer()
+    cases = [(0.999, 3, 1e-8), (0.999, 4, 1e-8), (0.999, 4, 1e-8), (*DIVIDES, 1e-8), (0.999, 5, 0.0)]
+    cases += [(0.999, 5, -0.0), (0.999, 6, -0.0), (0.95, 2, 1e-3), (0.999, 3, 1e-8)]
+    for beta2, step, eps in cases:
+        scalars = _scalars(beta2, step, eps=eps)[-5:-2]
+        table = own.take(*scalars)
+        try:
+            assert table is own.table
+            T._DENOMINATOR_TABLES.clear()
+            T._NEGATIVE_HALVES.clear()
+            fresh = T.adam_denominator_table(*scalars).buffer[1:]
+            assert np.array_equal(table.buffer[1:], fresh), (beta2, step, eps)
+        finally:
+            own.release()
+    negative_zero = int(np.array([-0.0], BF16).view(np.uint16)[0])
+    assert own.table.buffer[1 + negative_zero] == np.array([1e-8], np.float32).astype(BF16).view(np.uint16)[0]
+    T._DENOMINATOR_TABLES.clear()
+    zero, minus_zero = (T.adam_denominator_table(*_scalars(0.999, 5, eps=e)[-5:-2]) for e in (0.0, -0.0))
+    assert zero.buffer[1 + negative_zero] == 0 and minus_zero.buffer[1 + negative_zero] == negative_zero
+
+
+def test_a_held_buffer_is_not_taken_again():
+    """While one thread holds the buffer (its launches read it), another thread's take gets None and writes
+    nothing; once released, it is taken again."""
+    import threading
+
+    own = T.DenominatorTableBuffer()
+    first = _scalars(0.999, 3)[-5:-2]
+    assert own.take(*first) is own.table
+    before = own.table.buffer.copy()
+    got = []
+    other = threading.Thread(target=lambda: got.append(own.take(*_scalars(0.999, 9)[-5:-2])))
+    other.start()
+    other.join(timeout=60)
+    assert got == [None] and np.array_equal(own.table.buffer, before)
+    own.release()
+    assert own.take(*_scalars(0.999, 9)[-5:-2]) is own.table
+    own.release()
+    assert not np.array_equal(own.table.buffer, before)
+
+
+def test_optimizers_stepping_in_several_threads_give_the_serial_bits(monkeypatch):
+    """Several optimizers (their own tables), several threads, at once: each tensor's bits after five steps
+    are the bits that the same steps give alone."""
+    torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch")
+    import threading
+
+    import optkernels.torch as okt
+    from optkernels.torch import _half_step
+
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)  # per thread: 30000 elements take it
+    betas = [(0.9, 0.999), (0.8, 0.99), (0.9, 0.95), (0.5, 0.9)]
+
+    def run(k, out):
+        gen = torch.Generator().manual_seed(k)
+        p = torch.nn.Parameter((torch.randn(30000, generator=gen) * 0.1).bfloat16())
+        opt = okt.Adam([p], lr=0.01, betas=betas[k], eps=1e-8 if k % 2 else 1e-3)
+        for _ in range(6):
+            p.grad = torch.randn(p.shape, generator=gen).bfloat16()
+            opt.step()
+        out[k] = p.detach().view(torch.int16).clone()
+
+    alone: dict = {}
+    for k in range(len(betas)):
+        run(k, alone)
+    together: dict = {}
+    threads = [threading.Thread(target=run, args=(k, together)) for k in range(len(betas))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert set(together) == set(alone)
+    for k in alone:
+        assert torch.equal(alone[k], together[k]), k
 
 
 def test_tables_built_from_several_threads_at_first_use_are_the_serial_ones(monkeypatch):
@@ -162,3 +236,28 @@ def test_tables_built_from_several_threads_at_first_use_are_the_serial_ones(monk
             monkeypatch.setattr(T, name, empty())
         alone = T.adam_denominator_table(*_scalars(*case)[-5:-2]).buffer[1:]
         assert np.array_equal(got[case], alone), case
+
+
+def test_launches_by_key_give_the_dispatchers_bits():
+    """HalfLauncher.by_key: calls whose scalars change types (a multiplying and a dividing quotient, the
+    computed and the tabled denominator) each under their own key, first through the dispatcher and then
+    through the overload's entry point, serially and not: the bits of plain launches."""
+    n = 3 * 65536 + 77
+    arrays = _arrays(n, 21)
+    tails = T.torch_tail_scalars(n, 2, 32)
+    cases = []
+    for beta2, step in (MULTIPLIES, DIVIDES):
+        scalars = _scalars(beta2, step, wd=0.01)
+        cases += [scalars, (*scalars[:-1], T.adam_denominator_table(*scalars[-5:-2]))]
+    example = tuple(a.view(BF16) for a in arrays) + (*cases[0], *tails)
+    launcher = HalfLauncher(T._torch_adam, example)
+    for round_ in range(3):
+        for k, scalars in enumerate(cases):
+            expected = _step(T._torch_adam, arrays, scalars, tails)
+            out = [a.copy() for a in arrays]
+            key = (type(scalars[-4]), type(scalars[-1]))
+            assert launcher.by_key(key, n, *out, *scalars, *tails, serial=bool(round_ % 2))
+            for a, b in zip(expected, out):
+                assert np.array_equal(a, b), (round_, k)
+    assert len(launcher._entries) == 4
+    assert all(callable(entry) for entry in launcher._entries.values())  # each resolved to an entry point

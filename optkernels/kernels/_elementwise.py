@@ -1252,7 +1252,16 @@ class HalfLauncher:
         Example arguments (arrays with their half dtypes, and scalars), as :meth:`Elementwise.launch` takes.
     """
 
-    __slots__ = ("flags", "_driver", "_nan_scalars", "_workspace", "_n_half", "_chunked", "_large")
+    __slots__ = (
+        "flags",
+        "_driver",
+        "_nan_scalars",
+        "_workspace",
+        "_n_half",
+        "_chunked",
+        "_large",
+        "_entries",
+    )
 
     def __init__(self, ew: Elementwise, args: tuple):
         kinds = _half_kinds(args)
@@ -1268,6 +1277,7 @@ class HalfLauncher:
         self._nan_scalars = tuple(k for k in scalars if type(args[k]) in _FLOAT_SCALARS)
         fused = self._workspace is _NO_WORKSPACE and ew.prefetch_large_half
         self._large = (ew, kinds, flags) if fused else None  # see _launch_chunked
+        self._entries: dict = {}  # key -> the driver overload's entry point (see by_key)
 
     def fits(self, args: tuple) -> bool:
         """Whether ``args`` has the bool values this launcher's loop was compiled for."""
@@ -1283,10 +1293,7 @@ class HalfLauncher:
             return False
         if n == 0:
             return True
-        for k in self._nan_scalars:  # all-bfloat16 call: a NaN scalar as the default NaN (see _launch_half)
-            a = args[k]
-            if a != a:
-                args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
+        args = self._default_nans(args)
         if self._chunked:
             _launch_chunked(self._driver, self._workspace, n, args, self._large)
             return True
@@ -1294,6 +1301,67 @@ class HalfLauncher:
             workspace = self._workspace if self._workspace is not None else _workspace(self._n_half)
             for_this_process(self._driver)(n, workspace, *args)
         return True
+
+    def serial(self, n: int, *args: Any) -> bool:
+        """As calling the launcher (the same bits), on the calling thread alone: for a launch too small to
+        share out (a chunked launch only)."""
+        if not self._chunked:
+            raise TypeError("only a chunked half launcher runs serially")
+        if _lowp_module().stochastic_stream() is not None:
+            return False
+        if n == 0:
+            return True
+        args = self._default_nans(args)
+        if self._workspace is _SPLIT_WORKSPACE:
+            self._driver(False, 1, n, 1, *args)
+        else:
+            self._driver(False, n, *args)
+        return True
+
+    def by_key(self, key: Any, n: int, *args: Any, serial: bool = False) -> bool:
+        """As calling the launcher (:meth:`serial` where ``serial``; the same compiled code, the same bits),
+        where the caller guarantees that every call with an equal ``key`` passes arguments of the same Numba
+        types (the same array kinds, scalar types, SqrtKernel kernels): the chunked driver's overload for
+        them is found on the first call with ``key`` (a launch through Numba's dispatcher), and later calls
+        run its compiled entry point without the dispatcher's typing of every argument (~2 µs for Adam's
+        22)."""
+        entry = self._entries.get(key)
+        if entry is None or entry is _NO_ENTRY:
+            done = self.serial(n, *args) if serial else self(n, *args)
+            if done and n and entry is None:
+                self._entries[key] = self._overload_entry(n, args)
+            return done
+        if _lowp_module().stochastic_stream() is not None:
+            return False
+        if n == 0:
+            return True
+        args = self._default_nans(args)
+        if not serial:
+            _launch_chunked(entry, self._workspace, n, args, self._large)
+        elif self._workspace is _SPLIT_WORKSPACE:
+            entry(False, 1, n, 1, *args)
+        else:
+            entry(False, n, *args)
+        return True
+
+    def _overload_entry(self, n: int, args: tuple) -> Any:
+        """The entry point of the chunked driver's overload for exactly the Numba types of a launch with
+        ``args`` (one the dispatcher has compiled), or :data:`_NO_ENTRY` where there is none."""
+        if not self._chunked or len(self._entries) >= 8:
+            return _NO_ENTRY
+        driver = self._driver
+        head = (False, 1, n, 1) if self._workspace is _SPLIT_WORKSPACE else (False, n)
+        signature = tuple(driver.typeof_pyval(a) for a in (*head, *self._default_nans(args)))
+        overload = driver.overloads.get(signature)
+        return _NO_ENTRY if overload is None else overload.entry_point
+
+    def _default_nans(self, args: tuple) -> tuple:
+        """``args`` with a NaN scalar as the default NaN, in an all-bfloat16 call (see ``_launch_half``)."""
+        for k in self._nan_scalars:
+            a = args[k]
+            if a != a:
+                args = args[:k] + (type(a)(np.nan),) + args[k + 1 :]
+        return args
 
 
 def _half_plan(ew: Elementwise, device: str, kinds: tuple, sr: bool, flags: tuple = ()) -> tuple:
@@ -1348,6 +1416,8 @@ _NO_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
 #: The workspace of a split fused loop: a placeholder marking it (its entry takes its part count instead).
 _SPLIT_WORKSPACE = np.empty((1, HALF_CHUNK), np.float32)
 _UINT16 = np.dtype(np.uint16)
+#: :meth:`HalfLauncher.by_key`'s mark of a key whose launches go through the dispatcher.
+_NO_ENTRY = object()
 _HALF_KINDS = ("f16", "bf16")
 _LOWP: list = []
 

@@ -21,6 +21,7 @@ decoupled decay are part of each element function: one pass over memory, torch's
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numba
@@ -519,15 +520,61 @@ def _torch_adam_denoms(i, denom, root, bc2_sqrt, inv_bc2_sqrt, eps, tail_from, c
 #: patterns' bits: :func:`adam_denominator_table`'s inputs) and the launcher of :func:`_torch_adam_denoms`,
 #: one tuple, made on first use (by the first of several threads to publish it: ``setdefault``).
 _BF16_ROOTS: dict = {}
-#: The entries of the negative ``v`` (sign bit set: −0, negatives, −∞, NaN with the sign bit), by ``eps``:
+#: The entries of the negative ``v`` (sign bit set: −0, negatives, −∞, NaN with the sign bit), by ``eps``
+#: (its value and sign: :func:`_table_key`'s last two):
 #: they do not depend on the step (``√−0 = −0``, whose quotient is −0, plus ``eps``; every other root is a
 #: NaN, which the quotient and the sum carry), so a table of a known ``eps`` computes only its other half.
 _NEGATIVE_HALVES: dict = {}
 #: :func:`_torch_adam_denoms`' tail scalars: no element in torch's tails (65536 < 2**30: int32).
 _NO_TABLE_TAIL = (np.int32(65536), np.int32(65536), np.int32(0))
-#: Tables kept, by (bias_correction2**0.5, its multiplier, eps): a step whose constants repeat (late in
+#: Tables kept, by :func:`_table_key` (bias_correction2**0.5, its multiplier, eps): a step whose constants repeat (late in
 #: training ``bias_correction2**0.5`` is 1.0 in float32) reuses its table.
 _DENOMINATOR_TABLES: dict = {}
+
+
+def _table_key(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> tuple:
+    """What a table's entries depend on: the three scalars' values, the quotient's kind and ``eps``'s sign
+    (``−0 + eps`` is −0 for ``eps = −0.0``, +0 for ``0.0``)."""
+    eps = float(eps)
+    return (
+        float(bc2_sqrt),
+        None if inv_bc2_sqrt is None else (type(inv_bc2_sqrt), float(inv_bc2_sqrt)),
+        eps,
+        math.copysign(1.0, eps),
+    )
+
+
+def _fill_denominators(buffer: np.ndarray, stop: int, bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> None:
+    """Entries ``0 .. stop − 1`` of the table in ``buffer`` (entry k at ``buffer[1 + k]``) computed: a launch
+    of :func:`_torch_adam_denoms` over the roots (made on first use, by the first of several threads to
+    publish them: ``setdefault``)."""
+    found = _BF16_ROOTS.get("roots")
+    if found is None:
+        from ._elementwise import HalfLauncher
+        from ._lowp import BFLOAT16
+
+        patterns = np.arange(65536, dtype=np.uint16).view(BFLOAT16)
+        roots = np.empty(65536, BFLOAT16)
+        HalfLauncher(_torch_adam_roots, (roots, patterns, *_NO_TABLE_TAIL))(
+            65536, roots.view(np.uint16), patterns.view(np.uint16), *_NO_TABLE_TAIL
+        )
+        example = (roots, roots, bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL)
+        made = (roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example))
+        found = _BF16_ROOTS.setdefault("roots", made)
+    roots, launcher = found
+    key = (type(bc2_sqrt), type(inv_bc2_sqrt), type(eps))  # (the arrays: 1-D contiguous uint16, always)
+    if not launcher.by_key(  # on this thread: a few microseconds, not worth waking another one
+        key,
+        stop,
+        buffer[1 : 1 + stop],
+        roots[:stop],
+        bc2_sqrt,
+        inv_bc2_sqrt,
+        eps,
+        *_NO_TABLE_TAIL,
+        serial=True,
+    ):
+        raise RuntimeError("a denominator table is not built inside stochastic_rounding()")
 
 
 def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> DenominatorTable:
@@ -535,48 +582,20 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
     (the three scalars as a bfloat16 Adam launch takes them: :func:`adam_half_step_scalars`), every entry
     computed by the same element code as the loop's (a fused all-bfloat16 launch over the 65536 patterns;
     its bfloat16 stores keep a NaN's bits, as the loop's value): the loop given it as its ``mkl`` scalar
-    reads the bits it would compute. The last two tables are kept. Not inside
-    :func:`~optkernels.kernels.stochastic_rounding` (whose launches round otherwise)."""
-    key = (
-        float(bc2_sqrt),
-        None if inv_bc2_sqrt is None else (type(inv_bc2_sqrt), float(inv_bc2_sqrt)),
-        float(eps),
-    )
+    reads the bits it would compute. A new table (its own memory, never written again: any thread may read
+    it), of which the last two are kept. Not inside :func:`~optkernels.kernels.stochastic_rounding` (whose
+    launches round otherwise). :class:`DenominatorTableBuffer` refills one owner's table in place."""
+    key = _table_key(bc2_sqrt, inv_bc2_sqrt, eps)
     table = _DENOMINATOR_TABLES.get(key)
     if table is None:
-        found = _BF16_ROOTS.get("roots")
-        if found is None:
-            from ._elementwise import HalfLauncher
-            from ._lowp import BFLOAT16
-
-            patterns = np.arange(65536, dtype=np.uint16).view(BFLOAT16)
-            roots = np.empty(65536, BFLOAT16)
-            HalfLauncher(_torch_adam_roots, (roots, patterns, *_NO_TABLE_TAIL))(
-                65536, roots.view(np.uint16), patterns.view(np.uint16), *_NO_TABLE_TAIL
-            )
-            example = (roots, roots, bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL)
-            made = (roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example))
-            found = _BF16_ROOTS.setdefault("roots", made)
-        roots, launcher = found
         buffer = np.empty(65537, np.uint16)
         buffer[0] = 0  # (read with entry 0, unused)
-        negative = _NEGATIVE_HALVES.get(key[2])
-        parts = ((0, 32768),) if negative is not None else ((0, 65536),)
-        for start, stop in parts:
-            if not launcher(
-                stop - start,
-                buffer[1 + start : 1 + stop],
-                roots[start:stop],
-                bc2_sqrt,
-                inv_bc2_sqrt,
-                eps,
-                *_NO_TABLE_TAIL,
-            ):
-                raise RuntimeError("a denominator table is not built inside stochastic_rounding()")
+        negative = _NEGATIVE_HALVES.get(key[2:])
+        _fill_denominators(buffer, 32768 if negative is not None else 65536, bc2_sqrt, inv_bc2_sqrt, eps)
         if negative is None:
             if len(_NEGATIVE_HALVES) >= 4:
                 _NEGATIVE_HALVES.clear()
-            negative = _NEGATIVE_HALVES[key[2]] = buffer[32769:].copy()
+            negative = _NEGATIVE_HALVES[key[2:]] = buffer[32769:].copy()
         buffer[32769:] = negative
         table = DenominatorTable(buffer)
         if len(_DENOMINATOR_TABLES) >= 2:
@@ -586,6 +605,47 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
                 pass
         _DENOMINATOR_TABLES[key] = table
     return table
+
+
+class DenominatorTableBuffer:
+    """One owner's table of :func:`torch_adam_denom` (as :func:`adam_denominator_table` makes it, the same
+    entries), refilled in place where a step's constants differ from the last ones: no memory allocated or
+    copied per step, the negative half (which depends on ``eps`` alone) computed once per ``eps``.
+
+    A step takes it with :meth:`take` (which fills it) and gives it back with :meth:`release` once its
+    launches have read it; while one thread holds it, :meth:`take` in another returns None (that step then
+    takes a table of its own from :func:`adam_denominator_table`): the entries never change under a
+    launch that reads them."""
+
+    __slots__ = ("table", "key", "_lock")
+
+    def __init__(self) -> None:
+        self.table = DenominatorTable(np.zeros(65537, np.uint16))
+        self.key: tuple | None = None  # what the entries were computed for (None: not filled)
+        self._lock = threading.Lock()
+
+    def take(self, bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> DenominatorTable | None:
+        """The table of these three scalars (see :func:`adam_denominator_table`), held by the calling thread
+        until :meth:`release`; None (nothing held) where another thread holds it."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            key = _table_key(bc2_sqrt, inv_bc2_sqrt, eps)
+            last, self.key = self.key, None  # (a failed fill leaves no stale key)
+            if key != last:
+                same_eps = last is not None and last[2:] == key[2:]
+                _fill_denominators(
+                    self.table.buffer, 32768 if same_eps else 65536, bc2_sqrt, inv_bc2_sqrt, eps
+                )
+            self.key = key
+        except BaseException:
+            self._lock.release()
+            raise
+        return self.table
+
+    def release(self) -> None:
+        """Give the table back after the launches that read it (the calling thread took it)."""
+        self._lock.release()
 
 
 @elementwise

@@ -12,8 +12,9 @@ the launches. Every check runs before anything is written; anything else (a clos
 ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float ``lr``, a tensor
 that differs from the plan's, a stochastic-rounding context) takes the generic step, which checks, raises
 and routes as it always does. The launches are the generic step's (the same launchers, arrays and
-scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements or more is given the step's table of
-Adam's denominators in place of the ``mkl`` scalar that its loop does not use): the same bits.
+scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements per thread or more is given the
+step's table of Adam's denominators in place of the ``mkl`` scalar that its loop does not use): the same
+bits.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import numpy as np
 import torch
 
 from ..kernels._elementwise import HalfLauncher, _lowp_module
+from ..kernels._threading import thread_mask
+from ..kernels.torch_rules import DenominatorTableBuffer, SqrtKernel
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
 from ._short_path import _plain, gradients_checked, lr_changed, planned_group, unchanged
 
@@ -56,10 +59,12 @@ def _hyper(group: dict) -> Any:
 
 _FLOAT32 = np.dtype(np.float32)
 
-#: A bfloat16 tensor of at least this many elements steps with a table of the step's denominators
-#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits), whose 65536 entries cost about as
-#: much to compute as the table saves on this many elements.
-DENOMINATOR_TABLE_FROM = 1 << 18
+#: A bfloat16 tensor of at least this many elements per thread of the launch (Numba's count) steps with a
+#: table of the step's denominators
+#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits): the table's 32768 positive entries,
+#: refilled on the calling thread (and read by the others from its cache), cost about what reading them
+#: saves on this many elements a thread.
+DENOMINATOR_TABLE_FROM = 1 << 16
 
 
 def _plain_hyper(group: dict) -> bool:
@@ -73,7 +78,19 @@ class HalfStep:
     float16/bfloat16 CPU parameters, each launched by a kept :class:`HalfLauncher`. Made by :meth:`of` after
     a generic step; :meth:`run` steps or returns False (nothing written)."""
 
-    __slots__ = ("group", "plan", "guard", "hyper", "lr", "per_group", "grads", "launches", "tabled")
+    __slots__ = (
+        "group",
+        "plan",
+        "guard",
+        "hyper",
+        "lr",
+        "per_group",
+        "grads",
+        "launches",
+        "tabled",
+        "largest",
+        "table",
+    )
 
     def __init__(self, optimizer: Any, group: dict, plan: _Plan, launches: list):
         assert plan.guard is not None  # (checked by of)
@@ -82,9 +99,12 @@ class HalfStep:
         self.lr = group["lr"]
         self.per_group = optimizer._group_scalars(group, _FLOAT32)
         self.grads = np.empty(len(plan.params), np.int64)  # written by the guard's check
-        self.tabled = [  # the launches that step with a table of denominators
-            n >= DENOMINATOR_TABLE_FROM and plan.params[k].dtype == torch.bfloat16 for k, n, _, _ in launches
+        self.tabled = [  # the launches that may step with a table of denominators (not torch's fused step)
+            not group.get("fused") and n >= DENOMINATOR_TABLE_FROM and plan.params[k].dtype == torch.bfloat16
+            for k, n, _, _ in launches
         ]
+        self.largest = max((n for (_, n, _, _), t in zip(launches, self.tabled) if t), default=0)
+        self.table = DenominatorTableBuffer() if self.largest else None  # this path's own table
 
     @classmethod
     def of(cls, optimizer: Any) -> HalfStep | None:
@@ -136,7 +156,24 @@ class HalfStep:
             return False
         step = plan.step_now + 1
         shared = optimizer._half_step_scalars(group, self.per_group, step)
-        tabled = optimizer._tabled_half_scalars(group, shared) if any(self.tabled) else None
+        own = self.table
+        least = DENOMINATOR_TABLE_FROM * thread_mask()[0]()  # (elements a launch reads a table from)
+        if own is None or self.largest < least:
+            return self._launch(plan, params, grads, shared, None, step, least)
+        tabled = optimizer._tabled_half_scalars(group, shared, own)
+        held = tabled is not None and tabled[-1] is own.table  # given back after the launches
+        try:
+            return self._launch(plan, params, grads, shared, tabled, step, least)
+        finally:
+            if held:
+                own.release()
+
+    def _launch(
+        self, plan: Any, params: list, grads: Any, shared: tuple, tabled: Any, step: int, least: int
+    ) -> bool:
+        """:meth:`run`'s launches with the step's scalars ``shared`` (``tabled`` those of the bfloat16
+        tensors of ``least`` elements or more, which read a table, or None), after the step counters are set
+        to ``step``; False where a launcher does not fit its arguments (nothing written)."""
         calls = []
         for j, (k, n, kept, tails) in enumerate(self.launches):
             address = int(grads[j])
@@ -146,15 +183,28 @@ class HalfStep:
                 seen = (address, _bits_at(address, n)) if _dense(grad) else (None, _bits(grad))
                 if seen[0] is not None:
                     kept[2] = seen
-            scalars = tabled if tabled is not None and self.tabled[j] else shared
-            args = (*kept[1], seen[1], *scalars, *(_tail_scalars(n) if tails is None else tails))
+            scalars = tabled if tabled is not None and self.tabled[j] and n >= least else shared
+            tail = _tail_scalars(n) if tails is None else tails
+            args = (*kept[1], seen[1], *scalars, *tail)
             launcher = kept[-1]
             if not launcher.fits(args):
                 return False
-            calls.append((launcher, n, args))
+            calls.append((launcher, n, args, None if seen[0] is None else _types_key(seen[0], scalars, tail)))
         # nothing is written above this line
         plan.step_now = step
         plan.steps_np.fill(step)  # the state's 'step' tensors are views of it
-        for launcher, n, args in calls:
-            launcher(n, *args)
+        for launcher, n, args, key in calls:
+            if key is None:
+                launcher(n, *args)
+            else:
+                launcher.by_key(key, n, *args)
         return True
+
+
+def _types_key(address: int, scalars: tuple, tail: tuple) -> tuple:
+    """What the Numba types of a launch's arguments depend on beyond the plan's own arrays (the same
+    objects every step): the gradient's bits (:func:`._base._bits_at` of ``address``: 1-D, contiguous,
+    writable, aligned where the address is even), the scalars' types and the ``mkl`` scalar's own Numba
+    type (a SqrtKernel's is its kernel's), for :meth:`HalfLauncher.by_key`."""
+    mkl = scalars[-1]
+    return (address & 1, *map(type, scalars), mkl if type(mkl) is SqrtKernel else None, *map(type, tail))

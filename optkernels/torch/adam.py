@@ -15,6 +15,7 @@ import torch
 from ..kernels.torch_fused_adam import fused_adam_group_scalars, fused_adam_step_scalars
 from ..kernels.torch_rules import (
     NO_TAIL,
+    DenominatorTableBuffer,
     _torch_adam,
     _torch_adam_amsgrad,
     _torch_adamax,
@@ -241,15 +242,23 @@ class Adam(ShortPathSteps, KernelOptimizer):
             return fused_adam_step_scalars(per_group, step, None, False)
         return adam_half_step_scalars(per_group, step)[:-3]
 
-    def _tabled_half_scalars(self, group: dict, shared: tuple) -> tuple | None:
+    def _tabled_half_scalars(
+        self, group: dict, shared: tuple, own: DenominatorTableBuffer | None = None
+    ) -> tuple | None:
         """:meth:`_half_step_scalars`' ``shared`` with its ``mkl`` scalar (the last; a bfloat16 sqrt does not
-        use it) replaced by the step's :func:`~optkernels.kernels.torch_rules.adam_denominator_table`: the
-        scalars of a large all-bfloat16 launch (see :data:`._half_step.DENOMINATOR_TABLE_FROM`), the same
-        bits. None for ``fused=True`` (torch's fused step computes no such denominator)."""
+        use it) replaced by the step's table of denominators: the scalars of a large all-bfloat16 launch
+        (see :data:`._half_step.DENOMINATOR_TABLE_FROM`), the same bits. The table is ``own``'s
+        (:meth:`~optkernels.kernels.torch_rules.DenominatorTableBuffer.take`: the caller releases it after
+        its launches) where given and free, else
+        :func:`~optkernels.kernels.torch_rules.adam_denominator_table`'s. None for ``fused=True`` (torch's
+        fused step computes no such denominator)."""
         if group.get("fused"):
             return None
         bc2_sqrt, inv_bc2_sqrt, eps = shared[-5:-2]
-        return (*shared[:-1], adam_denominator_table(bc2_sqrt, inv_bc2_sqrt, eps))
+        table = own.take(bc2_sqrt, inv_bc2_sqrt, eps) if own is not None else None
+        if table is None:
+            table = adam_denominator_table(bc2_sqrt, inv_bc2_sqrt, eps)
+        return (*shared[:-1], table)
 
     def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
         """:func:`adam_group_scalars` of ``group``'s hyper-parameters in ``dtype`` (remembered); for
