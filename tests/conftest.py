@@ -2,6 +2,7 @@
 too (so plain ``pytest`` works without installing), and hypothesis profiles (CI: derandomized)."""
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,25 @@ def pytest_collection_finish(session):
         test_suites.start_cuda_suite()
 
 
+def _xdist_controller(config) -> bool:
+    """Whether this process is the controller of a pytest-xdist run (it runs no tests: its workers do)."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", 0))
+
+
+def pytest_configure(config):
+    """A pytest-xdist run's id chosen here, so that the controller knows the folder through which its
+    workers share the CUDA suite (``tests/test_suites.py``)."""
+    if _xdist_controller(config) and getattr(config.option, "testrunuid", None) is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
 def pytest_unconfigure(config):
-    """Stop the background CUDA suite if the run ended before its test waited for it."""
+    """Stop the background CUDA suite if the run ended before its test waited for it (in this process, or
+    under pytest-xdist, started by a worker of this run)."""
     module = sys.modules.get("test_suites")
     if module is not None:
         module.stop_cuda_suite()
+    if _xdist_controller(config):
+        import test_suites
+
+        test_suites.stop_shared_suite(config.option.testrunuid)

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,10 +63,26 @@ def _cuda_environment() -> dict[str, str]:
     return environ
 
 
-def _shared_folder() -> Path | None:
-    """The folder the workers of one pytest-xdist run share the CUDA suite through (None without xdist)."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+def _shared_folder(run: str | None = None) -> Path | None:
+    """The folder the workers of one pytest-xdist run (``run``: its id, by default this worker's) share the
+    CUDA suite through (None without xdist)."""
+    run = run or os.environ.get("PYTEST_XDIST_TESTRUNUID")
     return None if run is None else Path(tempfile.gettempdir()) / f"optkernels-cuda-suite-{run}"
+
+
+def stop_shared_suite(run: str) -> None:
+    """Kill the CUDA suite that a worker of the pytest-xdist run ``run`` started, if no test collected it
+    (the run was interrupted or stopped at a failure), and remove its folder; called by the controller."""
+    folder = _shared_folder(run)
+    if folder is None or not folder.exists():
+        return
+    pid = folder / "pid"
+    if pid.exists() and not (folder / "status").exists():
+        try:
+            os.killpg(int(pid.read_text()), signal.SIGKILL)  # the recorder and its pytest
+        except (ProcessLookupError, PermissionError, ValueError):
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def start_cuda_suite() -> None:
@@ -80,8 +97,10 @@ def start_cuda_suite() -> None:
             _started["cuda"] = ("shared", folder)
             return
         command = [sys.executable, "-c", _RECORDER, str(folder / "out"), str(folder / "status"), *_CUDA_COMMAND]
-        _detached.append(subprocess.Popen(command, cwd=ROOT, env=_cuda_environment(),
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        recorder = subprocess.Popen(command, cwd=ROOT, env=_cuda_environment(), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        (folder / "pid").write_text(str(recorder.pid))  # its process group: see stop_shared_suite
+        _detached.append(recorder)
         _started["cuda"] = ("shared", folder)
         return
     out = tempfile.TemporaryFile("w+")
