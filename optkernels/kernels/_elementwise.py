@@ -1323,8 +1323,7 @@ class HalfLauncher:
         where the caller guarantees that every call with an equal ``key`` passes arguments of the same Numba
         types (the same array kinds, scalar types, SqrtKernel kernels): the chunked driver's overload for
         them is found on the first call with ``key`` (a launch through Numba's dispatcher), and later calls
-        run its compiled entry point without the dispatcher's typing of every argument (~2 µs for Adam's
-        22)."""
+        run its compiled entry point without the dispatcher's typing of every argument."""
         entry = self._entries.get(key)
         if entry is None or entry is _NO_ENTRY:
             done = self.serial(n, *args) if serial else self(n, *args)
