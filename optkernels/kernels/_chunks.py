@@ -81,6 +81,25 @@ def {name}(_first, _count, _n, _parts, {args}):
             element(i, {args})
 """
 
+# The block loop of the prefetching loops (this one's parts and ``_elementwise``'s multi-tensor rows): the
+# elements ``_lo`` .. ``_hi`` - 1 in blocks of ``_step``, every array's lines of the elements 1024 ahead
+# prefetched before each block that starts below ``_ahead`` (the caller sets the three; ``_step`` the whole
+# range and ``_ahead`` ``_lo``: the plain loop); ``{arrays}`` the prefetched arrays, ``{args}`` the
+# element's arguments. Unindented: :func:`prefetching_blocks` places it.
+PREFETCHING_BLOCKS = """\
+for _block in range(_lo, _hi, _step):
+    if _block < _ahead:
+        prefetch_ahead(_block + 1024, {arrays})
+    for i in range(uint64(_block), uint64(min(_block + _step, _hi))):
+        element(i, {args})
+"""
+
+
+def prefetching_blocks(indent: int) -> str:
+    """:data:`PREFETCHING_BLOCKS` indented by ``indent`` spaces, for a template's loop body."""
+    return "".join(" " * indent + line for line in PREFETCHING_BLOCKS.splitlines(keepends=True))
+
+
 # The parts of a worker call as :data:`_PARTS`; a part of 2**20 elements or more runs in blocks of 64, every
 # array argument's lines of the elements 1024 ahead prefetched before each block that has 1024 more of the
 # part after it (``entry(prefetch=True)``): no prefetch reaches past the part, into lines that another
@@ -91,19 +110,14 @@ def {name}(_first, _count, _n, _parts, {args}):
 _PREFETCHING_PARTS = """
 def {name}(_first, _count, _n, _parts, {args}):
     for _p in range(_first, _first + _count):
-        _start = _p * _n // _parts
-        _stop = (_p + 1) * _n // _parts
-        _step = max(_stop - _start, 1)
-        _ahead = _start
+        _lo = _p * _n // _parts
+        _hi = (_p + 1) * _n // _parts
+        _step = max(_hi - _lo, 1)
+        _ahead = _lo
         if _step >= 1048576:
             _step = 64
-            _ahead = _stop - 1024 - 64
-        for _block in range(_start, _stop, _step):
-            if _block < _ahead:
-                prefetch_ahead(_block + 1024, {args})
-            for i in range(uint64(_block), uint64(min(_block + _step, _stop))):
-                element(i, {args})
-"""
+            _ahead = _hi - 1024 - 64
+""" + prefetching_blocks(8).replace("{arrays}", "{args}")
 
 # The parts of a guarded entry's worker call: indices claimed from both ends of 0 .. n - 1 (see the module
 # docstring; ``_claims``: one int64 word, zero at the launch).

@@ -532,8 +532,8 @@ _CPU_MANY_VIEW = "        {array} = carray(address_as_pointer(_addresses[{row}, 
 # One row of the multi-tensor loop (:data:`_CPU_MANY`'s body) in blocks of 64 elements where ``_limit`` > 0,
 # the lines of its arrays' elements 1024 ahead prefetched before each block whose prefetches stay below
 # ``_limit`` (an element bound within the tensor: the part's next row's end, or the row's own); with
-# ``_limit`` 0, one block: the plain row. One loop nest: one vectorised copy of the element loop (as
-# ``_chunks._PREFETCHING_PARTS``).
+# ``_limit`` 0, one block: the plain row. One loop nest: one vectorised copy of the element loop (the block loop of
+# ``_chunks._PREFETCHING_PARTS``: ``_chunks.PREFETCHING_BLOCKS``).
 _CPU_MANY_PREFETCHING_ROW = """
 def {name}(_c, _limit, _chunks, _addresses, _like{scalars}):
     _t = _chunks[_c, 0]
@@ -546,12 +546,7 @@ def {name}(_c, _limit, _chunks, _addresses, _like{scalars}):
     if _limit > 0:
         _step = 64
         _ahead = _limit - 1024 - 64
-    for _block in range(_lo, _hi, _step):
-        if _block < _ahead:
-            prefetch_ahead(_block + 1024, {arrays})
-        for i in range(uint64(_block), uint64(min(_block + _step, _hi))):
-            element(i, {args})
-"""
+""" + _chunks.prefetching_blocks(4)
 
 # The part loop of the prefetching multi-tensor entry (``_chunks.entry``'s ``part_loop``): a part (a thread's
 # block of rows) of PREFETCH_PART (1048576) elements or more runs each row with the prefetch bound ``_limit``:
