@@ -90,13 +90,36 @@ def paired_ratio(anchor: list[float], samples: list[float]) -> float:
 
 
 def round_orders(names: list[str], rounds: int) -> list[list[str]]:
-    """The order of the calls in each round: a new random permutation every round (seeded, so a run is
-    repeatable), so each implementation follows each other one about equally often, and what the previous
-    call leaves behind (caches full of its data, a thread pool still spinning or gone to sleep) hits all
-    alike. A rotation of one fixed order would not do that: it keeps each implementation behind the same
-    neighbour every round."""
+    """The order of the calls in each round: a permutation per round, chosen so that each implementation
+    follows each other one about equally often over the run (the last call of a round precedes the first
+    of the next), and what the previous call leaves behind (caches full of its data, a thread pool still
+    spinning or gone to sleep) hits all alike. Each round takes, of 64 random permutations, the one whose
+    predecessor pairs have been used least so far (seeded: a run is repeatable). Plain random permutations
+    leave that to chance (over 21 rounds of 6 implementations a pair may come 0 or 9 times), and a rotation
+    of one fixed order keeps each implementation behind the same neighbour every round."""
     rng = random.Random(len(names) * 1000 + rounds)
-    return [rng.sample(names, len(names)) for _ in range(rounds)]
+    used: dict[tuple[str, str], int] = {}
+    orders: list[list[str]] = []
+    last: list[str] = []
+    for _ in range(rounds):
+        best: tuple[int, list[str]] | None = None
+        for _ in range(64):
+            order = rng.sample(names, len(names))
+            cost = sum(used.get(pair, 0) for pair in _successions(last + order))
+            if best is None or cost < best[0]:
+                best = (cost, order)
+        assert best is not None
+        order = best[1]
+        for pair in _successions(last + order):
+            used[pair] = used.get(pair, 0) + 1
+        orders.append(order)
+        last = order[-1:]
+    return orders
+
+
+def _successions(calls: list[str]) -> list[tuple[str, str]]:
+    """The (predecessor, call) pairs of a sequence of calls."""
+    return list(zip(calls, calls[1:]))
 
 
 def machine_name() -> str:
