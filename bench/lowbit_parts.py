@@ -59,7 +59,7 @@ def rule(reps, p, g, c1, c2, a1, a2, scratch):
                 p[i] = x
                 scratch[m] = m1
                 scratch[v] = v1
-                h1, h2 = B._magnitude(m1), B._magnitude(v1)
+                h1, h2 = B._abs_bits(m1), B._abs_bits(v1)
                 most1 = h1 if h1 > most1 else most1
                 most2 = h2 if h2 > most2 else most2
             a1[b] = B._merge_top(most1, B.NEG_MAX)

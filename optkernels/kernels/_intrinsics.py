@@ -729,10 +729,32 @@ def _unpack_mask(first: int, lane: int) -> Any:
     )
 
 
-def _plane_lookup(builder: Any, quarters: list, codes: Any, vector: Any) -> list:
+#: The order of 64 codes that in-lane unpacks of their looked-up bytes leave in element order: position
+#: 16·lane + 4·q + i holds code 16·q + 4·lane + i (its own inverse).
+_UNPACK_ORDER = [16 * q + 4 * lane + i for lane in range(4) for q in range(4) for i in range(4)]
+
+
+def _pack_bytes(builder: Any, words: list) -> Any:
+    """The 64 bytes of 4 registers of 16 int32 values, each in [0, 255], by two ``vpackusdw`` and one
+    ``vpackuswb`` (in-lane, unsigned saturation: exact for such values): position 16·lane + 4·q + i holds
+    value i + 4·lane of register q, i.e. :data:`_UNPACK_ORDER` of their 64 values in element order."""
+    ints, shorts = ir.VectorType(_I32, 16), ir.VectorType(ir.IntType(16), 32)
+    bytes64 = ir.VectorType(ir.IntType(8), _CHUNK)
+    dwords = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(shorts, [ints, ints]), "llvm.x86.avx512.packusdw.512"
+    )
+    halves = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(bytes64, [shorts, shorts]), "llvm.x86.avx512.packuswb.512"
+    )
+    low, high = (builder.call(dwords, [words[2 * h], words[2 * h + 1]]) for h in range(2))
+    return builder.call(halves, [low, high])
+
+
+def _plane_lookup(builder: Any, quarters: list, codes: Any, vector: Any, ordered: bool = False) -> list:
     """The 4 registers of 16 32-bit values (type ``vector``) ``table[codes[16q .. 16q + 15]]``, q < 4, for 64
     byte ``codes``: ``quarters[b][q]`` holds byte b (little-endian) of entries 64q .. 64q + 63 of the
-    256-entry table. Two ``vpermi2b`` and a select per byte plane, then in-lane unpacks."""
+    256-entry table. Two ``vpermi2b`` and a select per byte plane, then in-lane unpacks. ``ordered``: the
+    codes come in the unpacks' order already (:data:`_UNPACK_ORDER`; as :func:`_pack_bytes` leaves them)."""
     byte = ir.IntType(8)
     bytes64 = ir.VectorType(byte, _CHUNK)
     permute = cgutils.get_or_insert_function(
@@ -740,12 +762,13 @@ def _plane_lookup(builder: Any, quarters: list, codes: Any, vector: Any) -> list
     )
     # The bytes of the 4 planes become 32-bit values by in-lane unpacks (bytes, then 16-bit pairs), which
     # leave value k of register q holding element 16·lane + 4·q + i (k = 4·lane + i); the codes are put in
-    # that order first, so that register q holds elements 16q .. 16q + 15 in order.
-    order = _mask([16 * q + 4 * lane + i for lane in range(4) for q in range(4) for i in range(4)])
+    # that order first (_UNPACK_ORDER, unless they come so), so that register q holds elements 16q .. 16q + 15
+    # in order.
     bytes_low, bytes_high = _unpack_mask(0, 16), _unpack_mask(8, 16)
     words = [_unpack_mask(0, 8), _unpack_mask(4, 8)]
     zero = ir.Constant(bytes64, [0] * _CHUNK)
-    codes = builder.shuffle_vector(codes, ir.Constant(bytes64, None), order)
+    if not ordered:
+        codes = builder.shuffle_vector(codes, ir.Constant(bytes64, None), _mask(_UNPACK_ORDER))
     upper = builder.icmp_signed("<", codes, zero)  # index bit 7: entries 128 .. 255
     planes_out = []
     for b in range(4):
@@ -1040,7 +1063,7 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
     nan_low = _flag(context, builder, args[7], signature.args[7])
     i8, i32, f32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
     ints, floats = ir.VectorType(i32, 16), ir.VectorType(f32, 16)
-    bytes16, bytes64 = ir.VectorType(i8, 16), ir.VectorType(i8, _CHUNK)
+    bytes64 = ir.VectorType(i8, _CHUNK)
     words = builder.bitcast(table, i32.as_pointer())
     keys = builder.bitcast(values, i32.as_pointer())
 
@@ -1075,10 +1098,6 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
         builder.module, ir.FunctionType(floats, [floats, ints]), "llvm.x86.avx512.permvar.sf.512"
     )
     planes = builder.bitcast(builder.gep(words, [ir.IntType(64)(DYNAMIC_PLANES)]), i8.as_pointer())
-    quarters = [
-        [builder.load(_vector_at(builder, planes, 256 * b + _CHUNK * q, bytes64), align=1) for q in range(4)]
-        for b in range(4)
-    ]
     tops = builder.insert_element(ir.Constant(floats, None), top, i32(0))
     tops = builder.shuffle_vector(tops, tops, _mask([0] * 16))
     infinity = splat(math.inf, floats)
@@ -1086,6 +1105,7 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
     above_type = ir.FunctionType(ints, [floats, floats, ints, ints])
     fma = function("llvm.fma.v16f32", floats, floats, floats)
     binding.initialize_native_asmparser()  # inline assembly needs it (idempotent)
+    starts, group = [], []  # the starts of each 64 values, packed in registers (not stored and reloaded)
     for chunk in range(0, LOOKUP_BLOCK, 16):
         x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
         low, high = splat(100 << 23), splat(127 << 23)
@@ -1118,10 +1138,18 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
             mirrored = builder.sub(mirror, j)
             mirrored = builder.select(builder.icmp_signed(">", mirrored, splat(0)), mirrored, splat(0))
             j = builder.select(builder.icmp_signed("<", key, splat(0)), mirrored, j)
-        builder.store(builder.trunc(j, bytes16), _vector_at(builder, out, chunk, bytes16), align=1)
+        group.append(j)  # a code's index, in [0, 255]: the saturating packs keep it
+        if len(group) == 4:
+            starts.append(_pack_bytes(builder, group))
+            group = []
+    quarters = [  # loaded here, after the first pass: its registers are free by now
+        [builder.load(_vector_at(builder, planes, 256 * b + _CHUNK * q, bytes64), align=1) for q in range(4)]
+        for b in range(4)
+    ]
     for chunk in range(0, LOOKUP_BLOCK, _CHUNK):
-        start = builder.load(_vector_at(builder, out, chunk, bytes64), align=1)
-        found = _plane_lookup(builder, quarters, start, ints)
+        packed = starts[chunk // _CHUNK]
+        start = builder.shuffle_vector(packed, ir.Constant(bytes64, None), _mask(_UNPACK_ORDER))
+        found = _plane_lookup(builder, quarters, packed, ints, ordered=True)
         up = [
             builder.icmp_signed(
                 ">", builder.load(_vector_at(builder, keys, chunk + 16 * q, ints), align=4), found[q]

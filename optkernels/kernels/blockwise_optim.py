@@ -333,10 +333,45 @@ def _magnitude_float(x):
 @table_math(device=_magnitude_float, inline=False)
 def _magnitude(x):
     """``|x|`` as its bits (an int32, ordered as the magnitudes, +inf's the largest), -1 for a NaN: a running
-    maximum of these is an integer maximum, which the rule's loop vectorises (:func:`_merge_top` turns it
-    into the float again)."""
+    maximum of these is an integer maximum (:func:`_merge_top` turns it into the float again), which
+    :func:`_magnitude_max` takes where the rule's loop met a NaN."""
     bits = np.int32(f32_bits(x) & np.uint32(0x7FFFFFFF))
     return bits if bits <= np.int32(0x7F800000) else np.int32(-1)
+
+
+def _abs_float(x):
+    """CUDA twin of :func:`_abs_bits`: ``|x|`` (a NaN stays NaN, which a running maximum by ``>`` skips)."""
+    return abs(x)
+
+
+@table_math(device=_abs_float, inline=False)
+def _abs_bits(x):
+    """The bits of ``|x|`` as an int32: ordered as the magnitudes, +inf's the largest below every NaN's. A
+    running maximum of these is one integer maximum per value in the rule's loop; a maximum above +inf's
+    (:func:`_nan_among`) says a NaN came, and :func:`_magnitude_max` then gives the maximum without it."""
+    return np.int32(f32_bits(x) & np.uint32(0x7FFFFFFF))
+
+
+def _nan_among_float(most):
+    """CUDA twin of :func:`_nan_among`: the running maximum of :func:`_abs_float` skipped the NaNs."""
+    return False
+
+
+@table_math(device=_nan_among_float, inline=False)
+def _nan_among(most):
+    """Whether a running maximum of :func:`_abs_bits` met a NaN."""
+    return most > np.int32(0x7F800000)
+
+
+@table_math(inline=False)
+def _magnitude_max(scratch, base, count):
+    """The running maximum of :func:`_magnitude` over ``scratch[base:base + count]`` (-1 where every value
+    is a NaN): a block's maximum where a NaN came (:func:`_nan_among`)."""
+    most = _magnitude(NAN)
+    for k in range(count):
+        h = _magnitude(scratch[np.uint64(base + k)])
+        most = h if h > most else most
+    return most
 
 
 def _merge_top_float(most, top):
@@ -436,10 +471,9 @@ def _block_8bit(
         _dequantize_into(scratch, sv, c2, start, count, q2, planes, 1024, o2)
     if algo == ADEMAMIX:
         _dequantize_into(scratch, sm2, c3, start, count, q1, planes, 0, o3)
-    # the new absmax of each state (the magnitudes' running maxima, in the same loop: it is bound by the
-    # rule's division and square root, so the maxima come for free there)
+    # the new absmax of each state: running integer maxima of the magnitudes' bits in the same loop (one
+    # and and one maximum per value; a NaN's bits exceed +inf's, so a maximum above them says a NaN came)
     most1, most2, most3 = _magnitude(NAN), _magnitude(NAN), _magnitude(NAN)
-    least1, least3 = _magnitude(ZERO), _magnitude(ZERO)  # below 0 once a NaN came
     for k in range(count):
         i = np.uint64(start + k)
         x, m1, m2, v = _rule_call(
@@ -475,16 +509,24 @@ def _block_8bit(
             scratch[np.uint64(sm2 + k)] = m2
         if two:
             scratch[np.uint64(sv + k)] = v
-        h1 = _magnitude(m1)
+        h1 = _abs_bits(m1)
         most1 = h1 if h1 > most1 else most1
-        least1 = h1 if h1 < least1 else least1
         if two:
-            h2 = _magnitude(v)
+            h2 = _abs_bits(v)
             most2 = h2 if h2 > most2 else most2
         if algo == ADEMAMIX:
-            h3 = _magnitude(m2)
+            h3 = _abs_bits(m2)
             most3 = h3 if h3 > most3 else most3
-            least3 = h3 if h3 < least3 else least3
+    # where a NaN came (rare): the maxima without the NaNs, and the state left to _requantize
+    finite1, finite3 = yes, yes
+    if _nan_among(most1):
+        most1 = _magnitude_max(scratch, sm1, count)
+        finite1 = no
+    if two and _nan_among(most2):
+        most2 = _magnitude_max(scratch, sv, count)
+    if algo == ADEMAMIX and _nan_among(most3):
+        most3 = _magnitude_max(scratch, sm2, count)
+        finite3 = no
     top1, top2, top3 = NEG_MAX, NEG_MAX, NEG_MAX
     if count < 256:  # the phantom elements of a partial block (p = g = 0, codes 128 / 128 / 0)
         _, top1, top3, top2 = _rule_call(
@@ -519,8 +561,6 @@ def _block_8bit(
         top3 = abs(top3) if abs(top3) > NEG_MAX else NEG_MAX
     # Pass 2: the new absmax, then the codes. No NaN among the block's m' and a finite absmax (which
     # _requantize_dynamic checks): every m' is finite.
-    finite1 = least1 >= 0
-    finite3 = least3 >= 0
     top1 = _merge_top(most1, top1)
     a1[b] = top1
     if not _requantize_dynamic(c1, start, scratch, sm1, count, top1, keys, zero, yes, no, finite1):
