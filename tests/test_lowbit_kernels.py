@@ -522,6 +522,93 @@ def test_register_dynamic_search_at_every_change_point(signed):
                 assert np.array_equal(out, ref._nearest(t / top, code).astype(np.uint8)), top
 
 
+def _division_keys(x, signed):
+    """The keys search_dynamic_finite (signed) / _nonnegative leave in their values for quotients x."""
+    bits = x.view(np.int32)
+    return np.where(bits < 0, bits ^ np.int32(0x7FFFFFFF), bits) if signed else bits
+
+
+def _quotient_tops():
+    """Tops for the multiply-add quotients: the hardest divisor significands (largest C·|ε|, see
+    tests/test_constant_quotient.py) across the range of QUOTIENT_TOPS, its ends, and tops just outside
+    it, subnormal and near the largest float32 (which divide)."""
+    from optkernels.kernels._intrinsics import QUOTIENT_TOPS
+    from tests.test_constant_quotient import _hardest_divisors
+
+    low, high = (f32(t) for t in QUOTIENT_TOPS)
+    tops = [f32(h) * f32(2.0**e) for h in _hardest_divisors(3) for e in (-61, -40, -12, -1, 0, 20, 99)]
+    tops += [low, high, f32(0.7), np.nextafter(low, f32(0)), np.nextafter(high, f32(np.inf)), f32(2.0**-140),
+             f32(1.5 * 2.0**-126), f32(3e38)]
+    return tops
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dynamic_search_quotients_are_the_division_bit_for_bit(signed):
+    # search_dynamic_finite / _nonnegative take x = s/top from multiply-adds (_quotients_in_place) for tops
+    # in QUOTIENT_TOPS: the keys they leave in values are those of NumPy's s/top wherever
+    # |s/top| >= QUOTIENT_TINY (everywhere for tops that divide), and the codes are the division's
+    # everywhere: s from 2^-149 to top (subnormal ones, signed zeros, +-top), quotients down to 2^-80.
+    from optkernels.kernels._intrinsics import QUOTIENT_TINY, QUOTIENT_TOPS
+    from optkernels.kernels.quantization import register_search_tables
+
+    search = _dynamic_block_search()
+    code = dynamic_map(signed)
+    keys = register_search_tables(code, signed)
+    rng = np.random.default_rng(25)
+    for top in _quotient_tops():
+        x = f32(2.0) ** rng.uniform(-80, 0, 4096).astype(f32) * rng.choice([f32(-1), f32(1)], 4096)
+        with np.errstate(under="ignore", over="ignore"):
+            s = (x * top).astype(f32)
+        tiny = _bits(np.arange(1, 64, dtype=np.uint32))  # subnormal dividends
+        s = np.concatenate([s, [top, -top, f32(0), -f32(0)], tiny, -tiny, np.nextafter(s[:256], f32(0))])
+        s = s[np.abs(s) <= top]
+        if not signed:
+            s = np.abs(s)  # +0 <= s <= top
+        s = np.resize(s, -(-s.size // 256) * 256).astype(f32)
+        values, out = s.copy(), np.zeros(s.size, np.uint8)
+        if not search(out, values, top, keys, not signed, not signed, signed):
+            pytest.skip("no AVX-512 VBMI: the register searches are not compiled on this CPU")
+        with np.errstate(under="ignore"):
+            q = s / top
+        want = ref._nearest(q, code).astype(np.int32)
+        if signed:
+            want = np.where(np.signbit(code[want]) != np.signbit(s), np.where(s > 0, want + 1, want - 1), want)
+        assert np.array_equal(out, (want % 256).astype(np.uint8)), top
+        exact = np.abs(q) >= QUOTIENT_TINY
+        if not QUOTIENT_TOPS[0] <= top <= QUOTIENT_TOPS[1]:
+            exact[:] = True  # divided
+        assert exact.sum() > 1000
+        assert np.array_equal(values.view(np.int32)[exact], _division_keys(q, signed)[exact]), top
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dynamic_search_quotients_of_every_significand(signed):
+    # every float32 significand of s in [top/2, top) and [2^-40 top, 2^-39 top) for the hardest tops:
+    # the keys of x = s/top are NumPy's quotients'
+    from optkernels.kernels.quantization import register_search_tables
+    from tests.test_constant_quotient import _hardest_divisors
+
+    search = _dynamic_block_search()
+    keys = register_search_tables(dynamic_map(signed), signed)
+    significands = np.arange(2**23, dtype=np.uint32)
+    for top in [f32(h) * f32(2.0**-20) for h in _hardest_divisors(2)]:
+        for scale in (f32(0.5), f32(2.0**-40)):
+            first = (f32(top) * scale).view(np.uint32) & np.uint32(0x7F800000)
+            s = (significands + first).view(f32)
+            s = s[s <= top]
+            if signed:
+                s = s * _alternating_signs(s.size)
+            values, out = s.copy(), np.zeros(s.size, np.uint8)
+            if not search(out, values, top, keys, not signed, not signed, signed):
+                pytest.skip("no AVX-512 VBMI: the register searches are not compiled on this CPU")
+            assert np.array_equal(values.view(np.int32), _division_keys(s / top, signed)), (top, scale)
+
+
+def _alternating_signs(n):
+    """Signs -1 at every third position, else 1."""
+    return np.where(np.arange(n) % 3 == 1, f32(-1), f32(1))
+
+
 @pytest.mark.parametrize("which", ["dense", "zero signs"])
 def test_step_with_a_map_off_the_fast_search_matches_the_reference(which):
     # The step's other loops: a map too dense for the CPU buckets (binary search), and one whose sign bits
