@@ -1027,75 +1027,6 @@ DYNAMIC_LINES, DYNAMIC_PLANES = 320, 512
 _ABOVE_ASM = "vcmpps $$29, $2, $1, %k1\n\tvpsubd $4, $0, $0 {%k1}"
 
 
-#: ``(low, high)``: the block maxima ``top`` whose quotients :func:`_quotients_in_place` computes without
-#: a division (others divide).
-QUOTIENT_TOPS = (2.0**-60, 2.0**100)
-#: Below this ``|s/top|`` :func:`_quotients_in_place` may differ from the division, in that zone's code only.
-QUOTIENT_TINY = 2.0**-42
-
-
-def _quotients_in_place(builder: Any, values: Any, top: Any, signed_zero: bool) -> None:
-    """``values[k] ← x = s/top`` for the 256 float32 ``s = values[k]`` (finite, ``|s| ≤ top``, ``top``
-    finite and > 0: the dynamic searches' promise) by multiply-adds instead of a division (off the
-    divider). With ``y = RN(1/top)`` and ``ℓ = RN(1/top − y)`` from the float64 ``1/top`` (once per block),
-    per 16 lanes::
-
-        q₀ = fma(s, y, s·ℓ),   r = fma(−q₀, top, s),   x = fma(r, y, q₀)
-
-    (:func:`._constant_quotient.divide_by_reciprocal`'s steps, ±0 passed by ``vfixupimmps`` where
-    ``signed_zero``: ``−0`` would come out ``+0``), for ``top`` in :data:`QUOTIENT_TOPS`; other blocks
-    divide. A pass of its own, before the search: inside the search's code its three broadcast operands
-    add to that code's register pressure.
-
-    Why the codes are the division's. (1) ``|x| ≥ 2⁻⁴²`` (:data:`QUOTIENT_TINY`): ``x = RN(s/top)``, by
-    divide_by_reciprocal's proof, whose steps need only relative error bounds: ``y ∈ [2⁻¹⁰⁰, 2⁶⁰]`` is
-    normal, ``ℓ``'s rounding error is at most ``2⁻¹⁵⁰ ≤ 2⁻⁴⁸·y`` even where ``ℓ`` is subnormal, ``s·ℓ``'s
-    at most ``2⁻¹⁵⁰ ≤ 2⁻⁴⁶·|x|``, and ``|s| = |x|·top ≥ 2⁻¹⁰²`` keeps ``r`` exact (step 3); the quotient is
-    normal. (2) ``|s/top| < 2⁻⁴²``: ``x`` has the sign of ``s`` (a signed zero at most) and ``|x| < 2⁻³⁹``:
-    ``q₀`` rounds ``s·y + RN(s·ℓ)``, both terms of ``s``'s sign, and ``|q₀| ≤ 2|s/top| + 2⁻¹⁴⁹``; if
-    ``q₀ = ±0``, ``r = s`` and ``x = RN(s·y)``; else ``r = RN(top·(s/top − q₀))``, whose sign opposes
-    ``q₀``'s only where ``|q₀| > |s/top|``, and then ``|r·y| ≤ (|q₀| − |s/top|)(1 + 2⁻²²) + 2⁻¹⁵⁰·y <
-    |q₀|`` (``|s/top| ≥ 2⁻¹⁴⁹·y·(1 − 2⁻²⁴)`` for ``s ≠ 0``), so the last fma's exact value has ``q₀``'s
-    sign; and ``|x| ≤ |q₀| + |r·y| + 2⁻¹⁴⁹ ≤ 5|s/top| + 2⁻¹⁴⁷``. Both dynamic maps (the only tables these
-    searches serve) put every value of ``[+0, 2⁻³⁹]`` in one code, and with the sign fix every value of
-    ``[−2⁻³⁹, −0]`` in one code (their smallest midpoint is above 10⁻⁷): the division's quotient, in the
-    same zone with the same sign, gets the same code. tests/test_lowbit_kernels.py compares the quotients
-    with NumPy's division bit for bit in zone (1) over the range of tops and the codes everywhere."""
-    f32, f64 = ir.FloatType(), ir.DoubleType()
-    floats = ir.VectorType(f32, 16)
-
-    def splat(value: Any) -> Any:
-        vector = builder.insert_element(ir.Constant(floats, None), value, _I32(0))
-        return builder.shuffle_vector(vector, vector, _mask([0] * 16))
-
-    def chunks() -> list:
-        return [_vector_at(builder, values, chunk, floats) for chunk in range(0, LOOKUP_BLOCK, 16)]
-
-    low, high = (ir.Constant(f32, bound) for bound in QUOTIENT_TOPS)
-    inside = builder.and_(builder.fcmp_ordered(">=", top, low), builder.fcmp_ordered("<=", top, high))
-    tops = splat(top)
-    with builder.if_else(inside) as (by_fma, by_division):
-        with by_fma:
-            inverse = builder.fdiv(ir.Constant(f64, 1.0), builder.fpext(top, f64))
-            y = builder.fptrunc(inverse, f32)
-            lows = splat(builder.fptrunc(builder.fsub(inverse, builder.fpext(y, f64)), f32))
-            ys = splat(y)
-            fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(floats, [floats] * 3), "llvm.fma.v16f32"
-            )
-            for pointer in chunks():
-                s = builder.load(pointer, align=4)
-                q0 = builder.call(fma, [s, ys, builder.fmul(s, lows)])
-                r = builder.call(fma, [builder.fneg(q0), tops, s])
-                x = builder.call(fma, [r, ys, q0])
-                if signed_zero:
-                    x = _fixup_call(builder, _FIXUP_PACKED[2][1], x, s, True, _QUOTIENT_FIXUP_TABLE)
-                builder.store(x, pointer, align=4)
-        with by_division:
-            for pointer in chunks():
-                builder.store(builder.fdiv(builder.load(pointer, align=4), tops), pointer, align=4)
-
-
 def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finite=False):
     from llvmlite import binding
 
@@ -1150,17 +1081,13 @@ def _dynamic_codegen(context, builder, signature, args, nonnegative=False, finit
     ]
     tops = builder.insert_element(ir.Constant(floats, None), top, i32(0))
     tops = builder.shuffle_vector(tops, tops, _mask([0] * 16))
-    if nonnegative or finite:  # x = s/top computed first, in place
-        _quotients_in_place(builder, builder.bitcast(values, f32.as_pointer()), top, not nonnegative)
     infinity = splat(math.inf, floats)
     ones = splat(-1)
     above_type = ir.FunctionType(ints, [floats, floats, ints, ints])
     fma = function("llvm.fma.v16f32", floats, floats, floats)
     binding.initialize_native_asmparser()  # inline assembly needs it (idempotent)
     for chunk in range(0, LOOKUP_BLOCK, 16):
-        x = builder.load(_vector_at(builder, values, chunk, floats), align=4)
-        if not (nonnegative or finite):
-            x = builder.fdiv(x, tops)
+        x = builder.fdiv(builder.load(_vector_at(builder, values, chunk, floats), align=4), tops)
         low, high = splat(100 << 23), splat(127 << 23)
         if nonnegative:  # x in [+0, 1]: its bits are its key, no NaN, no sign, binade <= 127
             key = magnitude = builder.bitcast(x, ints)
