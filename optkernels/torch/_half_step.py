@@ -12,9 +12,9 @@ the launches. Every check runs before anything is written; anything else (a clos
 ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float ``lr``, a tensor
 that differs from the plan's, a stochastic-rounding context) takes the generic step, which checks, raises
 and routes as it always does. The launches are the generic step's (the same launchers, arrays and
-scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements per thread or more is given the
-step's table of Adam's denominators in place of the ``mkl`` scalar that its loop does not use): the same
-bits.
+scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements per thread or more is given, in
+place of the ``mkl`` scalar that its loop does not use, the path's tables of Adam's denominators, which each
+part of the launch fills for the step on its own thread): the same bits.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..kernels._denominator_table import PartTables
 from ..kernels._elementwise import HalfLauncher, _lowp_module
 from ..kernels._threading import thread_mask
-from ..kernels.torch_rules import DenominatorTableBuffer, SqrtKernel
+from ..kernels.torch_rules import PartTablesBuffer, SqrtKernel
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
 from ._short_path import _plain, gradients_checked, lr_changed, planned_group, unchanged
 
@@ -59,12 +60,12 @@ def _hyper(group: dict) -> Any:
 
 _FLOAT32 = np.dtype(np.float32)
 
-#: A bfloat16 tensor of at least this many elements per thread of the launch (Numba's count) steps with a
-#: table of the step's denominators
-#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits): the table's 32768 positive entries,
-#: refilled on the calling thread (and read by the others from its cache), cost about what reading them
-#: saves on this many elements a thread.
-DENOMINATOR_TABLE_FROM = 1 << 16
+#: A bfloat16 tensor of at least this many elements per thread of the launch (Numba's count) steps with
+#: tables of the step's denominators
+#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits): each part of the launch refills its
+#: own table's 32768 positive entries, on its thread, which costs about what reading them saves on
+#: this many elements.
+DENOMINATOR_TABLE_FROM = 1 << 15
 
 
 def _plain_hyper(group: dict) -> bool:
@@ -104,7 +105,7 @@ class HalfStep:
             for k, n, _, _ in launches
         ]
         self.largest = max((n for (_, n, _, _), t in zip(launches, self.tabled) if t), default=0)
-        self.table = DenominatorTableBuffer() if self.largest else None  # this path's own table
+        self.table = PartTablesBuffer() if self.largest else None  # this path's own tables
 
     @classmethod
     def of(cls, optimizer: Any) -> HalfStep | None:
@@ -161,7 +162,7 @@ class HalfStep:
         if own is None or self.largest < least:
             return self._launch(plan, params, grads, shared, None, step, least)
         tabled = optimizer._tabled_half_scalars(group, shared, own)
-        held = tabled is not None and tabled[-1] is own.table  # given back after the launches
+        held = tabled is not None and type(tabled[-1]) is PartTables  # given back after the launches
         try:
             return self._launch(plan, params, grads, shared, tabled, step, least)
         finally:
