@@ -265,7 +265,8 @@ def test_tables_built_from_several_threads_at_first_use_are_the_serial_ones(monk
 def test_launches_by_key_give_the_dispatchers_bits():
     """HalfLauncher.by_key: calls whose scalars change types (a multiplying and a dividing quotient, the
     computed and the tabled denominator) each under their own key, first through the dispatcher and then
-    through the overload's entry point, serially and not: the bits of plain launches."""
+    through the overload's entry point, serially and not, and run_entry through entry_of's entry point:
+    the bits of plain launches."""
     n = 3 * 65536 + 77
     arrays = _arrays(n, 21)
     tails = T.torch_tail_scalars(n, 2, 32)
@@ -285,3 +286,11 @@ def test_launches_by_key_give_the_dispatchers_bits():
                 assert np.array_equal(a, b), (round_, k)
     assert len(launcher._entries) == 4
     assert all(callable(entry) for entry in launcher._entries.values())  # each resolved to an entry point
+    for k, scalars in enumerate(cases):  # run_entry through entry_of's entry point: the same bits
+        entry = launcher.entry_of((type(scalars[-4]), type(scalars[-1])))
+        assert callable(entry), k
+        out = [a.copy() for a in arrays]
+        launcher.run_entry(entry, n, (*out, *scalars, *tails))
+        for a, b in zip(_step(T._torch_adam, arrays, scalars, tails), out):
+            assert np.array_equal(a, b), k
+    assert launcher.entry_of("never launched") is None

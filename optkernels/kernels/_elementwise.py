@@ -1358,6 +1358,19 @@ class HalfLauncher:
             entry(False, n, *args)
         return True
 
+    def entry_of(self, key: Any) -> Any:
+        """The compiled entry point that :meth:`by_key` runs for ``key``, or None (none found yet, or the
+        key's launches go through the dispatcher): for :meth:`run_entry`."""
+        entry = self._entries.get(key)
+        return None if entry is _NO_ENTRY else entry
+
+    def run_entry(self, entry: Any, n: int, args: tuple) -> None:
+        """:meth:`by_key`'s launch over ``n`` elements (not serial) through ``entry``, :meth:`entry_of` of
+        the key of ``args``, for a caller that has checked what :meth:`by_key` checks first: no
+        stochastic-rounding context is active (the same compiled code, the same bits)."""
+        if n:
+            _launch_chunked(entry, self._workspace, n, self._default_nans(args), self._large)
+
     def _overload_entry(self, n: int, args: tuple) -> Any:
         """The entry point of the chunked driver's overload for exactly the Numba types of a launch with
         ``args`` (one the dispatcher has compiled), or :data:`_NO_ENTRY` where there is none."""
