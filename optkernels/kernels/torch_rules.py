@@ -475,13 +475,15 @@ def adam_half_step_block(group: tuple, step: int) -> tuple[int, list, list, list
     that change with the step, for the :data:`HALF_STEP_BLOCK` steps from ``first`` (the block holding
     ``step``; from step 1), each a list indexed by ``step − first``: the same values and types as that
     function's, computed once for the block (Python float arithmetic per step, as there, and one float32
-    rounding of each value) rather than at every step. ``group``: :func:`adam_group_scalars`' tuple."""
+    rounding of each value) rather than at every step. ``group``: :func:`adam_group_scalars`' tuple. Raises
+    what a step of the block would raise in that function (hyper-parameters outside torch's ranges: an
+    ``ArithmeticError``, or a ``TypeError`` for a complex root), where that step may be a later one."""
     convert, beta1, beta2, single, _head, _eps, neg_lr, _last = group
     first = max(1, step // HALF_STEP_BLOCK * HALF_STEP_BLOCK)
     steps = [float(t) for t in range(first, (first // HALF_STEP_BLOCK + 1) * HALF_STEP_BLOCK)]
     dtype = np.dtype(convert)
-    bc2 = list(np.array([(1 - beta2**t) ** 0.5 for t in steps]).astype(dtype))
-    neg = list(np.array([neg_lr / (1 - beta1**t) for t in steps]).astype(dtype))
+    bc2 = list(np.array([(1 - beta2**t) ** 0.5 for t in steps], np.float64).astype(dtype))
+    neg = list(np.array([neg_lr / (1 - beta1**t) for t in steps], np.float64).astype(dtype))
     low, high = QUOTIENT_DIVISOR_RANGE
     inv = [1.0 / float(c) if single and low <= c <= high else None for c in bc2]
     if single:

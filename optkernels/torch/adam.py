@@ -248,7 +248,10 @@ class Adam(ShortPathSteps, KernelOptimizer):
             return fused_adam_step_scalars(per_group, step, None, False)
         block = self._half_block  # (per_group, adam_half_step_block's values), or None
         if block is None or block[0] is not per_group or not 0 <= step - block[1] < len(block[2]):
-            block = self._half_block = (per_group, *adam_half_step_block(per_group, step))
+            try:
+                block = self._half_block = (per_group, *adam_half_step_block(per_group, step))
+            except (ArithmeticError, TypeError):  # (betas outside torch's ranges) raised at its own step
+                return adam_half_step_scalars(per_group, step)[:-3]
         return adam_half_block_scalars(per_group, block[1:], step)
 
     def _tabled_half_scalars(
