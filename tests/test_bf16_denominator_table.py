@@ -294,3 +294,61 @@ def test_launches_by_key_give_the_dispatchers_bits():
         for a, b in zip(_step(T._torch_adam, arrays, scalars, tails), out):
             assert np.array_equal(a, b), k
     assert launcher.entry_of("never launched") is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("held", [False, True], ids=["free", "held-by-another-thread"])
+def test_a_forked_child_steps_with_torchs_bits(held, monkeypatch):
+    """A child forked after the parent's short path stepped with its part tables (free, or held by another
+    of the parent's threads at the fork, a lock the child never sees released): the child's next steps give
+    the bits of the same steps in the parent."""
+    torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch")
+    import os
+    import threading
+
+    import optkernels.torch as okt
+    from optkernels.torch import _half_step
+
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)
+    gen = torch.Generator().manual_seed(11)
+    p = torch.nn.Parameter((torch.randn(40000, generator=gen) * 0.1).bfloat16())
+    opt = okt.Adam([p], lr=0.01)
+    grads = [torch.randn(p.shape, generator=gen).bfloat16() for _ in range(6)]
+
+    def steps(gs):
+        for g in gs:
+            p.grad = g.clone()
+            opt.step()
+        return p.detach().view(torch.int16).numpy().tobytes()
+
+    steps(grads[:3])
+    own = opt._fast.table
+    assert own is not None and own.tables is not None  # the short path stepped with its tables
+    taken, go = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: (own.take(), taken.set(), go.wait(60), own.release()))
+    if held:
+        holder.start()
+        taken.wait(60)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its bits through the pipe, then out without the parent's exit handlers
+        try:
+            torch.set_num_threads(1)  # (torch's own OpenMP pool does not survive the fork either)
+            os.write(write, steps(grads[3:]))
+        finally:
+            os._exit(0)
+    os.close(write)
+    if held:
+        go.set()
+        holder.join(60)
+    child = b""
+    while chunk := os.read(read, 1 << 16):
+        child += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (the same tails as the child's steps)
+    try:
+        assert child == steps(grads[3:])
+    finally:
+        torch.set_num_threads(threads)
