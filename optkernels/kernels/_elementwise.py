@@ -1036,7 +1036,9 @@ def _prefetching_fused_entry(ew: Elementwise, kinds: tuple, flags: tuple) -> Cal
 # and end, the body variant of the element function runs over the rest and the tail variant over the tails
 # (``_torch_tail.tail_variants``), so the vector loop carries no per-element test (and, with an unsigned
 # index, no test for a negative one). The tails (at most 2 × vector width − 1 elements per torch thread)
-# run in a function of their own, called rather than inlined a second time.
+# run in a function of their own, called rather than inlined a second time. Where the element function
+# sets Elementwise.part_scalar, each part first makes its own value of that argument ({prologue}), which
+# its body, pairs and tails are given.
 _CPU_FUSED_SPLIT = """
 def {name}_tail(_lo, _hi, {args}):
     for _j in range(uint64(_lo), uint64(_hi)):
