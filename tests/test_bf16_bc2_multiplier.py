@@ -96,3 +96,56 @@ def test_bfloat16_adam_steps_around_the_checked_steps_are_torch_bits(amsgrad, be
         for key, value in reference.state[theirs].items():
             if value.dim():
                 assert _same(value, optimizer.state[ours][key]), f"step {step}: {key}"
+
+
+@pytest.mark.parametrize("beta1, beta2, lr", [(0.9, 0.999, 1e-3), (0.5, 0.99999, 3.0), (0.0, 0.95, 0.0),
+                                              (0.9, 0.0, 1e-2)])
+def test_step_blocks_hold_each_steps_half_scalars(beta1, beta2, lr):
+    """adam_half_step_block's values (from step 1, across block bounds, at the dividing step and far steps),
+    and the drop-in's _half_step_scalars made from them: adam_half_step_scalars' values, types and bits."""
+    q = torch.nn.Parameter(torch.zeros(4).bfloat16())
+    opt = okt.Adam([q], lr=lr, betas=(beta1, beta2))
+    group = opt.param_groups[0]
+    per_group = opt._group_scalars(group, np.dtype(np.float32))
+    steps = [*range(1, 600), 1023, 1024, 1025, DIVIDES[1] - 1, DIVIDES[1], DIVIDES[1] + 1, 10**6, 2, 511, 512]
+    blocks = set()
+    for step in steps:
+        want = T.adam_half_step_scalars(per_group, step)[:-3]
+        block = T.adam_half_step_block(per_group, step)
+        blocks.add(block[0])
+        for got in (T.adam_half_block_scalars(per_group, block, step), opt._half_step_scalars(group, per_group, step)):
+            assert len(got) == len(want)
+            for a, b in zip(want, got):
+                assert type(a) is type(b), (step, a, b)
+                assert a is b or np.array(a).tobytes() == np.array(b).tobytes(), (step, a, b)
+    assert {1, 512, 1024}.issubset(blocks)
+
+
+def test_step_scalars_of_betas_outside_torchs_ranges_raise_at_their_own_step():
+    """betas set past torch's checks (β1 > 1: 1 − β1^t overflows at a later step of the block; β2 > 1: a
+    complex root): the drop-in's _half_step_scalars gives each earlier step's scalars and raises at the
+    step adam_half_step_scalars raises at."""
+    q = torch.nn.Parameter(torch.zeros(4).bfloat16())
+    opt = okt.Adam([q], lr=1e-3)
+    group = opt.param_groups[0]
+    group["betas"] = (1.5, 0.999)
+    per_group = opt._group_scalars(group, np.dtype(np.float32))
+    bad = next(t for t in range(1, 4000) if not _finite_power(1.5, t))  # 1.5**t overflows from here
+    assert bad % T.HALF_STEP_BLOCK  # (a later step of its block overflows before it)
+    want = T.adam_half_step_scalars(per_group, bad - 1)[:-3]
+    assert repr(opt._half_step_scalars(group, per_group, bad - 1)) == repr(want)
+    with pytest.raises(OverflowError):
+        T.adam_half_step_scalars(per_group, bad)
+    with pytest.raises(OverflowError):
+        opt._half_step_scalars(group, per_group, bad)
+    group["betas"] = (0.9, 1.5)
+    per_group = opt._group_scalars(group, np.dtype(np.float32))
+    with pytest.raises(TypeError):
+        opt._half_step_scalars(group, per_group, 3)
+
+
+def _finite_power(x, t):
+    try:
+        return x ** float(t) < float("inf")
+    except OverflowError:
+        return False

@@ -1,15 +1,16 @@
 """The table of torch's bfloat16 Adam denominators (kernels/_denominator_table.py,
 ``torch_rules.adam_denominator_table``): the all-bfloat16 Adam loop given one writes the bits it writes
 computing them, for every bfloat16 ``v`` (NaN, infinities, negatives, subnormals), at multiplying and dividing
-steps and in torch's scalar tails; a table's negative half does not depend on the step; and
-optkernels.torch.Adam/AdamW step large bfloat16 tensors with one, with torch.optim's bits."""
+steps and in torch's scalar tails, whether one table is given or each part of the launch fills its own
+(``PartTables``); a table's negative half does not depend on the step; and optkernels.torch.Adam/AdamW step
+large bfloat16 tensors with them, with torch.optim's bits."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from optkernels.kernels import torch_rules as T
-from optkernels.kernels._denominator_table import DenominatorTable
+from optkernels.kernels._denominator_table import HEADER_WORDS, DenominatorTable, PartTables
 from optkernels.kernels._elementwise import HalfLauncher
 
 BF16 = ml_dtypes.bfloat16
@@ -34,12 +35,22 @@ def _arrays(n, seed):
     return [p, m, v, g]
 
 
-def _step(kernel, arrays, scalars, tails):
-    """One launch of ``kernel`` (all-bfloat16) on copies of ``arrays``: the four arrays after it."""
+def _step(kernel, arrays, scalars, tails, parts=None):
+    """One launch of ``kernel`` (all-bfloat16) on copies of ``arrays``: the four arrays after it; ``parts``:
+    its loop run in that many parts on this thread (else a launch's own parts)."""
     out = [a.copy() for a in arrays]
     example = tuple(a.view(BF16) for a in out) + (*scalars, *tails)
-    HalfLauncher(kernel, example)(out[0].size, *out, *scalars, *tails)
+    launcher = HalfLauncher(kernel, example)
+    if parts is None:
+        launcher(out[0].size, *out, *scalars, *tails)
+    else:
+        launcher._driver(False, parts, out[0].size, parts, *out, *scalars, *tails)
     return out
+
+
+def _entries(tables, row):
+    """The table of row ``row`` of ``tables`` (a PartTables): its 65536 entries."""
+    return tables.buffer[row, HEADER_WORDS + 1 : HEADER_WORDS + 1 + 65536]
 
 
 @pytest.mark.parametrize("beta2, step", [MULTIPLIES, DIVIDES], ids=["multiplies", "divides"])
@@ -58,6 +69,12 @@ def test_a_table_gives_the_computed_bits(beta2, step, kernel):
     for a, b in zip(computed, tabled):
         assert np.array_equal(a, b)
     assert not np.array_equal(computed[0], arrays[0]) and not np.array_equal(computed[2], arrays[2])
+    tables = PartTables(2, T._bf16_roots()[0])  # three parts: rows 0, 1, then 0 refilled
+    for parts in (3, None):
+        in_parts = _step(kernel, arrays, (*scalars[:-1], tables), tails, parts)
+        for a, b in zip(computed, in_parts):
+            assert np.array_equal(a, b), parts
+    assert np.array_equal(_entries(tables, 0), table.buffer[1:])
 
 
 def test_table_entries():
@@ -97,8 +114,8 @@ def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
 
     monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)  # per thread: 60000 elements take it
     used = []
-    take = T.DenominatorTableBuffer.take
-    monkeypatch.setattr(T.DenominatorTableBuffer, "take", lambda own, *a: used.append(a) or take(own, *a))
+    take = T.PartTablesBuffer.take
+    monkeypatch.setattr(T.PartTablesBuffer, "take", lambda own: used.append(own) or take(own))
     gen = torch.Generator().manual_seed(5)
     for cls, kwargs in (("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", {})):
         base = [(torch.randn(n, generator=gen) * 0.1).bfloat16() for n in (60000, 1000)]
@@ -127,48 +144,55 @@ def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
         assert len(used) - before == 4  # the short path's four steps (the first is the generic step)
 
 
-def test_a_refilled_buffer_holds_the_fresh_tables_entries():
-    """One buffer refilled for steps of other constants, a repeated step, another eps (−0.0 against 0.0:
-    the entry of −0 differs) and back: each time the entries of a table made anew."""
-    own = T.DenominatorTableBuffer()
+def test_refilled_part_tables_hold_the_fresh_tables_entries():
+    """Part tables refilled by launches of other constants, a repeated step, another eps (−0.0 against 0.0:
+    the entry of −0 differs) and back: each time each part's row holds the entries of a table made anew."""
+    tables = T.part_tables()
+    rows = min(2, tables.rows)
+    n = 4 * 64 + 5
+    arrays = _arrays(n, 8)
+    tails = T.torch_tail_scalars(n, 1, 32)
     cases = [(0.999, 3, 1e-8), (0.999, 4, 1e-8), (0.999, 4, 1e-8), (*DIVIDES, 1e-8), (0.999, 5, 0.0)]
     cases += [(0.999, 5, -0.0), (0.999, 6, -0.0), (0.95, 2, 1e-3), (0.999, 3, 1e-8)]
     for beta2, step, eps in cases:
-        scalars = _scalars(beta2, step, eps=eps)[-5:-2]
-        table = own.take(*scalars)
-        try:
-            assert table is own.table
-            T._DENOMINATOR_TABLES.clear()
-            T._NEGATIVE_HALVES.clear()
-            fresh = T.adam_denominator_table(*scalars).buffer[1:]
-            assert np.array_equal(table.buffer[1:], fresh), (beta2, step, eps)
-        finally:
-            own.release()
+        scalars = _scalars(beta2, step, eps=eps)
+        out = _step(T._torch_adam, arrays, (*scalars[:-1], tables), tails, rows)
+        assert all(np.array_equal(a, b) for a, b in zip(out, _step(T._torch_adam, arrays, scalars, tails)))
+        T._DENOMINATOR_TABLES.clear()
+        T._NEGATIVE_HALVES.clear()
+        fresh = T.adam_denominator_table(*scalars[-5:-2]).buffer[1:]
+        for row in range(rows):
+            assert np.array_equal(_entries(tables, row), fresh), (beta2, step, eps, row)
     negative_zero = int(np.array([-0.0], BF16).view(np.uint16)[0])
-    assert own.table.buffer[1 + negative_zero] == np.array([1e-8], np.float32).astype(BF16).view(np.uint16)[0]
+    assert _entries(tables, 0)[negative_zero] == np.array([1e-8], np.float32).astype(BF16).view(np.uint16)[0]
     T._DENOMINATOR_TABLES.clear()
     zero, minus_zero = (T.adam_denominator_table(*_scalars(0.999, 5, eps=e)[-5:-2]) for e in (0.0, -0.0))
     assert zero.buffer[1 + negative_zero] == 0 and minus_zero.buffer[1 + negative_zero] == negative_zero
 
 
-def test_a_held_buffer_is_not_taken_again():
-    """While one thread holds the buffer (its launches read it), another thread's take gets None and writes
-    nothing; once released, it is taken again."""
+def test_held_part_tables_are_not_taken_again():
+    """While one thread holds an owner's part tables (its launch fills and reads them), another thread's
+    take gets None; once released, they are taken again."""
     import threading
 
-    own = T.DenominatorTableBuffer()
-    first = _scalars(0.999, 3)[-5:-2]
-    assert own.take(*first) is own.table
-    before = own.table.buffer.copy()
+    own = T.PartTablesBuffer()
+    tables = own.take()
+    assert type(tables) is PartTables and tables.rows >= 1
     got = []
-    other = threading.Thread(target=lambda: got.append(own.take(*_scalars(0.999, 9)[-5:-2])))
+    other = threading.Thread(target=lambda: got.append(own.take()))
     other.start()
     other.join(timeout=60)
-    assert got == [None] and np.array_equal(own.table.buffer, before)
+    assert got == [None]
     own.release()
-    assert own.take(*_scalars(0.999, 9)[-5:-2]) is own.table
+    assert own.take() is tables
     own.release()
-    assert not np.array_equal(own.table.buffer, before)
+
+
+def test_part_tables_are_checked():
+    with pytest.raises(ValueError, match="65536"):
+        PartTables(2, np.zeros(100, np.uint16))
+    with pytest.raises(ValueError, match="rows"):
+        PartTables(0, T._bf16_roots()[0])
 
 
 def test_optimizers_stepping_in_several_threads_give_the_serial_bits(monkeypatch):
@@ -241,7 +265,8 @@ def test_tables_built_from_several_threads_at_first_use_are_the_serial_ones(monk
 def test_launches_by_key_give_the_dispatchers_bits():
     """HalfLauncher.by_key: calls whose scalars change types (a multiplying and a dividing quotient, the
     computed and the tabled denominator) each under their own key, first through the dispatcher and then
-    through the overload's entry point, serially and not: the bits of plain launches."""
+    through the overload's entry point, serially and not, and run_entry through entry_of's entry point:
+    the bits of plain launches."""
     n = 3 * 65536 + 77
     arrays = _arrays(n, 21)
     tails = T.torch_tail_scalars(n, 2, 32)
@@ -261,3 +286,69 @@ def test_launches_by_key_give_the_dispatchers_bits():
                 assert np.array_equal(a, b), (round_, k)
     assert len(launcher._entries) == 4
     assert all(callable(entry) for entry in launcher._entries.values())  # each resolved to an entry point
+    for k, scalars in enumerate(cases):  # run_entry through entry_of's entry point: the same bits
+        entry = launcher.entry_of((type(scalars[-4]), type(scalars[-1])))
+        assert callable(entry), k
+        out = [a.copy() for a in arrays]
+        launcher.run_entry(entry, n, (*out, *scalars, *tails))
+        for a, b in zip(_step(T._torch_adam, arrays, scalars, tails), out):
+            assert np.array_equal(a, b), k
+    assert launcher.entry_of("never launched") is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("held", [False, True], ids=["free", "held-by-another-thread"])
+def test_a_forked_child_steps_with_torchs_bits(held, monkeypatch):
+    """A child forked after the parent's short path stepped with its part tables (free, or held by another
+    of the parent's threads at the fork, a lock the child never sees released): the child's next steps give
+    the bits of the same steps in the parent."""
+    torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch")
+    import os
+    import threading
+
+    import optkernels.torch as okt
+    from optkernels.torch import _half_step
+
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)
+    gen = torch.Generator().manual_seed(11)
+    p = torch.nn.Parameter((torch.randn(40000, generator=gen) * 0.1).bfloat16())
+    opt = okt.Adam([p], lr=0.01)
+    grads = [torch.randn(p.shape, generator=gen).bfloat16() for _ in range(6)]
+
+    def steps(gs):
+        for g in gs:
+            p.grad = g.clone()
+            opt.step()
+        return p.detach().view(torch.int16).numpy().tobytes()
+
+    steps(grads[:3])
+    own = opt._fast.table
+    assert own is not None and own.tables is not None  # the short path stepped with its tables
+    taken, go = threading.Event(), threading.Event()
+    holder = threading.Thread(target=lambda: (own.take(), taken.set(), go.wait(60), own.release()))
+    if held:
+        holder.start()
+        taken.wait(60)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its bits through the pipe, then out without the parent's exit handlers
+        try:
+            torch.set_num_threads(1)  # (torch's own OpenMP pool does not survive the fork either)
+            os.write(write, steps(grads[3:]))
+        finally:
+            os._exit(0)
+    os.close(write)
+    if held:
+        go.set()
+        holder.join(60)
+    child = b""
+    while chunk := os.read(read, 1 << 16):
+        child += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (the same tails as the child's steps)
+    try:
+        assert child == steps(grads[3:])
+    finally:
+        torch.set_num_threads(threads)

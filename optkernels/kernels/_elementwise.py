@@ -155,6 +155,11 @@ class Elementwise:
     #: launch, smaller launches keeping the plain one: for element functions whose large half launches leave
     #: memory idle behind their arithmetic and conversions (the same bits).
     prefetch_large_half = False
+    #: ``(name, function, names)`` or None: in the split fused half loop (:data:`_CPU_FUSED_SPLIT`), each
+    #: part first calls ``function(part, name, *names)`` (of the arguments so named) and passes the element
+    #: function its result as the argument ``name``: a scalar made per part, on the part's thread (the
+    #: bfloat16 Adam loops' tables of denominators: ``torch_rules.part_denominators``).
+    part_scalar: tuple | None = None
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -866,7 +871,7 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tu
     from . import _lowp
 
     if target == "cpu" and not sr:
-        split = _fused_split_driver(ew.py_func, kinds, flags)
+        split = _fused_split_driver(ew.py_func, kinds, flags, part=ew.part_scalar)
         if split is not None:
             drivers[key] = split
             drivers[("split", *key)] = True
@@ -954,12 +959,13 @@ PAIRED = True
 
 
 def _fused_split_driver(
-    py_func: Callable, kinds: tuple, flags: tuple = (), cache: bool = True
+    py_func: Callable, kinds: tuple, flags: tuple = (), cache: bool = True, part: tuple | None = None
 ) -> Callable | None:
     """The fused loop split around torch's scalar tails (:data:`_CPU_FUSED_SPLIT`) where the rewritten
     element function tests them (``_torch_tail.tail_variants``); None otherwise. A chunked entry, called as
     ``driver(parallel, parts, n, parts, *arguments)``: ``n`` elements in ``parts`` equal parts (one per
-    thread of the calling thread's count). ``cache``: False for a fresh compile (:func:`._chunks.entry`)."""
+    thread of the calling thread's count). ``cache``: False for a fresh compile (:func:`._chunks.entry`);
+    ``part``: the element function's :attr:`Elementwise.part_scalar`."""
     parts = _fused_parts(py_func, kinds, flags)
     if parts is None:
         return None
@@ -970,7 +976,7 @@ def _fused_split_driver(
     if split is None:
         return None
     paired = PAIRED and all(kind in (None, "bf16") for kind in kinds)
-    return _split_driver(py_func, namespace, split, params, call_args, cache, paired)
+    return _split_driver(py_func, namespace, split, params, call_args, cache, paired, part)
 
 
 def _fused_function(py_func: Callable, kinds: tuple, flags: tuple, template: str, tag: str) -> tuple | None:
@@ -1030,16 +1036,18 @@ def _prefetching_fused_entry(ew: Elementwise, kinds: tuple, flags: tuple) -> Cal
 # and end, the body variant of the element function runs over the rest and the tail variant over the tails
 # (``_torch_tail.tail_variants``), so the vector loop carries no per-element test (and, with an unsigned
 # index, no test for a negative one). The tails (at most 2 × vector width − 1 elements per torch thread)
-# run in a function of their own, called rather than inlined a second time.
+# run in a function of their own, called rather than inlined a second time. Where the element function
+# sets Elementwise.part_scalar, each part first makes its own value of that argument ({prologue}), which
+# its body, pairs and tails are given.
 _CPU_FUSED_SPLIT = """
 def {name}_tail(_lo, _hi, {args}):
     for _j in range(uint64(_lo), uint64(_hi)):
-        tail(_j, {call_args})
+        tail(_j, {tail_call_args})
 
 {name}_tail = njit(**options)({name}_tail)
 
 def {name}(_part, _size, _shares, {args}):
-    _i = min(_size, (_part * _size // _shares + {align} - 1) // {align} * {align})
+{prologue}    _i = min(_size, (_part * _size // _shares + {align} - 1) // {align} * {align})
     _hi = min(_size, ((_part + 1) * _size // _shares + {align} - 1) // {align} * {align})
     while _i < _hi:
         _end = _hi
@@ -1053,7 +1061,7 @@ def {name}(_part, _size, _shares, {args}):
             _in_tail = _i >= _tail_start
             _end = min(_hi, _tail_start, {tail_from}) if not _in_tail else min(_hi, _chunk_end)
         if _in_tail:
-            {name}_tail(_i, _end, {args})
+            {name}_tail(_i, _end, {tail_args})
         else:
             for _j in range(uint64(_i), uint64(_end)):
                 body(_j, {call_args})
@@ -1097,6 +1105,7 @@ def _split_driver(
     call_args: list,
     cache: bool = True,
     paired: bool = False,
+    part: tuple | None = None,
 ) -> Callable:
     """The chunked entry of ``py_func``'s fused CPU loop over its body and tail variants (see
     :data:`_CPU_FUSED_SPLIT`): ``entry(parallel, parts, n, parts, *arguments)``. ``split`` is
@@ -1104,8 +1113,15 @@ def _split_driver(
 
     The part function is simplified before it is linked (``_chunks.entry(views=True)``): the element
     function's helpers are calls until then, and a loop holding a call is not vectorised. ``paired``: an
-    all-bfloat16 call, whose body runs on pairs where :func:`._bf16_pairs.paired_source` can rewrite it."""
+    all-bfloat16 call, whose body runs on pairs where :func:`._bf16_pairs.paired_source` can rewrite it;
+    ``part``: :attr:`Elementwise.part_scalar` (each part's own value of one argument), or None."""
     body_source, tail_source, (tail_from, chunk, chunk_tail) = split
+    prologue, tail_args, tail_call_args = "", list(params), ", ".join(call_args)
+    if part is not None:
+        scalar, _, names = part
+        prologue = f"    _part_{scalar} = part_scalar(_part, {scalar}, {', '.join(names)})\n"
+        call_args = [f"_part_{scalar}" if a == scalar else a for a in call_args]
+        tail_args = [f"_part_{scalar}" if a == scalar else a for a in tail_args]
     filename = inspect.getfile(py_func)
     for source in (body_source, tail_source):
         exec(compile(source, filename, "exec"), namespace)
@@ -1130,6 +1146,7 @@ def _split_driver(
         inspect.getsource(_lowp_module()),
         ", ".join(call_args),
         str(SPLIT_ALIGN),
+        prologue,
     )
     name = f"{body_name[: -len('_body')]}_split_{digest}"
     source = template.format(
@@ -1140,6 +1157,9 @@ def _split_driver(
         tail_from=tail_from,
         chunk=chunk,
         chunk_tail=chunk_tail,
+        prologue=prologue,
+        tail_args=", ".join(tail_args),
+        tail_call_args=tail_call_args,
     )
     loop_namespace = {
         "__name__": py_func.__module__,
@@ -1151,6 +1171,8 @@ def _split_driver(
     }
     if pair_source:
         loop_namespace["pair"] = numba.njit(inline="always", **_JIT_OPTIONS)(namespace[pair_name])
+    if part is not None:
+        loop_namespace["part_scalar"] = part[1]
     function = _chunks.define(name, source, py_func, loop_namespace)
     return _chunks.entry(
         function, salt=source, cache=cache, views=True, wide=WIDE_PAIRS and bool(pair_source)
@@ -1337,6 +1359,19 @@ class HalfLauncher:
         else:
             entry(False, n, *args)
         return True
+
+    def entry_of(self, key: Any) -> Any:
+        """The compiled entry point that :meth:`by_key` runs for ``key``, or None (none found yet, or the
+        key's launches go through the dispatcher): for :meth:`run_entry`."""
+        entry = self._entries.get(key)
+        return None if entry is _NO_ENTRY else entry
+
+    def run_entry(self, entry: Any, n: int, args: tuple) -> None:
+        """:meth:`by_key`'s launch over ``n`` elements (not serial) through ``entry``, :meth:`entry_of` of
+        the key of ``args``, for a caller that has checked what :meth:`by_key` checks first: no
+        stochastic-rounding context is active (the same compiled code, the same bits)."""
+        if n:
+            _launch_chunked(entry, self._workspace, n, self._default_nans(args), self._large)
 
     def _overload_entry(self, n: int, args: tuple) -> Any:
         """The entry point of the chunked driver's overload for exactly the Numba types of a launch with

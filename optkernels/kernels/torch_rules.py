@@ -40,7 +40,19 @@ from numba.extending import (
 
 from ._checks import check_arrays, check_range
 from ._constant_quotient import QUOTIENT_DIVISOR_RANGE, divide_by_reciprocal
-from ._denominator_table import DenominatorTable, DenominatorTableType, denominator_at
+from ._denominator_table import (
+    HEADER_WORDS,
+    KEY,
+    ROW_WORDS,
+    DenominatorTable,
+    DenominatorTableType,
+    PartTables,
+    PartTablesType,
+    as_address,
+    denominator_at,
+    float_bits,
+    table_at,
+)
 from ._divide import divide_by_constant
 from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
@@ -53,6 +65,7 @@ from ._mkl_sqrt64 import (
     mkl_avx_sqrt64,
 )
 from ._mkl_z0 import branching_z0_root
+from ._pointers import address_as_pointer
 from ._torch_nan import torch_max_nan, torch_nan
 from ._torch_tail import NO_TAIL, torch_tail
 from ._torch_tail import torch_tail_scalars as torch_tail_scalars  # optkernels.torch's import
@@ -453,6 +466,41 @@ def adam_half_step_scalars(group: tuple, step: int) -> tuple:
     return (*scalars[:k], y, *scalars[k + 1 :])
 
 
+#: Steps per block of :func:`adam_half_step_block` (the multipliers' blocks: one block of each).
+HALF_STEP_BLOCK = _MULTIPLIER_BLOCK
+
+
+def adam_half_step_block(group: tuple, step: int) -> tuple[int, list, list, list]:
+    """``(first, bc2_sqrt, inv_bc2_sqrt, neg_step_size)``: the three values of :func:`adam_half_step_scalars`
+    that change with the step, for the :data:`HALF_STEP_BLOCK` steps from ``first`` (the block holding
+    ``step``; from step 1), each a list indexed by ``step − first``: the same values and types as that
+    function's, computed once for the block (Python float arithmetic per step, as there, and one float32
+    rounding of each value) rather than at every step. ``group``: :func:`adam_group_scalars`' tuple. Raises
+    what a step of the block would raise in that function (hyper-parameters outside torch's ranges: an
+    ``ArithmeticError``, or a ``TypeError`` for a complex root), where that step may be a later one."""
+    convert, beta1, beta2, single, _head, _eps, neg_lr, _last = group
+    first = max(1, step // HALF_STEP_BLOCK * HALF_STEP_BLOCK)
+    steps = [float(t) for t in range(first, (first // HALF_STEP_BLOCK + 1) * HALF_STEP_BLOCK)]
+    dtype = np.dtype(convert)
+    bc2 = list(np.array([(1 - beta2**t) ** 0.5 for t in steps], np.float64).astype(dtype))
+    neg = list(np.array([neg_lr / (1 - beta1**t) for t in steps], np.float64).astype(dtype))
+    low, high = QUOTIENT_DIVISOR_RANGE
+    inv = [1.0 / float(c) if single and low <= c <= high else None for c in bc2]
+    if single:
+        for k, t in enumerate(range(first, first + len(steps))):
+            y = bf16_bc2_multiplier(beta2, t)
+            if y is not None:
+                inv[k] = y
+    return first, bc2, inv, neg
+
+
+def adam_half_block_scalars(group: tuple, block: tuple, step: int) -> tuple:
+    """``adam_half_step_scalars(group, step)[:-3]`` (the scalars without torch's tails) from ``block``,
+    :func:`adam_half_step_block`'s of ``group`` for a block holding ``step``."""
+    k = step - block[0]
+    return (*group[4], block[1][k], block[2][k], group[5], block[3][k], group[7][0])
+
+
 @_scalar_helper
 def torch_adam_moments(m, v, g, w1, w1_minus_one, small1, beta2, one_minus_beta2, like):
     """``m.lerp_(g, 1 − β1)`` and ``v.mul_(β2).addcmul_(g, g, value=1 − β2)`` (each op rounded to a half
@@ -548,20 +596,7 @@ def _fill_denominators(buffer: np.ndarray, stop: int, bc2_sqrt: Any, inv_bc2_sqr
     """Entries ``0 .. stop − 1`` of the table in ``buffer`` (entry k at ``buffer[1 + k]``) computed: a launch
     of :func:`_torch_adam_denoms` over the roots (made on first use, by the first of several threads to
     publish them: ``setdefault``)."""
-    found = _BF16_ROOTS.get("roots")
-    if found is None:
-        from ._elementwise import HalfLauncher
-        from ._lowp import BFLOAT16
-
-        patterns = np.arange(65536, dtype=np.uint16).view(BFLOAT16)
-        roots = np.empty(65536, BFLOAT16)
-        HalfLauncher(_torch_adam_roots, (roots, patterns, *_NO_TABLE_TAIL))(
-            65536, roots.view(np.uint16), patterns.view(np.uint16), *_NO_TABLE_TAIL
-        )
-        example = (roots, roots, bc2_sqrt, inv_bc2_sqrt, eps, *_NO_TABLE_TAIL)
-        made = (roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example))
-        found = _BF16_ROOTS.setdefault("roots", made)
-    roots, launcher = found
+    roots, launcher = _bf16_roots()
     key = (type(bc2_sqrt), type(inv_bc2_sqrt), type(eps))  # (the arrays: 1-D contiguous uint16, always)
     if not launcher.by_key(  # on this thread: a few microseconds, not worth waking another one
         key,
@@ -584,7 +619,7 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
     its bfloat16 stores keep a NaN's bits, as the loop's value): the loop given it as its ``mkl`` scalar
     reads the bits it would compute. A new table (its own memory, never written again: any thread may read
     it), of which the last two are kept. Not inside :func:`~optkernels.kernels.stochastic_rounding` (whose
-    launches round otherwise). :class:`DenominatorTableBuffer` refills one owner's table in place."""
+    launches round otherwise). :class:`PartTablesBuffer` holds an owner's tables that launches fill themselves."""
     key = _table_key(bc2_sqrt, inv_bc2_sqrt, eps)
     table = _DENOMINATOR_TABLES.get(key)
     if table is None:
@@ -607,45 +642,132 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
     return table
 
 
-class DenominatorTableBuffer:
-    """One owner's table of :func:`torch_adam_denom` (as :func:`adam_denominator_table` makes it, the same
-    entries), refilled in place where a step's constants differ from the last ones: no memory allocated or
-    copied per step, the negative half (which depends on ``eps`` alone) computed once per ``eps``.
+class PartTablesBuffer:
+    """One owner's :class:`~._denominator_table.PartTables` (:func:`part_tables`, made on first use), lent to
+    one launch at a time: a step takes it with :meth:`take` and gives it back with :meth:`release` once its
+    launch has filled and read it; while one thread holds it, :meth:`take` in another returns None (that
+    step then takes a table of its own from :func:`adam_denominator_table`): no two launches fill the same
+    rows at once."""
 
-    A step takes it with :meth:`take` (which fills it) and gives it back with :meth:`release` once its
-    launches have read it; while one thread holds it, :meth:`take` in another returns None (that step then
-    takes a table of its own from :func:`adam_denominator_table`): the entries never change under a
-    launch that reads them."""
-
-    __slots__ = ("table", "key", "_lock")
+    __slots__ = ("tables", "_lock")
 
     def __init__(self) -> None:
-        self.table = DenominatorTable(np.zeros(65537, np.uint16))
-        self.key: tuple | None = None  # what the entries were computed for (None: not filled)
+        self.tables: PartTables | None = None
         self._lock = threading.Lock()
 
-    def take(self, bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> DenominatorTable | None:
-        """The table of these three scalars (see :func:`adam_denominator_table`), held by the calling thread
-        until :meth:`release`; None (nothing held) where another thread holds it."""
+    def take(self) -> PartTables | None:
+        """The tables, held by the calling thread until :meth:`release`; None (nothing held) where another
+        thread holds them."""
         if not self._lock.acquire(blocking=False):
             return None
-        try:
-            key = _table_key(bc2_sqrt, inv_bc2_sqrt, eps)
-            last, self.key = self.key, None  # (a failed fill leaves no stale key)
-            if key != last:
-                same_eps = last is not None and last[2:] == key[2:]
-                _fill_denominators(
-                    self.table.buffer, 32768 if same_eps else 65536, bc2_sqrt, inv_bc2_sqrt, eps
-                )
-            self.key = key
-        except BaseException:
-            self._lock.release()
-            raise
-        return self.table
+        tables = self.tables
+        if tables is None:
+            try:
+                tables = self.tables = part_tables()
+            except BaseException:
+                self._lock.release()
+                raise
+        return tables
 
     def release(self) -> None:
-        """Give the table back after the launches that read it (the calling thread took it)."""
+        """Give the tables back after the launch that read them (the calling thread took them)."""
         self._lock.release()
+
+
+def _bf16_roots() -> tuple:
+    """``(roots, launcher)``: :data:`_BF16_ROOTS`' roots (uint16 bits) and :func:`_torch_adam_denoms`'
+    launcher, made on first use (by the first of several threads to publish them: ``setdefault``)."""
+    found = _BF16_ROOTS.get("roots")
+    if found is None:
+        from ._elementwise import HalfLauncher
+        from ._lowp import BFLOAT16
+
+        patterns = np.arange(65536, dtype=np.uint16).view(BFLOAT16)
+        roots = np.empty(65536, BFLOAT16)
+        HalfLauncher(_torch_adam_roots, (roots, patterns, *_NO_TABLE_TAIL))(
+            65536, roots.view(np.uint16), patterns.view(np.uint16), *_NO_TABLE_TAIL
+        )
+        scalars = (np.float32(1), np.float32(1), np.float32(0))
+        example = (roots, roots, *scalars, *_NO_TABLE_TAIL)
+        made = (roots.view(np.uint16), HalfLauncher(_torch_adam_denoms, example))
+        found = _BF16_ROOTS.setdefault("roots", made)
+    return found
+
+
+def part_tables() -> PartTables:
+    """New :class:`~._denominator_table.PartTables`, one row per Numba thread (a launch's parts), unfilled:
+    given as a bfloat16 Adam launch's ``mkl`` scalar (see :func:`part_denominators`), each part of the
+    launch fills its own row's table where the step's constants differ from its last ones. Its memory
+    is written by the launches given it: one launch at a time."""
+    return PartTables(numba.config.NUMBA_NUM_THREADS, _bf16_roots()[0])
+
+
+def part_denominators(part: int, mkl: Any, bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Any:
+    """A part's ``mkl`` scalar in a split loop of :func:`_torch_adam` or :func:`_torch_adam_amsgrad`
+    (compiled code, at the start of each part): ``mkl`` itself, or for a
+    :class:`~._denominator_table.PartTables`, the table of row ``part``, first filled (by the calling
+    thread) where it was not filled for these three scalars: each entry ``k`` computed by
+    :func:`_torch_adam_denoms`' element code from the root of pattern ``k``, as
+    :func:`adam_denominator_table` computes it (the same entries), the negative half (``v`` with its sign
+    bit set: it depends on ``eps`` alone) only where ``eps`` changed."""
+    return mkl
+
+
+_INT64_LIKE = np.empty(0, np.int64)
+_UINT16_LIKE = np.empty(0, np.uint16)
+#: :func:`part_denominators`' ``FILLED`` mark of a table by the type of its ``inv_bc2_sqrt``.
+_QUOTIENT_KIND = {types.float32: 2, types.float64: 3}
+#: Bytes from a row's start to its table's entry 0.
+_ENTRY0 = 2 * (HEADER_WORDS + 1)
+#: The fill's element function (:func:`_torch_adam_denoms`' fused all-bfloat16 element), made on first use.
+_PART_FILL: list = []
+
+
+def _part_fill() -> Any:
+    """The compiled call that fills entries ``0 .. stop − 1`` of a part's table on the calling thread:
+    ``fill(entries, roots, stop, bc2_sqrt, inv_bc2_sqrt, eps)``, the loop of :func:`_torch_adam_denoms`'
+    all-bfloat16 launch (:func:`adam_denominator_table`'s, vectorised and paired), run as one part."""
+    if not _PART_FILL:
+        driver = _bf16_roots()[1]._driver  # the split loop's chunked entry: (parallel, parts, n, parts, ...)
+        tail_from, chunk, chunk_tail = _NO_TABLE_TAIL
+
+        @numba.njit(error_model="numpy", fastmath=False)
+        def fill(entries, roots, stop, bc2_sqrt, inv_bc2_sqrt, eps):
+            driver(
+                False, 1, stop, 1, entries, roots, bc2_sqrt, inv_bc2_sqrt, eps, tail_from, chunk, chunk_tail
+            )
+
+        _PART_FILL.append(fill)
+    return _PART_FILL[0]
+
+
+@overload(part_denominators, jit_options=dict(error_model="numpy", fastmath=False))
+def _part_denominators_compiled(part, mkl, bc2_sqrt, inv_bc2_sqrt, eps):
+    if not isinstance(mkl, PartTablesType):
+        return lambda part, mkl, bc2_sqrt, inv_bc2_sqrt, eps: mkl
+    kind = _QUOTIENT_KIND.get(inv_bc2_sqrt, 1)
+    fill = _part_fill()
+    row_bytes = 2 * ROW_WORDS
+    filled, bc2, inv, eps_key, negative = KEY["FILLED"], KEY["BC2"], KEY["INV"], KEY["EPS"], KEY["NEGATIVE"]
+    roots_at, rows = KEY["ROOTS"], KEY["ROWS"]
+
+    def filled_table(part, mkl, bc2_sqrt, inv_bc2_sqrt, eps):
+        first = as_address(mkl)
+        count = numba.carray(address_as_pointer(first, _INT64_LIKE), HEADER_WORDS // 4)[rows]
+        row = first + (np.int64(part) % count) * row_bytes
+        header = numba.carray(address_as_pointer(row, _INT64_LIKE), HEADER_WORDS // 4)
+        b, q, e = float_bits(bc2_sqrt), float_bits(inv_bc2_sqrt), float_bits(eps)
+        if not (header[filled] == kind and header[bc2] == b and header[inv] == q and header[eps_key] == e):
+            stop = 32768 if header[negative] == 1 and header[eps_key] == e else 65536
+            header[filled] = 0
+            entries = numba.carray(address_as_pointer(row + _ENTRY0, _UINT16_LIKE), 65536)
+            roots = numba.carray(address_as_pointer(header[roots_at], _UINT16_LIKE), 65536)
+            fill(entries, roots, stop, bc2_sqrt, inv_bc2_sqrt, eps)
+            header[bc2], header[inv], header[eps_key], header[negative] = b, q, e, 1
+            header[filled] = kind
+        return table_at(row + _ENTRY0)
+
+    return filled_table
 
 
 @elementwise
@@ -731,6 +853,13 @@ def _torch_adam_amsgrad(
     var[i] = torch_nan(
         torch_adam_param(p, m, v_max, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl, var), var, tail
     )
+
+
+#: Each part of the bfloat16 Adam loops fills and reads its own table where the launch's ``mkl`` is a
+#: :class:`~._denominator_table.PartTables`.
+_PART_TABLES = ("mkl", part_denominators, ("bc2_sqrt", "inv_bc2_sqrt", "eps"))
+_torch_adam.part_scalar = _PART_TABLES
+_torch_adam_amsgrad.part_scalar = _PART_TABLES
 
 
 # ------------------------------------------------------------------------------------------------ Adamax

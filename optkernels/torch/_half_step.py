@@ -12,9 +12,9 @@ the launches. Every check runs before anything is written; anything else (a clos
 ``found_inf``/``grad_scale``, several groups, a changed hyper-parameter other than a float ``lr``, a tensor
 that differs from the plan's, a stochastic-rounding context) takes the generic step, which checks, raises
 and routes as it always does. The launches are the generic step's (the same launchers, arrays and
-scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements per thread or more is given the
-step's table of Adam's denominators in place of the ``mkl`` scalar that its loop does not use): the same
-bits.
+scalars; a bfloat16 tensor of :data:`DENOMINATOR_TABLE_FROM` elements per thread or more is given, in
+place of the ``mkl`` scalar that its loop does not use, the path's tables of Adam's denominators, which each
+part of the launch fills for the step on its own thread): the same bits.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..kernels._denominator_table import PartTables
 from ..kernels._elementwise import HalfLauncher, _lowp_module
 from ..kernels._threading import thread_mask
-from ..kernels.torch_rules import DenominatorTableBuffer, SqrtKernel
-from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars
+from ..kernels.torch_rules import PartTablesBuffer, SqrtKernel
+from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars_of
 from ._short_path import _plain, gradients_checked, lr_changed, planned_group, unchanged
 
 __all__ = ["HalfStep"]
@@ -59,12 +60,12 @@ def _hyper(group: dict) -> Any:
 
 _FLOAT32 = np.dtype(np.float32)
 
-#: A bfloat16 tensor of at least this many elements per thread of the launch (Numba's count) steps with a
-#: table of the step's denominators
-#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits): the table's 32768 positive entries,
-#: refilled on the calling thread (and read by the others from its cache), cost about what reading them
-#: saves on this many elements a thread.
-DENOMINATOR_TABLE_FROM = 1 << 16
+#: A bfloat16 tensor of at least this many elements per thread of the launch (Numba's count) steps with
+#: tables of the step's denominators
+#: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits): each part of the launch refills its
+#: own table's 32768 positive entries, on its thread, which costs about what reading them saves on
+#: this many elements.
+DENOMINATOR_TABLE_FROM = 1 << 15
 
 
 def _plain_hyper(group: dict) -> bool:
@@ -90,6 +91,8 @@ class HalfStep:
         "tabled",
         "largest",
         "table",
+        "tails",
+        "keys",
     )
 
     def __init__(self, optimizer: Any, group: dict, plan: _Plan, launches: list):
@@ -104,7 +107,9 @@ class HalfStep:
             for k, n, _, _ in launches
         ]
         self.largest = max((n for (_, n, _, _), t in zip(launches, self.tabled) if t), default=0)
-        self.table = DenominatorTableBuffer() if self.largest else None  # this path's own table
+        self.table = PartTablesBuffer() if self.largest else None  # this path's own tables
+        self.tails: list = [None] * len(launches)  # per launch: (torch's thread count, its tail scalars)
+        self.keys: dict = {}  # (launcher, what varies) -> (_types_key, its entry point) (see _launch)
 
     @classmethod
     def of(cls, optimizer: Any) -> HalfStep | None:
@@ -147,6 +152,7 @@ class HalfStep:
             return False
         if changed:
             self.per_group = optimizer._group_scalars(group, _FLOAT32)
+            self.keys.clear()
         if not optimizer._state_intact(plan):
             optimizer._plans.pop(0, None)  # a state tensor replaced: the generic step plans anew
             return False
@@ -161,7 +167,7 @@ class HalfStep:
         if own is None or self.largest < least:
             return self._launch(plan, params, grads, shared, None, step, least)
         tabled = optimizer._tabled_half_scalars(group, shared, own)
-        held = tabled is not None and tabled[-1] is own.table  # given back after the launches
+        held = tabled is not None and type(tabled[-1]) is PartTables  # given back after the launches
         try:
             return self._launch(plan, params, grads, shared, tabled, step, least)
         finally:
@@ -175,6 +181,7 @@ class HalfStep:
         tensors of ``least`` elements or more, which read a table, or None), after the step counters are set
         to ``step``; False where a launcher does not fit its arguments (nothing written)."""
         calls = []
+        threads = torch.get_num_threads()  # (torch's tails follow it)
         for j, (k, n, kept, tails) in enumerate(self.launches):
             address = int(grads[j])
             seen = kept[2]
@@ -184,20 +191,39 @@ class HalfStep:
                 if seen[0] is not None:
                     kept[2] = seen
             scalars = tabled if tabled is not None and self.tabled[j] and n >= least else shared
-            tail = _tail_scalars(n) if tails is None else tails
+            tail = tails
+            if tail is None:
+                known = self.tails[j]
+                if known is None or known[0] != threads:
+                    known = self.tails[j] = (threads, _tail_scalars_of(n, threads))
+                tail = known[1]
             args = (*kept[1], seen[1], *scalars, *tail)
             launcher = kept[-1]
             if not launcher.fits(args):
                 return False
-            calls.append((launcher, n, args, None if seen[0] is None else _types_key(seen[0], scalars, tail)))
-        # nothing is written above this line
+            keyed = None
+            if seen[0] is not None:
+                # the types that vary between steps: the gradient's alignment, the quotient's, the mkl
+                # scalar's (a SqrtKernel's kernel) and the tails' (by n); the others follow per_group's
+                # (keys cleared with it)
+                mkl = scalars[-1]
+                kind = mkl if type(mkl) is SqrtKernel else type(mkl)
+                varies = (launcher, seen[0] & 1, type(scalars[-4]), kind, type(tail[0]))
+                keyed = self.keys.get(varies)
+                if keyed is None or keyed[1] is None:  # (the entry point, once by_key has found it)
+                    key = _types_key(seen[0], scalars, tail) if keyed is None else keyed[0]
+                    keyed = self.keys[varies] = (key, launcher.entry_of(key))
+            calls.append((launcher, n, args, keyed))
+        # nothing is written above this line (run checked that no stochastic-rounding context is active)
         plan.step_now = step
         plan.steps_np.fill(step)  # the state's 'step' tensors are views of it
-        for launcher, n, args, key in calls:
-            if key is None:
+        for launcher, n, args, keyed in calls:
+            if keyed is None:
                 launcher(n, *args)
+            elif keyed[1] is None:
+                launcher.by_key(keyed[0], n, *args)
             else:
-                launcher.by_key(key, n, *args)
+                launcher.run_entry(keyed[1], n, args)
         return True
 
 

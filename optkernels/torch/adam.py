@@ -15,12 +15,14 @@ import torch
 from ..kernels.torch_fused_adam import fused_adam_group_scalars, fused_adam_step_scalars
 from ..kernels.torch_rules import (
     NO_TAIL,
-    DenominatorTableBuffer,
+    PartTablesBuffer,
     _torch_adam,
     _torch_adam_amsgrad,
     _torch_adamax,
     adam_denominator_table,
     adam_group_scalars,
+    adam_half_block_scalars,
+    adam_half_step_block,
     adam_half_step_scalars,
     adam_step_scalars,
     adamax_scalars,
@@ -176,6 +178,10 @@ class Adam(ShortPathSteps, KernelOptimizer):
             group.setdefault("maximize", False)
             group.setdefault("decoupled_weight_decay", False)
 
+    #: The last :func:`~optkernels.kernels.torch_rules.adam_half_step_block` of :meth:`_half_step_scalars`,
+    #: after the ``per_group`` it was made from (None: none yet).
+    _half_block: Any = None
+
     def _short_path_of(self) -> HalfStep | FloatStep | None:
         return HalfStep.of(self) or FloatStep.of(self)
 
@@ -240,24 +246,29 @@ class Adam(ShortPathSteps, KernelOptimizer):
         scale: the short path's."""
         if group.get("fused"):
             return fused_adam_step_scalars(per_group, step, None, False)
-        return adam_half_step_scalars(per_group, step)[:-3]
+        block = self._half_block  # (per_group, adam_half_step_block's values), or None
+        if block is None or block[0] is not per_group or not 0 <= step - block[1] < len(block[2]):
+            try:
+                block = self._half_block = (per_group, *adam_half_step_block(per_group, step))
+            except (ArithmeticError, TypeError):  # (betas outside torch's ranges) raised at its own step
+                return adam_half_step_scalars(per_group, step)[:-3]
+        return adam_half_block_scalars(per_group, block[1:], step)
 
     def _tabled_half_scalars(
-        self, group: dict, shared: tuple, own: DenominatorTableBuffer | None = None
+        self, group: dict, shared: tuple, own: PartTablesBuffer | None = None
     ) -> tuple | None:
         """:meth:`_half_step_scalars`' ``shared`` with its ``mkl`` scalar (the last; a bfloat16 sqrt does not
-        use it) replaced by the step's table of denominators: the scalars of a large all-bfloat16 launch
-        (see :data:`._half_step.DENOMINATOR_TABLE_FROM`), the same bits. The table is ``own``'s
-        (:meth:`~optkernels.kernels.torch_rules.DenominatorTableBuffer.take`: the caller releases it after
-        its launches) where given and free, else
-        :func:`~optkernels.kernels.torch_rules.adam_denominator_table`'s. None for ``fused=True`` (torch's
-        fused step computes no such denominator)."""
+        use it) replaced by tables of the step's denominators: the scalars of a large all-bfloat16 launch
+        (see :data:`._half_step.DENOMINATOR_TABLE_FROM`), the same bits. The tables are ``own``'s
+        (:meth:`~optkernels.kernels.torch_rules.PartTablesBuffer.take`: each part of the launch fills its
+        own; the caller releases them after its launches) where given and free, else
+        :func:`~optkernels.kernels.torch_rules.adam_denominator_table`'s one table, filled here. None for
+        ``fused=True`` (torch's fused step computes no such denominator)."""
         if group.get("fused"):
             return None
-        bc2_sqrt, inv_bc2_sqrt, eps = shared[-5:-2]
-        table = own.take(bc2_sqrt, inv_bc2_sqrt, eps) if own is not None else None
+        table: Any = own.take() if own is not None else None
         if table is None:
-            table = adam_denominator_table(bc2_sqrt, inv_bc2_sqrt, eps)
+            table = adam_denominator_table(*shared[-5:-2])  # (bias_correction2**0.5, its multiplier, eps)
         return (*shared[:-1], table)
 
     def _group_scalars(self, group: dict, dtype: np.dtype) -> tuple:
