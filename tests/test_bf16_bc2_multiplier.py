@@ -121,6 +121,21 @@ def test_step_blocks_hold_each_steps_half_scalars(beta1, beta2, lr):
     assert {1, 512, 1024}.issubset(blocks)
 
 
+def test_step_blocks_follow_an_lr_that_changes_every_step():
+    """A scheduler's new float lr each step (and a second group with other betas): the drop-in's
+    _half_step_scalars keep adam_half_step_scalars' values and bits, from the blocks of the betas (lr is
+    not part of a block)."""
+    q, r = (torch.nn.Parameter(torch.zeros(4).bfloat16()) for _ in range(2))
+    opt = okt.Adam([{"params": [q]}, {"params": [r], "betas": (0.5, 0.99)}], lr=1e-3)
+    for step in range(1, 1100, 7):
+        for k, group in enumerate(opt.param_groups):
+            group["lr"] = 1e-3 * (1 + k) / step
+            per_group = opt._group_scalars(group, np.dtype(np.float32))
+            want = T.adam_half_step_scalars(per_group, step)[:-3]
+            assert repr(opt._half_step_scalars(group, per_group, step)) == repr(want), (step, k)
+    assert len(opt._half_blocks) == 6  # (two groups' betas, three blocks each)
+
+
 def test_step_scalars_of_betas_outside_torchs_ranges_raise_at_their_own_step():
     """betas set past torch's checks (β1 > 1: 1 − β1^t overflows at a later step of the block; β2 > 1: a
     complex root): the drop-in's _half_step_scalars gives each earlier step's scalars and raises at the

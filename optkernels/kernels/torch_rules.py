@@ -471,19 +471,21 @@ HALF_STEP_BLOCK = _MULTIPLIER_BLOCK
 
 
 def adam_half_step_block(group: tuple, step: int) -> tuple[int, list, list, list]:
-    """``(first, bc2_sqrt, inv_bc2_sqrt, neg_step_size)``: the three values of :func:`adam_half_step_scalars`
-    that change with the step, for the :data:`HALF_STEP_BLOCK` steps from ``first`` (the block holding
-    ``step``; from step 1), each a list indexed by ``step − first``: the same values and types as that
-    function's, computed once for the block (Python float arithmetic per step, as there, and one float32
-    rounding of each value) rather than at every step. ``group``: :func:`adam_group_scalars`' tuple. Raises
-    what a step of the block would raise in that function (hyper-parameters outside torch's ranges: an
+    """``(first, bc2_sqrt, inv_bc2_sqrt, bias_correction1)``: what :func:`adam_half_step_scalars` computes
+    per step from the betas alone, for the :data:`HALF_STEP_BLOCK` steps from ``first`` (the block holding
+    ``step``; from step 1), each a list indexed by ``step − first``: ``bias_correction2**0.5`` and its
+    multiplier (the same values and types as that function's: Python float arithmetic per step, as there,
+    and one float32 rounding), and the Python float ``1 − β1^t`` that the step's ``−lr/bias_correction1``
+    divides (:func:`adam_half_block_scalars`: ``lr`` may change every step). ``group``:
+    :func:`adam_group_scalars`' tuple, of which only the dtype and betas are read. Raises what a step of
+    the block would raise in that function (hyper-parameters outside torch's ranges: an
     ``ArithmeticError``, or a ``TypeError`` for a complex root), where that step may be a later one."""
-    convert, beta1, beta2, single, _head, _eps, neg_lr, _last = group
+    convert, beta1, beta2, single = group[:4]
     first = max(1, step // HALF_STEP_BLOCK * HALF_STEP_BLOCK)
     steps = [float(t) for t in range(first, (first // HALF_STEP_BLOCK + 1) * HALF_STEP_BLOCK)]
     dtype = np.dtype(convert)
     bc2 = list(np.array([(1 - beta2**t) ** 0.5 for t in steps], np.float64).astype(dtype))
-    neg = list(np.array([neg_lr / (1 - beta1**t) for t in steps], np.float64).astype(dtype))
+    bias1 = [1 - beta1**t for t in steps]
     low, high = QUOTIENT_DIVISOR_RANGE
     inv = [1.0 / float(c) if single and low <= c <= high else None for c in bc2]
     if single:
@@ -491,14 +493,15 @@ def adam_half_step_block(group: tuple, step: int) -> tuple[int, list, list, list
             y = bf16_bc2_multiplier(beta2, t)
             if y is not None:
                 inv[k] = y
-    return first, bc2, inv, neg
+    return first, bc2, inv, bias1
 
 
 def adam_half_block_scalars(group: tuple, block: tuple, step: int) -> tuple:
     """``adam_half_step_scalars(group, step)[:-3]`` (the scalars without torch's tails) from ``block``,
-    :func:`adam_half_step_block`'s of ``group`` for a block holding ``step``."""
+    :func:`adam_half_step_block`'s of a group with ``group``'s dtype and betas, for a block holding
+    ``step`` (``−lr/bias_correction1`` divided here, as that function divides it)."""
     k = step - block[0]
-    return (*group[4], block[1][k], block[2][k], group[5], block[3][k], group[7][0])
+    return (*group[4], block[1][k], block[2][k], group[5], group[0](group[6] / block[3][k]), group[7][0])
 
 
 @_scalar_helper

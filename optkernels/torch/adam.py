@@ -14,6 +14,7 @@ import torch
 
 from ..kernels.torch_fused_adam import fused_adam_group_scalars, fused_adam_step_scalars
 from ..kernels.torch_rules import (
+    HALF_STEP_BLOCK,
     NO_TAIL,
     PartTablesBuffer,
     _torch_adam,
@@ -32,6 +33,9 @@ from ._float_step import FloatStep
 from ._fused_adam import FUSED, FUSED_AMSGRAD, fused_reason, layout_reason
 from ._half_step import HalfStep
 from ._short_path import ShortPathSteps
+
+#: Blocks of step scalars an :class:`Adam` keeps (:meth:`Adam._half_step_scalars`: a few groups' betas).
+_HALF_BLOCKS = 8
 
 __all__ = ["Adam", "AdamW", "Adamax"]
 
@@ -178,9 +182,9 @@ class Adam(ShortPathSteps, KernelOptimizer):
             group.setdefault("maximize", False)
             group.setdefault("decoupled_weight_decay", False)
 
-    #: The last :func:`~optkernels.kernels.torch_rules.adam_half_step_block` of :meth:`_half_step_scalars`,
-    #: after the ``per_group`` it was made from (None: none yet).
-    _half_block: Any = None
+    #: :func:`~optkernels.kernels.torch_rules.adam_half_step_block`'s blocks of :meth:`_half_step_scalars`,
+    #: by the group's dtype, float betas and block (at most :data:`_HALF_BLOCKS`; made on first use).
+    _half_blocks: dict | None = None
 
     def _short_path_of(self) -> HalfStep | FloatStep | None:
         return HalfStep.of(self) or FloatStep.of(self)
@@ -246,13 +250,23 @@ class Adam(ShortPathSteps, KernelOptimizer):
         scale: the short path's."""
         if group.get("fused"):
             return fused_adam_step_scalars(per_group, step, None, False)
-        block = self._half_block  # (per_group, adam_half_step_block's values), or None
-        if block is None or block[0] is not per_group or not 0 <= step - block[1] < len(block[2]):
+        convert, beta1, beta2, single = per_group[:4]
+        if type(beta1) is not float or type(beta2) is not float:  # (a tensor may change in place)
+            return adam_half_step_scalars(per_group, step)[:-3]
+        blocks = self._half_blocks
+        if blocks is None:
+            blocks = self._half_blocks = {}
+        key = (convert, beta1, beta2, single, step // HALF_STEP_BLOCK)
+        block = blocks.get(key)
+        if block is None:
             try:
-                block = self._half_block = (per_group, *adam_half_step_block(per_group, step))
+                block = adam_half_step_block(per_group, step)
             except (ArithmeticError, TypeError):  # (betas outside torch's ranges) raised at its own step
                 return adam_half_step_scalars(per_group, step)[:-3]
-        return adam_half_block_scalars(per_group, block[1:], step)
+            if len(blocks) >= _HALF_BLOCKS:
+                blocks.clear()
+            blocks[key] = block
+        return adam_half_block_scalars(per_group, block, step)
 
     def _tabled_half_scalars(
         self, group: dict, shared: tuple, own: PartTablesBuffer | None = None
