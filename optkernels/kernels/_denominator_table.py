@@ -56,22 +56,27 @@ class DenominatorTable(int):
         return table
 
 
-@typeof_impl.register(DenominatorTable)
-def _typeof_table(value: DenominatorTable, context: Any) -> DenominatorTableType:
-    return TABLE_TYPE
+class _AddressModel(models.PrimitiveModel):
+    """Numba's data model of an address type: an int64."""
 
-
-@register_model(DenominatorTableType)
-class _TableModel(models.PrimitiveModel):
     def __init__(self, dmm: Any, fe_type: Any) -> None:
         super().__init__(dmm, fe_type, ir.IntType(64))
 
 
-@unbox(DenominatorTableType)
-def _unbox_table(typ: DenominatorTableType, obj: Any, c: Any) -> NativeValue:
+def _unbox_address(typ: Any, obj: Any, c: Any) -> NativeValue:
     address = c.pyapi.long_as_longlong(obj)
     failed = cgutils.is_not_null(c.builder, c.pyapi.err_occurred())
     return NativeValue(address, is_error=failed)
+
+
+def _register_address_type(cls: type, numba_type: types.Type) -> None:
+    """``cls`` (an ``int`` subclass: an address) passed to compiled code as ``numba_type``, an int64."""
+    typeof_impl.register(cls)(lambda value, context: numba_type)
+    register_model(type(numba_type))(_AddressModel)
+    unbox(type(numba_type))(_unbox_address)
+
+
+_register_address_type(DenominatorTable, TABLE_TYPE)
 
 
 @intrinsic
@@ -142,22 +147,7 @@ class PartTables(int):
         return tables
 
 
-@typeof_impl.register(PartTables)
-def _typeof_part_tables(value: PartTables, context: Any) -> PartTablesType:
-    return PART_TABLES_TYPE
-
-
-@register_model(PartTablesType)
-class _PartTablesModel(models.PrimitiveModel):
-    def __init__(self, dmm: Any, fe_type: Any) -> None:
-        super().__init__(dmm, fe_type, ir.IntType(64))
-
-
-@unbox(PartTablesType)
-def _unbox_part_tables(typ: PartTablesType, obj: Any, c: Any) -> NativeValue:
-    address = c.pyapi.long_as_longlong(obj)
-    failed = cgutils.is_not_null(c.builder, c.pyapi.err_occurred())
-    return NativeValue(address, is_error=failed)
+_register_address_type(PartTables, PART_TABLES_TYPE)
 
 
 @intrinsic
