@@ -24,22 +24,17 @@ from ..kernels._elementwise import PREFETCH_PART, SERIAL_BELOW
 from ..kernels._threading import thread_mask
 from ._base import _Plan
 from ._half_step import _HYPER, _hyper, _plain_hyper
-from ._short_path import gradients_checked, launch_table, lr_changed, planned_group, unchanged
+from ._short_path import ShortPath, gradients_checked, launch_table, lr_changed, planned_group, unchanged
 
 __all__ = ["FloatStep"]
 
 
-class FloatStep:
+class FloatStep(ShortPath):
     """The short path (see the module docstring) of an Adam/AdamW optimizer's one group whose plan is one
     launch table of float32 or float64 CPU parameters, guarded. Made by :meth:`of` after a generic step;
     :meth:`run` steps or returns False (nothing written)."""
 
     __slots__ = (
-        "group",
-        "plan",
-        "guard",
-        "hyper",
-        "lr",
         "dtype",
         "per_group",
         "tensors",

@@ -30,7 +30,7 @@ from ..kernels._elementwise import HalfLauncher, _lowp_module
 from ..kernels._threading import thread_mask
 from ..kernels.torch_rules import PartTablesBuffer, SqrtKernel
 from ._base import _bits, _bits_at, _dense, _Plan, _tail_scalars_of
-from ._short_path import _plain, gradients_checked, lr_changed, planned_group, unchanged
+from ._short_path import ShortPath, _plain, gradients_checked, lr_changed, planned_group, unchanged
 
 __all__ = ["HalfStep"]
 
@@ -74,17 +74,12 @@ def _plain_hyper(group: dict) -> bool:
     return hyper is not _MISSING and _plain(hyper)
 
 
-class HalfStep:
+class HalfStep(ShortPath):
     """The short path (see the module docstring) of an Adam/AdamW optimizer's one group whose plan holds only
     float16/bfloat16 CPU parameters, each launched by a kept :class:`HalfLauncher`. Made by :meth:`of` after
     a generic step; :meth:`run` steps or returns False (nothing written)."""
 
     __slots__ = (
-        "group",
-        "plan",
-        "guard",
-        "hyper",
-        "lr",
         "per_group",
         "grads",
         "launches",

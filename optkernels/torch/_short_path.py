@@ -15,7 +15,23 @@ from ..kernels._elementwise import PREFETCH_PART, _SerialBelow
 from ..kernels._threading import parallel_allowed, parallel_launch
 from ._base import unwrapped
 
-__all__ = ["ShortPathSteps", "gradients_checked", "launch_table", "lr_changed", "planned_group", "unchanged"]
+__all__ = [
+    "ShortPath",
+    "ShortPathSteps",
+    "gradients_checked",
+    "launch_table",
+    "lr_changed",
+    "planned_group",
+    "unchanged",
+]
+
+
+class ShortPath:
+    """Base of the short paths (SGD's, Adam's float and half ones): the slots that :func:`unchanged` and
+    :func:`lr_changed` read, the group and its plan, the plan's guard, the hyper-parameters the path was made
+    for and its ``lr``; each path adds its own."""
+
+    __slots__ = ("group", "plan", "guard", "hyper", "lr")
 
 
 class ShortPathSteps:

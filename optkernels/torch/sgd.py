@@ -33,6 +33,7 @@ from ..kernels._threading import thread_mask
 from ..kernels.torch_rules import _torch_sgd, _torch_sgd_momentum, sgd_scalars
 from ._base import KernelOptimizer, _Plan
 from ._short_path import (
+    ShortPath,
     ShortPathSteps,
     gradients_checked,
     launch_table,
@@ -156,17 +157,12 @@ def _plain_hyper(group: dict) -> bool:
     return all(type(v) in _PLAIN for v in _HYPER(group))
 
 
-class _PlainStep:
+class _PlainStep(ShortPath):
     """The short path of an SGD step (see the module docstring) over ``plan``, the one plan of ``group``:
     one launch table of float32 or float64 CPU parameters (and their momentum buffers), guarded. Made by :meth:`of` after a
     generic step; :meth:`run` steps or returns False (nothing written)."""
 
     __slots__ = (
-        "group",
-        "plan",
-        "guard",
-        "hyper",
-        "lr",
         "scalars",
         "tensors",
         "grads",
