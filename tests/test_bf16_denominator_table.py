@@ -352,3 +352,16 @@ def test_a_forked_child_steps_with_torchs_bits(held, monkeypatch):
         assert child == steps(grads[3:])
     finally:
         torch.set_num_threads(threads)
+
+
+def test_tables_only_where_they_pay():
+    """The short path steps with tables only on processors whose table reads beat the computation: not on
+    AMD's Zen cores (LLVM's ``znver*`` names), on Intel's; the threshold follows this host's answer."""
+    from optkernels.kernels._denominator_table import tables_pay
+
+    pytest.importorskip("torch", reason="optkernels.torch's short path needs torch")
+    from optkernels.torch import _half_step
+
+    assert not tables_pay("znver4") and not tables_pay("znver3")
+    assert tables_pay("sapphirerapids") and tables_pay("icelake-server") and tables_pay("skylake-avx512")
+    assert (_half_step.DENOMINATOR_TABLE_FROM == 1 << 15) == tables_pay()

@@ -21,12 +21,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from llvmlite import ir
+import numba
+from llvmlite import binding, ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
 
-__all__ = ["DenominatorTable", "DenominatorTableType", "PartTables", "PartTablesType", "denominator_at"]
+__all__ = [
+    "DenominatorTable",
+    "DenominatorTableType",
+    "PartTables",
+    "PartTablesType",
+    "denominator_at",
+    "tables_pay",
+]
+
+
+def tables_pay(cpu_name: str | None = None) -> bool:
+    """Whether reading the denominators from a table is faster than computing them on the processor that
+    Numba compiles for (``cpu_name``: LLVM's name of it; by default ``NUMBA_CPU_NAME`` or the host's).
+    Not on AMD's Zen cores (``znver*``): there a table's reads (vector gathers) cost more than the root,
+    the division and the roundings they replace, even with the table filled once (bench/results/
+    target-notes.md); on the Intel cores measured they cost less."""
+    name = cpu_name if cpu_name is not None else (numba.config.CPU_NAME or binding.get_host_cpu_name())
+    return not name.startswith("znver")
 
 
 class DenominatorTableType(types.Type):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernels._denominator_table import PartTables
+from ..kernels._denominator_table import PartTables, tables_pay
 from ..kernels._elementwise import HalfLauncher, _lowp_module
 from ..kernels._threading import thread_mask
 from ..kernels.torch_rules import PartTablesBuffer, SqrtKernel
@@ -64,8 +64,9 @@ _FLOAT32 = np.dtype(np.float32)
 #: tables of the step's denominators
 #: (:meth:`optkernels.torch.Adam._tabled_half_scalars`, the same bits): each part of the launch refills its
 #: own table's 32768 positive entries, on its thread, which costs about what reading them saves on
-#: this many elements.
-DENOMINATOR_TABLE_FROM = 1 << 15
+#: this many elements. Never where the processor reads a table slower than it computes the entries
+#: (:func:`~optkernels.kernels._denominator_table.tables_pay`: AMD's Zen cores).
+DENOMINATOR_TABLE_FROM = 1 << 15 if tables_pay() else 1 << 62
 
 
 def _plain_hyper(group: dict) -> bool:
