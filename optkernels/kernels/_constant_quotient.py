@@ -3,7 +3,8 @@
 The CPU loops divide by a per-launch constant (Adam's ``bias_correction2**0.5``): :func:`divide_by_reciprocal`
 gives the bits of IEEE ``s/c`` with a multiplication, three ``fma`` and one ``vfixupimmps`` on the vector's
 float32 lanes, from the float64 ``1/c`` that the host computes once per launch (in place of a division, or
-of a float64 product, which costs two conversions of each half of the vector each way).
+of a float64 product, which costs two conversions of each half of the vector each way); on AMD's Zen cores,
+whose divider is fast, by the division itself.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ._intrinsics import quotient_special_value
+from ._intrinsics import quotient_special_value, zen_target
 
 __all__ = ["QUOTIENT_DIVIDEND_RANGE", "QUOTIENT_DIVISOR_RANGE", "divide_by_reciprocal"]
 
@@ -26,6 +27,9 @@ QUOTIENT_DIVIDEND_RANGE = (2.0**-90, 2.0**90)
 #: ``(low, high)``: the divisors ``c`` for which :func:`divide_by_reciprocal` is exact (Adam's
 #: ``bias_correction2**0.5`` for 0 ≤ β2 < 1 lies in [2⁻²⁷, 1]; in CUDA code, the float64 product's range).
 QUOTIENT_DIVISOR_RANGE = (2.0**-32, 1.0)
+#: Compile the division itself for AMD's Zen cores (tests set False to check the reciprocal's steps there;
+#: the decision is taken when a function is compiled).
+DIVIDE_ON_ZEN = True
 
 
 def _fma(builder: Any, a: Any, b: Any, c: Any) -> Any:
@@ -41,6 +45,8 @@ def _quotient(context: Any, builder: Any, s: Any, c: Any, inverse: Any) -> Any:
     f32, f64 = ir.FloatType(), ir.DoubleType()
     if not isinstance(context, CPUContext):  # CUDA: the float64 product (one rounding to float32 each way)
         return builder.fptrunc(builder.fmul(builder.fpext(s, f64), inverse), f32)
+    if DIVIDE_ON_ZEN and zen_target():  # a fast divider: the division itself (the loops wait on latency)
+        return builder.fdiv(s, c)
     y = builder.fptrunc(inverse, f32)  # RN(1/c); y, low: once per loop (LLVM hoists them)
     low = builder.fptrunc(builder.fsub(inverse, builder.fpext(y, f64)), f32)
     q0 = _fma(builder, s, y, builder.fmul(s, low))  # faithful
@@ -60,8 +66,10 @@ def divide_by_reciprocal(typingctx, s, c, inverse):
         q₀ = fma(s, y, s·ℓ),   r = fma(−q₀, c, s),   q = fma(r, y, q₀)
 
     and ±0, ±∞, NaN ``s`` passed (a NaN quieted) by
-    :func:`~optkernels.kernels._intrinsics.quotient_special`. CUDA code: ``float32(float64(s)·inverse)``
-    (the same bits: see :func:`optkernels.kernels.torch_rules.divide_by_constant`).
+    :func:`~optkernels.kernels._intrinsics.quotient_special`; compiled for AMD's Zen cores
+    (:func:`~optkernels.kernels._intrinsics.zen_target`), whose divider is fast, the division itself.
+    CUDA code: ``float32(float64(s)·inverse)`` (the same bits: see
+    :func:`optkernels.kernels.torch_rules.divide_by_constant`).
 
     Why ``q = RN(s/c)`` (Markstein's theorem, here with its proof). Scale by powers of two, which changes
     no step in these ranges (none overflows, and only ``s·ℓ`` may be subnormal, an absolute error far

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
-from llvmlite import binding, ir
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
+
+from ._intrinsics import zen_target
 
 __all__ = [
     "DenominatorTable",
@@ -43,8 +44,7 @@ def tables_pay(cpu_name: str | None = None) -> bool:
     Not on AMD's Zen cores (``znver*``): there a table's reads (vector gathers) cost more than the root,
     the division and the roundings they replace, even with the table filled once (bench/results/
     target-notes.md); on the Intel cores measured they cost less."""
-    name = cpu_name if cpu_name is not None else (numba.config.CPU_NAME or binding.get_host_cpu_name())
-    return not name.startswith("znver")
+    return not zen_target(cpu_name)
 
 
 class DenominatorTableType(types.Type):
@@ -138,9 +138,9 @@ PART_TABLES_TYPE = PartTablesType()
 
 class PartTables(int):
     """The address (an int) of row 0 of ``rows`` rows of :data:`ROW_WORDS` uint16 words, one table of
-    denominators per part of a launch: part ``p`` uses row ``p mod rows`` (a parallel launch has at most
-    as many parts as threads, and ``rows`` is Numba's thread count: one row per part; the parts of a
-    serial call run one after the other). The memory is ``buffer``'s (kept alive here, written only by the
+    denominators per part of a launch: part ``p`` uses row ``p mod rows`` (the launches given it have at
+    most ``rows`` parts, at most one per thread: one row per part; the parts of a serial call run one
+    after the other). The memory is ``buffer``'s (kept alive here, written only by the
     launches given this object, one at a time: its owner's lock); ``roots``: the roots of the 65536 patterns
     (read only), whose address each row's header holds."""
 

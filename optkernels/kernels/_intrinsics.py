@@ -678,6 +678,20 @@ def _target_features() -> str:
     return features if features is not None else binding.get_host_cpu_features().flatten()
 
 
+def target_cpu_name() -> str:
+    """LLVM's name of the processor Numba compiles for: ``NUMBA_CPU_NAME`` or the host's."""
+    from llvmlite import binding
+
+    return numba.config.CPU_NAME or binding.get_host_cpu_name()
+
+
+def zen_target(cpu_name: str | None = None) -> bool:
+    """Whether the processor compiled for (``cpu_name``, by default :func:`target_cpu_name`) is one of AMD's
+    Zen cores (LLVM's ``znver*``): a fast divider and slow gathers, where Intel's cores have the opposite,
+    which some loops choose between (the same bits either way)."""
+    return (cpu_name if cpu_name is not None else target_cpu_name()).startswith("znver")
+
+
 def _byte_permutes_here(context: Any) -> bool:
     """Whether code compiled now by ``context`` may use ``vpermi2b`` (see :data:`BYTE_PERMUTES`)."""
     from numba.core.cpu import CPUContext

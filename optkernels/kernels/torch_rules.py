@@ -58,6 +58,7 @@ from ._elementwise import _JIT_OPTIONS, elementwise, scalar_math
 from ._ieee import nan_max
 from ._intrinsics import fma, rsqrt14, rsqrt_estimate, sqrt_special
 from ._lowp import HALF_MARKERS, KEEPS_NAN_PAYLOAD, PURE_BF16, rounded_as
+from ._mkl_h8 import branching_h8_root
 from ._mkl_sqrt64 import (
     mkl_avx2_sqrt64,
     mkl_avx512_sqrt64,
@@ -286,13 +287,19 @@ def _h8_root(x):
 
 
 @_scalar_helper
-def _mkl_avx_sqrt32(x):
+def _mkl_avx_sqrt32_selected(x):
     """MKL's float32 ``H8``/``EX`` (:func:`torch_sqrt`) of a float32 ``x`` in compiled code, without
     branches: every input takes the kernel's operations, and the ones outside its path take IEEE ``sqrt``
     by a select (the same bits as :func:`_mkl_sqrt`'s branches)."""
     mkl = _h8_root(x)
     ieee = math.sqrt(x)  # computed for every x: a call in a branch would stop the vectoriser
     return mkl if x >= _FLT_MIN and x < _FLT_INF else ieee
+
+
+#: MKL's float32 ``H8`` in compiled code: with AVX-512, the kernel's result fixed up by the input's class and
+#: IEEE ``sqrt`` only in vectors holding a subnormal (:mod:`optkernels.kernels._mkl_h8`); elsewhere
+#: :func:`_mkl_avx_sqrt32_selected`. The same bits.
+_mkl_avx_sqrt32 = branching_h8_root(_mkl_avx_sqrt32_selected)
 
 
 @_scalar_helper
