@@ -115,7 +115,7 @@ def test_large_bfloat16_steps_take_the_table_and_torchs_bits(monkeypatch):
     monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)  # per thread: 60000 elements take it
     used = []
     take = T.PartTablesBuffer.take
-    monkeypatch.setattr(T.PartTablesBuffer, "take", lambda own: used.append(own) or take(own))
+    monkeypatch.setattr(T.PartTablesBuffer, "take", lambda own, parts=None: used.append(own) or take(own, parts))
     gen = torch.Generator().manual_seed(5)
     for cls, kwargs in (("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", {})):
         base = [(torch.randn(n, generator=gen) * 0.1).bfloat16() for n in (60000, 1000)]
@@ -365,3 +365,36 @@ def test_tables_only_where_they_pay():
     assert not tables_pay("znver4") and not tables_pay("znver3")
     assert tables_pay("sapphirerapids") and tables_pay("icelake-server") and tables_pay("skylake-avx512")
     assert (_half_step.DENOMINATOR_TABLE_FROM == 1 << 15) == tables_pay()
+
+
+def test_part_tables_hold_a_row_per_part_of_the_launch(monkeypatch):
+    """The short path's tables have a row for each part of its launch (the thread count it runs with), not
+    one per thread Numba could start; more threads later replace them by larger ones; torch's bits either
+    way."""
+    torch = pytest.importorskip("torch", reason="optkernels.torch needs PyTorch")
+    import numba
+
+    import optkernels.torch as okt
+    from optkernels.torch import _half_step
+
+    monkeypatch.setattr(_half_step, "DENOMINATOR_TABLE_FROM", 1000)
+    gen = torch.Generator().manual_seed(3)
+    start = (torch.randn(30000, generator=gen) * 0.1).bfloat16()
+    grads = [torch.randn(30000, generator=gen).bfloat16() for _ in range(6)]
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    mine, ref = okt.Adam([ours], lr=0.01), torch.optim.Adam([theirs], lr=0.01, foreach=False)
+    threads = numba.get_num_threads()
+    rows = []
+    try:
+        for k, grad in enumerate(grads):
+            numba.set_num_threads(1 if k < 3 else min(2, numba.config.NUMBA_NUM_THREADS))
+            ours.grad, theirs.grad = grad.clone(), grad.clone()
+            mine.step()
+            ref.step()
+            path = mine._fast
+            rows.append(None if path is None or path.table.tables is None else path.table.tables.rows)
+    finally:
+        numba.set_num_threads(threads)
+    assert rows[1] == rows[2] == 1  # the short path's steps (the first is the generic step)
+    assert rows[-1] == min(2, numba.config.NUMBA_NUM_THREADS)
+    assert torch.equal(ours.detach().view(torch.int16), theirs.detach().view(torch.int16))

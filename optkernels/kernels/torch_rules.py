@@ -652,6 +652,10 @@ def adam_denominator_table(bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Denomi
     return table
 
 
+#: The most parts a launch has: Numba's thread count.
+_MOST = numba.config.NUMBA_NUM_THREADS
+
+
 class PartTablesBuffer:
     """One owner's :class:`~._denominator_table.PartTables` (:func:`part_tables`, made on first use), lent to
     one launch at a time: a step takes it with :meth:`take` and gives it back with :meth:`release` once its
@@ -665,15 +669,16 @@ class PartTablesBuffer:
         self.tables: PartTables | None = None
         self._lock = threading.Lock()
 
-    def take(self) -> PartTables | None:
-        """The tables, held by the calling thread until :meth:`release`; None (nothing held) where another
-        thread holds them."""
+    def take(self, parts: int | None = None) -> PartTables | None:
+        """The tables, with a row for each of a launch's ``parts`` (default: Numba's thread count, the most
+        a launch has), held by the calling thread until :meth:`release`; None (nothing held) where another
+        thread holds them. Tables with fewer rows are replaced by new ones (filled again by the parts)."""
         if not self._lock.acquire(blocking=False):
             return None
-        tables = self.tables
-        if tables is None:
+        tables, wanted = self.tables, parts if parts is not None else _MOST
+        if tables is None or tables.rows < wanted:
             try:
-                tables = self.tables = part_tables()
+                tables = self.tables = part_tables(wanted)
             except BaseException:
                 self._lock.release()
                 raise
@@ -704,12 +709,13 @@ def _bf16_roots() -> tuple:
     return found
 
 
-def part_tables() -> PartTables:
-    """New :class:`~._denominator_table.PartTables`, one row per Numba thread (a launch's parts), unfilled:
+def part_tables(rows: int | None = None) -> PartTables:
+    """New :class:`~._denominator_table.PartTables` of ``rows`` rows (default: one per Numba thread, the most
+    parts a launch has; a launch must have at most ``rows`` parts), unfilled:
     given as a bfloat16 Adam launch's ``mkl`` scalar (see :func:`part_denominators`), each part of the
     launch fills its own row's table where the step's constants differ from its last ones. Its memory
     is written by the launches given it: one launch at a time."""
-    return PartTables(numba.config.NUMBA_NUM_THREADS, _bf16_roots()[0])
+    return PartTables(rows if rows is not None else _MOST, _bf16_roots()[0])
 
 
 def part_denominators(part: int, mkl: Any, bc2_sqrt: Any, inv_bc2_sqrt: Any, eps: Any) -> Any:

@@ -159,10 +159,11 @@ class HalfStep(ShortPath):
         step = plan.step_now + 1
         shared = optimizer._half_step_scalars(group, self.per_group, step)
         own = self.table
-        least = DENOMINATOR_TABLE_FROM * thread_mask()[0]()  # (elements a launch reads a table from)
+        parts = thread_mask()[0]()  # (a launch's parts: its threads)
+        least = DENOMINATOR_TABLE_FROM * parts  # (elements a launch reads a table from)
         if own is None or self.largest < least:
             return self._launch(plan, params, grads, shared, None, step, least)
-        tabled = optimizer._tabled_half_scalars(group, shared, own)
+        tabled = optimizer._tabled_half_scalars(group, shared, own, parts)
         held = tabled is not None and type(tabled[-1]) is PartTables  # given back after the launches
         try:
             return self._launch(plan, params, grads, shared, tabled, step, least)

@@ -269,18 +269,19 @@ class Adam(ShortPathSteps, KernelOptimizer):
         return adam_half_block_scalars(per_group, block, step)
 
     def _tabled_half_scalars(
-        self, group: dict, shared: tuple, own: PartTablesBuffer | None = None
+        self, group: dict, shared: tuple, own: PartTablesBuffer | None = None, parts: int | None = None
     ) -> tuple | None:
         """:meth:`_half_step_scalars`' ``shared`` with its ``mkl`` scalar (the last; a bfloat16 sqrt does not
         use it) replaced by tables of the step's denominators: the scalars of a large all-bfloat16 launch
         (see :data:`._half_step.DENOMINATOR_TABLE_FROM`), the same bits. The tables are ``own``'s
-        (:meth:`~optkernels.kernels.torch_rules.PartTablesBuffer.take`: each part of the launch fills its
-        own; the caller releases them after its launches) where given and free, else
+        (:meth:`~optkernels.kernels.torch_rules.PartTablesBuffer.take`, a row for each of the launch's
+        ``parts``: each part fills its own; the caller releases them after its launches) where given and
+        free, else
         :func:`~optkernels.kernels.torch_rules.adam_denominator_table`'s one table, filled here. None for
         ``fused=True`` (torch's fused step computes no such denominator)."""
         if group.get("fused"):
             return None
-        table: Any = own.take() if own is not None else None
+        table: Any = own.take(parts) if own is not None else None
         if table is None:
             table = adam_denominator_table(*shared[-5:-2])  # (bias_correction2**0.5, its multiplier, eps)
         return (*shared[:-1], table)
