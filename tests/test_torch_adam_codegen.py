@@ -12,7 +12,7 @@ from numba.extending import intrinsic
 from optkernels.kernels import _intrinsics
 from optkernels.kernels import torch_rules as T
 from optkernels.kernels._elementwise import _many_entry
-from optkernels.kernels._intrinsics import sqrt_special
+from optkernels.kernels._intrinsics import sqrt_special, zen_target
 from optkernels.kernels._threading import parallel_launch
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -103,7 +103,10 @@ def test_the_float32_adam_loop_runs_16_lanes_with_the_bits_of_8():
         results[wide] = arrays
         # the loop's code: the packed estimates' own definitions (kept in every module using them) taken out
         asm = re.sub(r"(?ms)^optkernels\.\w+_v\d+:.*?^\.Lfunc_end\d+:", "", entry.inspect_asm(entry.signatures[0]))
-        assert ("vrsqrt14ps\t%zmm" in asm) == wide and ("vrsqrt14ps\t%ymm" in asm) != wide
+        # 16 lanes where asked; else LLVM's own choice: 8 on Intel's server cores (tuned for 256-bit
+        # vectors), 16 on AMD's Zen 4 (no such tuning)
+        narrow = "ymm" if not zen_target() else "zmm"
+        assert f"vrsqrt14ps\t%{'zmm' if wide else narrow}" in asm
         assert re.search(r"vfixupimmps\s.*%[yz]mm", asm)
     for wide, narrow in zip(results[True], results[False]):
         assert np.array_equal(wide.view(np.uint32), narrow.view(np.uint32))
