@@ -219,22 +219,25 @@ def test_prefetching_part_loop_gives_the_plain_loops_bits(rule):
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="checks x86 instructions")
-def test_prefetching_part_loop_is_vectorised_and_prefetches():
+@pytest.mark.parametrize("on_zen", [True, False])
+def test_prefetching_part_loop_is_vectorised_and_prefetches(monkeypatch, on_zen):
     """ADOPT's prefetching part loop keeps packed float32 roots and divisions (the blocks are not left
-    scalar) and holds the prefetches."""
+    scalar) and holds the prefetches; compiled for AMD's Zen cores (unless told otherwise), none."""
     from optkernels.kernels import _chunks
+    from optkernels.kernels._intrinsics import zen_target
     from optkernels.kernels._threading import parallel_launch
 
     A = importlib.import_module("optkernels.kernels.adopt")
-
+    monkeypatch.setattr(_chunks, "PREFETCH_ON_ZEN", on_zen)
     entry = _chunks.entry(A._adopt.py_func, cache=False, prefetch=True)
     arrays = [np.full(1000, 0.5, np.float32) for _ in range(4)]
     scalars = A.adopt_scalars(np.float32, 1e-3, 0.9, 0.9999, 1e-6, 0.0, 5, 5**0.25)
     with parallel_launch():
         entry(False, arrays[0].size, *arrays, *scalars)
     asm = entry.inspect_asm(entry.signatures[0])
-    for packed in (r"vsqrtps\s+%[yz]mm", r"vdivps\s+%[yz]mm", r"prefetcht0\s"):
+    for packed in (r"vsqrtps\s+%[yz]mm", r"vdivps\s+%[yz]mm"):
         assert re.search(packed, asm), f"no {packed.split(chr(92))[0]} in the prefetching part loop"
+    assert bool(re.search(r"prefetcht0\s", asm)) == (on_zen or not zen_target())
 
 
 def test_a_guarded_entry_does_not_prefetch():

@@ -49,7 +49,7 @@ from numba.core import cgutils, compiler
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ._intrinsics import CACHE_LINE_BYTES, _prefetch_pointer, fetch_add, inline_vector_variants
+from ._intrinsics import CACHE_LINE_BYTES, _prefetch_pointer, fetch_add, inline_vector_variants, zen_target
 
 _JIT_OPTIONS = dict(error_model="numpy", fastmath=False)
 
@@ -292,16 +292,26 @@ def _part_arguments(builder: Any, first: Any, count: Any) -> tuple:
     return args, dims, steps
 
 
+#: Whether :func:`prefetch_ahead` prefetches in code compiled for AMD's Zen cores
+#: (:func:`._intrinsics.zen_target`): there the hardware prefetchers keep the prefetching loops at the
+#: memory's speed by themselves, and the software prefetches cost 0-15% at 1e8 elements
+#: (bench/results/target-notes.md). Decided when a loop is compiled.
+PREFETCH_ON_ZEN = False
+
+
 @intrinsic
 def prefetch_ahead(typingctx, index, *args):
     """Prefetch, for each 1-D array among ``args``, the cache lines of its elements ``index .. index + 63``
     (read, into every cache level); other arguments are skipped. A prefetch never faults (lines past an
-    array's end are harmless) and changes no value."""
+    array's end are harmless) and changes no value. Nothing in code compiled for AMD's Zen cores (see
+    :data:`PREFETCH_ON_ZEN`)."""
     if not isinstance(index, types.Integer):
         raise TypingError("prefetch_ahead takes an integer index")
     arg_types = tuple(args)
 
     def codegen(context, builder, signature, llargs):
+        if not PREFETCH_ON_ZEN and zen_target():
+            return context.get_dummy_value()
         first, values = llargs
         first = context.cast(builder, first, signature.args[0], types.intp)
         items = cgutils.unpack_tuple(builder, values, len(arg_types))
