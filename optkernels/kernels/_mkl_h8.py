@@ -16,7 +16,7 @@ from typing import Any
 from llvmlite import ir
 from numba.core import cgutils
 
-from ._intrinsics import _I32, _estimate_call
+from ._intrinsics import _estimate_call, _mask
 from ._root_variants import branching_root, rare_lanes, root_function, splat
 
 __all__ = ["branching_h8_root"]
@@ -29,10 +29,6 @@ _PACKED = (
     (16, "llvm.x86.avx.rsqrt.ps.256", 2),
 )
 _FLT_MIN = 2.0**-126
-
-
-def _mask(values: Any) -> ir.Constant:
-    return ir.Constant(ir.VectorType(_I32, len(list(values))), list(values))
 
 
 def _root(builder: Any, x: Any, estimate: Callable, fixup: Callable) -> Any:
@@ -70,10 +66,10 @@ def _h8_function(module: Any) -> Any:
         if v.type.count <= 8:
             return _estimate_call(builder, packed, v)
         halves = [
-            _estimate_call(builder, packed, builder.shuffle_vector(v, v, _mask(range(k, k + 8))))
+            _estimate_call(builder, packed, builder.shuffle_vector(v, v, _mask(list(range(k, k + 8)))))
             for k in (0, 8)
         ]
-        return builder.shuffle_vector(halves[0], halves[1], _mask(range(16)))
+        return builder.shuffle_vector(halves[0], halves[1], _mask(list(range(16))))
 
     return root_function(module, "avx_h8_sqrt_ss", _PACKED, _root, estimate)
 
