@@ -160,6 +160,11 @@ class Elementwise:
     #: function its result as the argument ``name``: a scalar made per part, on the part's thread (the
     #: bfloat16 Adam loops' tables of denominators: ``torch_rules.part_denominators``).
     part_scalar: tuple | None = None
+    #: A compiled function or None: in the paired split loop (:data:`_CPU_FUSED_PAIRED_BLOCKS`) it is called
+    #: as ``pair_blocks(i, pairs, *arguments)`` before the pair loop and updates the first pairs of the
+    #: ``pairs`` from element ``i`` by means of its own, returning how many (the bfloat16 Adam loop's
+    #: blocks: ``_bf16_adam_block.adam_pair_blocks``).
+    pair_blocks: Callable | None = None
 
     def __init__(self, py_func: Callable):
         self.py_func = py_func
@@ -871,7 +876,7 @@ def _half_driver(ew: Elementwise, target: str, kinds: tuple, sr: bool, flags: tu
     from . import _lowp
 
     if target == "cpu" and not sr:
-        split = _fused_split_driver(ew.py_func, kinds, flags, part=ew.part_scalar)
+        split = _fused_split_driver(ew.py_func, kinds, flags, part=ew.part_scalar, blocks=ew.pair_blocks)
         if split is not None:
             drivers[key] = split
             drivers[("split", *key)] = True
@@ -959,13 +964,19 @@ PAIRED = True
 
 
 def _fused_split_driver(
-    py_func: Callable, kinds: tuple, flags: tuple = (), cache: bool = True, part: tuple | None = None
+    py_func: Callable,
+    kinds: tuple,
+    flags: tuple = (),
+    cache: bool = True,
+    part: tuple | None = None,
+    blocks: Callable | None = None,
 ) -> Callable | None:
     """The fused loop split around torch's scalar tails (:data:`_CPU_FUSED_SPLIT`) where the rewritten
     element function tests them (``_torch_tail.tail_variants``); None otherwise. A chunked entry, called as
     ``driver(parallel, parts, n, parts, *arguments)``: ``n`` elements in ``parts`` equal parts (one per
     thread of the calling thread's count). ``cache``: False for a fresh compile (:func:`._chunks.entry`);
-    ``part``: the element function's :attr:`Elementwise.part_scalar`."""
+    ``part``, ``blocks``: the element function's :attr:`Elementwise.part_scalar` and
+    :attr:`Elementwise.pair_blocks`."""
     parts = _fused_parts(py_func, kinds, flags)
     if parts is None:
         return None
@@ -976,7 +987,7 @@ def _fused_split_driver(
     if split is None:
         return None
     paired = PAIRED and all(kind in (None, "bf16") for kind in kinds)
-    return _split_driver(py_func, namespace, split, params, call_args, cache, paired, part)
+    return _split_driver(py_func, namespace, split, params, call_args, cache, paired, part, blocks)
 
 
 def _fused_function(py_func: Callable, kinds: tuple, flags: tuple, template: str, tag: str) -> tuple | None:
@@ -1086,6 +1097,17 @@ _CPU_FUSED_PAIRED = _CPU_FUSED_SPLIT.replace(
 """,
 )
 
+# The paired split loop of an element function with :attr:`Elementwise.pair_blocks`: that function first
+# updates the pairs it takes in blocks (returning how many, from the first), the pair loop the others.
+_CPU_FUSED_PAIRED_BLOCKS = _CPU_FUSED_PAIRED.replace(
+    """            for _k in range((_stop - _j - _first) // uint64(2)):
+""",
+    """            _pairs = (_stop - _j - _first) // uint64(2)
+            _done = uint64(pair_blocks(_j + _first, _pairs, {call_args}))
+            for _k in range(_done, _pairs):
+""",
+)
+
 #: The split loop's parts begin and end on multiples of this many elements (whole cache lines of a half
 #: array: no two threads store into one line).
 SPLIT_ALIGN = 64
@@ -1106,6 +1128,7 @@ def _split_driver(
     cache: bool = True,
     paired: bool = False,
     part: tuple | None = None,
+    blocks: Callable | None = None,
 ) -> Callable:
     """The chunked entry of ``py_func``'s fused CPU loop over its body and tail variants (see
     :data:`_CPU_FUSED_SPLIT`): ``entry(parallel, parts, n, parts, *arguments)``. ``split`` is
@@ -1114,7 +1137,8 @@ def _split_driver(
     The part function is simplified before it is linked (``_chunks.entry(views=True)``): the element
     function's helpers are calls until then, and a loop holding a call is not vectorised. ``paired``: an
     all-bfloat16 call, whose body runs on pairs where :func:`._bf16_pairs.paired_source` can rewrite it;
-    ``part``: :attr:`Elementwise.part_scalar` (each part's own value of one argument), or None."""
+    ``part``: :attr:`Elementwise.part_scalar` (each part's own value of one argument), or None;
+    ``blocks``: :attr:`Elementwise.pair_blocks` (a paired loop only), or None."""
     body_source, tail_source, (tail_from, chunk, chunk_tail) = split
     prologue, tail_args, tail_call_args = "", list(params), ", ".join(call_args)
     if part is not None:
@@ -1136,8 +1160,10 @@ def _split_driver(
             pair_name, pair_source = pair
             namespace.update(_bf16_pairs.NAMES)
             exec(compile(pair_source, filename, "exec"), namespace)
-            template = _CPU_FUSED_PAIRED
+            template = _CPU_FUSED_PAIRED if blocks is None else _CPU_FUSED_PAIRED_BLOCKS
             pair_source += inspect.getsource(_bf16_pairs)
+            if blocks is not None:
+                pair_source += inspect.getsource(inspect.getmodule(blocks))
     digest = _digest(
         template,
         body_source,
@@ -1171,6 +1197,7 @@ def _split_driver(
     }
     if pair_source:
         loop_namespace["pair"] = numba.njit(inline="always", **_JIT_OPTIONS)(namespace[pair_name])
+        loop_namespace["pair_blocks"] = blocks
     if part is not None:
         loop_namespace["part_scalar"] = part[1]
     function = _chunks.define(name, source, py_func, loop_namespace)

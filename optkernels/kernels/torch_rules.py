@@ -38,6 +38,7 @@ from numba.extending import (
     unbox,
 )
 
+from ._bf16_adam_block import adam_pair_blocks
 from ._checks import check_arrays, check_range
 from ._constant_quotient import QUOTIENT_DIVISOR_RANGE, divide_by_reciprocal
 from ._denominator_table import (
@@ -875,6 +876,7 @@ def _torch_adam_amsgrad(
 #: :class:`~._denominator_table.PartTables`.
 _PART_TABLES = ("mkl", part_denominators, ("bc2_sqrt", "inv_bc2_sqrt", "eps"))
 _torch_adam.part_scalar = _PART_TABLES
+_torch_adam.pair_blocks = adam_pair_blocks
 _torch_adam_amsgrad.part_scalar = _PART_TABLES
 
 
