@@ -1,15 +1,15 @@
 """torch's bfloat16 Adam step on blocks of 32 elements, its denominators read from a table in registers.
 
-In the all-bfloat16 Adam loop (``torch_rules._torch_adam``) each element's denominator ``d = R(R(R(√v)/c) +
-ε)`` (``R``: rounding to bfloat16) costs a square root, a division (or the multiplier of
-``torch_rules.bf16_bc2_multiplier``) and three roundings. Without ``ε``, ``q(v) = R(R(R(√v)/c))`` scales with
+In the all-bfloat16 Adam loop (``torch_rules._torch_adam``) each element's denominator
+``d = R(R(R(√v)/c) + R(ε))`` (``R``: rounding to bfloat16) costs a square root, a division (or the multiplier of
+``torch_rules.bf16_bc2_multiplier``) and three roundings. Without ``ε``, ``q(v) = R(R(√v)/c)`` scales with
 ``v``: for a positive normal ``v = w·4^(j−64)`` (``j`` the high 7 bits of ``v``'s exponent, ``w ∈ [2, 8)``
 with ``v``'s low exponent bit and significand) every step's value is ``√w``'s times ``2^(j−64)`` and stays
 normal, so ``q(v) = q(w)·2^(j−64)``: 256 entries, indexed by ``v``'s low 8 bits, each step's ``q(w)``
 computed per call (16 vectors, the roots constant) and kept in eight registers of 32 words, read by word
 permutes (``vpermi2w``), the exponent added to their bits. ``ε`` is then negligible where ``q ≥ B``:
-``B = 2^(e+10)`` for ``R(ε) < 2^(e+1)`` puts ``R(ε)`` below a quarter of ``q``'s last place, so ``R(q + ε) =
-q``. A block where a lane is not such (``v`` zero, subnormal, negative, infinite or NaN, ``q < B``, or a
+``B = 2^(e+10)`` for ``R(ε) < 2^(e+1)`` puts ``R(ε)`` below a quarter of ``q``'s last place, so ``R(q + R(ε))
+= q``. A block where a lane is not such (``v`` zero, subnormal, negative, infinite or NaN, ``q < B``, or a
 step's ``c`` whose entries leave the range where the scaling holds) computes its denominators as the loop
 does. Every other operation is the loop's, in its order: the same bits (tests/test_bf16_adam_block.py).
 
@@ -20,6 +20,7 @@ Compiled only for AMD's Zen cores with AVX-512 BW (:func:`blocks_here`), where i
 from __future__ import annotations
 
 import functools
+from types import FunctionType
 from typing import Any
 
 from llvmlite import ir
@@ -34,8 +35,8 @@ __all__ = ["adam_pair_blocks", "any_target_pair_blocks"]
 
 #: Elements of a block: 16 words of two bfloat16 elements each.
 BLOCK = 32
-#: Fewer pairs than this in a stretch of the loop's body: the pair loop alone (a call's table costs about
-#: what a few blocks save).
+#: Fewer pairs than this in a stretch of the loop's body: the pair loop alone (each call first computes its
+#: table, 16 vectors of roots divided and rounded).
 LEAST_PAIRS = 256
 
 _I16, _I32, _F32 = ir.IntType(16), ir.IntType(32), ir.FloatType()
@@ -284,34 +285,31 @@ def adam_pair_blocks(
     """In the all-bfloat16 split loop of ``_torch_adam`` (compiled code): the pairs from element ``i``
     (even) that blocks updated (a multiple of 16, of ``pairs`` pairs), the rest left to the pair loop; 0
     where :func:`blocks_here` is false, for a ``mkl`` that is a table of denominators (the loop reads that),
-    or where a flag is not a compile-time constant or a scalar not float32. The arguments are the element function's."""
+    or where a flag is not a compile-time constant or a scalar not float32. The arguments are the element
+    function's."""
     return 0
 
 
-def any_target_pair_blocks(
-    i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
-    w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
-    tail_from, chunk, chunk_tail,
-):  # fmt: skip
+def _same_signature(name: str, doc: str | None = None) -> Any:
+    """A new function of :func:`adam_pair_blocks`' signature and body (returning 0), named ``name``."""
+    function = FunctionType(adam_pair_blocks.__code__, globals(), name)
+    function.__doc__ = doc
+    return function
+
+
+any_target_pair_blocks = _same_signature(
+    "any_target_pair_blocks",
     """:func:`adam_pair_blocks` wherever the target has AVX-512 BW (:func:`word_permutes`): the tests' way
-    to check the blocks on any such host."""
-    return 0
-
-
-def _no_blocks(
-    i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
-    w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
-    tail_from, chunk, chunk_tail,
-):  # fmt: skip
-    return 0
+    to check the blocks on any such host.""",
+)
+_no_blocks = _same_signature("_no_blocks")  # the overloads' implementation where there are no blocks
 
 
 def _literal(flag: Any) -> bool | None:
     return flag.literal_value if isinstance(flag, types.BooleanLiteral) else None
 
 
-def _pair_blocks(
-
+def _pair_blocks(  # the overloads' typing: the blocks' implementation, or _no_blocks
     i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
     w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
     tail_from, chunk, chunk_tail,
@@ -352,31 +350,24 @@ def _pair_blocks(
     return run
 
 
-@overload(adam_pair_blocks, prefer_literal=True, jit_options=dict(error_model="numpy", fastmath=False))
-def _adam_pair_blocks_compiled(
-    i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
-    w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
-    tail_from, chunk, chunk_tail,
-):  # fmt: skip
-    if not blocks_here():
-        return _no_blocks
-    return _pair_blocks(
+def _register(stub: Any, available: Any) -> None:
+    """The overload of ``stub`` (:func:`adam_pair_blocks` or :func:`any_target_pair_blocks`): the blocks
+    where ``available()`` is true when the loop is compiled."""
+
+    @overload(stub, prefer_literal=True, jit_options=dict(error_model="numpy", fastmath=False))
+    def compiled(
         i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
         w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
         tail_from, chunk, chunk_tail,
-    )  # fmt: skip
+    ):  # fmt: skip
+        if not available():
+            return _no_blocks
+        return _pair_blocks(
+            i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
+            w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
+            tail_from, chunk, chunk_tail,
+        )  # fmt: skip
 
 
-@overload(any_target_pair_blocks, prefer_literal=True, jit_options=dict(error_model="numpy", fastmath=False))
-def _any_target_pair_blocks_compiled(
-    i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
-    w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
-    tail_from, chunk, chunk_tail,
-):  # fmt: skip
-    if not word_permutes():
-        return _no_blocks
-    return _pair_blocks(
-        i, pairs, var, exp_avg, exp_avg_sq, grad, negate, coupled, weight_decay, decoupled, decay, w1,
-        w1_minus_one, small1, beta2, one_minus_beta2, bc2_sqrt, inv_bc2_sqrt, eps, neg_step_size, mkl,
-        tail_from, chunk, chunk_tail,
-    )  # fmt: skip
+_register(adam_pair_blocks, blocks_here)
+_register(any_target_pair_blocks, word_permutes)
