@@ -84,11 +84,14 @@ def _round(builder: Any, x: Any) -> Any:
     return builder.bitcast(builder.and_(rounded, constant(_HIGH)), x.type)
 
 
-def _stored(builder: Any, low: Any, high: Any) -> Any:
+def _stored(builder: Any, low: Any, high: Any, nan: bool = True) -> Any:
     """The words of two vectors of bfloat16 values (even and odd elements), a NaN as ``0xFFFF`` (the loop's
-    ``torch_nan`` and ``_store_pair_keeping_nan`` of values already rounded)."""
+    ``torch_nan`` and ``_store_pair_keeping_nan`` of values already rounded); ``nan`` False: the values'
+    own bits (for vectors known to hold no NaN)."""
 
     def bits(x: Any) -> Any:
+        if not nan:
+            return builder.bitcast(x, _WORDS)
         return builder.select(builder.fcmp_unordered("uno", x, x), _splat(_HIGH), builder.bitcast(x, _WORDS))
 
     return builder.or_(builder.lshr(bits(low), _splat(16)), builder.and_(bits(high), _splat(_HIGH)))
@@ -203,7 +206,7 @@ def _codegen(flags: tuple, context: Any, builder: Any, signature: Any, args: Any
             ps.append(p)
             ms.append(m)
             vs.append(v)
-        v_words = _stored(builder, *vs)
+        v_words = _stored(builder, vs[0], vs[1], nan=False)  # (a NaN's word fails the test below either way)
         looked = _looked_up(builder, permute, table, builder.bitcast(v_words, _HALVES))
         index = builder.bitcast(v_words, _HALVES)
         valid = builder.and_(
@@ -232,9 +235,15 @@ def _codegen(flags: tuple, context: Any, builder: Any, signature: Any, args: Any
             _round(builder, builder.fadd(ps[h], builder.fdiv(builder.fmul(neg_step_size, ms[h]), ds[h])))
             for h in range(2)
         ]
-        builder.store(_stored(builder, *new_p), pointers[0], align=2)
-        builder.store(_stored(builder, *ms), pointers[1], align=2)
-        builder.store(v_words, pointers[2], align=2)
+        # A NaN m' or v' makes p' a NaN (through the quotient): where no p' is one, the words are stored
+        # without the NaN step.
+        nan = builder.or_(*(builder.fcmp_unordered("uno", x, x) for x in new_p))
+        with builder.if_else(_any(builder, nan), likely=False) as (some, none):
+            for mapped in (True, False):
+                with some if mapped else none:
+                    words = [_stored(builder, x[0], x[1], nan=mapped) for x in (new_p, ms, vs)]
+                    for word, pointer in zip(words, pointers):
+                        builder.store(word, pointer, align=2)
     return context.get_dummy_value()
 
 
@@ -246,6 +255,12 @@ def _all(builder: Any, mask: Any) -> Any:
     """Whether every lane of a vector of i1 is true."""
     bits = builder.bitcast(mask, ir.IntType(mask.type.count))
     return builder.icmp_signed("==", bits, ir.Constant(bits.type, -1))
+
+
+def _any(builder: Any, mask: Any) -> Any:
+    """Whether any lane of a vector of i1 is true."""
+    bits = builder.bitcast(mask, ir.IntType(mask.type.count))
+    return builder.icmp_unsigned("!=", bits, ir.Constant(bits.type, 0))
 
 
 def _looked_up(builder: Any, permute: Any, table: list, index: Any) -> Any:
