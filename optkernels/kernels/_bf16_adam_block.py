@@ -30,6 +30,7 @@ from numba.extending import intrinsic, overload
 
 from ._bf16_pairs import _pair_array, _word_pointer
 from ._intrinsics import _target_features, zen_target
+from ._lowp import _ir_round_bf16 as _round  # (float32 lanes or a float32)
 
 __all__ = ["adam_pair_blocks", "any_target_pair_blocks"]
 
@@ -74,16 +75,6 @@ def _function(builder: Any, name: str, result: Any, *operands: Any) -> Any:
     return cgutils.get_or_insert_function(builder.module, ir.FunctionType(result, list(operands)), name)
 
 
-def _round(builder: Any, x: Any) -> Any:
-    """``x`` rounded to bfloat16 (ties to even) and widened back: ``_lowp._ir_round_bf16``, per lane."""
-    vector = isinstance(x.type, ir.VectorType)
-    constant = (lambda v: _splat(v)) if vector else _I32
-    b = builder.bitcast(x, _WORDS if vector else _I32)
-    odd = builder.icmp_unsigned("!=", builder.and_(b, constant(0x10000)), constant(0))
-    rounded = builder.add(b, builder.select(odd, constant(0x8000), constant(0x7FFF)))
-    return builder.bitcast(builder.and_(rounded, constant(_HIGH)), x.type)
-
-
 def _stored(builder: Any, low: Any, high: Any, nan: bool = True) -> Any:
     """The words of two vectors of bfloat16 values (even and odd elements), a NaN as ``0xFFFF`` (the loop's
     ``torch_nan`` and ``_store_pair_keeping_nan`` of values already rounded); ``nan`` False: the values'
@@ -100,17 +91,18 @@ def _stored(builder: Any, low: Any, high: Any, nan: bool = True) -> Any:
 @functools.cache
 def _blocks_intrinsic(negate: bool, coupled: bool, decoupled: bool, small: bool, multiply: bool) -> Any:
     """The intrinsic ``blocks(var, exp_avg, exp_avg_sq, grad, start, count, decay, weight_decay, w, beta2,
-    one_minus_beta2, bc2_sqrt, inv, eps, neg_step_size)``: ``count`` blocks from the even element ``start``
+    one_minus_beta2, divisor, eps, neg_step_size)``: ``count`` blocks from the even element ``start``
     for one combination of the loop's flags (``w``: the lerp's weight, ``w1`` where ``small``, else
-    ``w1 − 1``; ``multiply``: ``inv`` is the float32 multiplier, else the root is divided by ``bc2_sqrt``)."""
+    ``w1 − 1``; ``divisor``: the float32 multiplier where ``multiply``, else ``bc2_sqrt``, which the root is
+    divided by)."""
 
     @intrinsic
     def blocks(
         typingctx, var, exp_avg, exp_avg_sq, grad, start, count, decay, weight_decay, w, beta2,
-        one_minus_beta2, bc2_sqrt, inv, eps, neg_step_size,
+        one_minus_beta2, divisor, eps, neg_step_size,
     ):  # fmt: skip
         arrays, scalars = (var, exp_avg, exp_avg_sq, grad), (decay, weight_decay, w, beta2, one_minus_beta2)
-        scalars += (bc2_sqrt, inv, eps, neg_step_size)
+        scalars += (divisor, eps, neg_step_size)
         if not (all(_pair_array(a, start) for a in arrays) and isinstance(count, types.Integer)):
             return None
         if not all(s == types.float32 for s in scalars):
@@ -124,23 +116,24 @@ def _blocks_intrinsic(negate: bool, coupled: bool, decoupled: bool, small: bool,
 def _codegen(flags: tuple, context: Any, builder: Any, signature: Any, args: Any) -> Any:
     negate, coupled, decoupled, small, multiply = flags
     array_types, start_type = signature.args[:4], signature.args[4]
-    decay, weight_decay, w, beta2, one_minus_beta2, bc2_sqrt, inv, eps, neg_step_size = args[6:]
+    decay, weight_decay, w, beta2, one_minus_beta2, divisor, eps, neg_step_size = args[6:]
     fma = _function(builder, "llvm.fma.v16f32", _FLOATS, _FLOATS, _FLOATS, _FLOATS)
     sqrt = _function(builder, "llvm.sqrt.v16f32", _FLOATS, _FLOATS)
     permute = _function(builder, "llvm.x86.avx512.vpermi2var.hi.512", _HALVES, _HALVES, _HALVES, _HALVES)
     decay, w, beta2, one_minus_beta2, neg_step_size = map(
         functools.partial(_broadcast, builder), (decay, w, beta2, one_minus_beta2, neg_step_size)
     )
-    divisor = _broadcast(builder, inv if multiply else bc2_sqrt)
+    divisor = _broadcast(builder, divisor)
     stored_decay = _broadcast(builder, _round(builder, weight_decay))  # torch_add_alpha's α
     stored_eps = _round(builder, eps)  # torch_add_eps casts ε
+    eps_lanes = _broadcast(builder, stored_eps)
 
     def quotient(root: Any) -> Any:  # R(root / c), as torch_div_scalar (times the multiplier, or divided)
         return _round(builder, builder.fmul(root, divisor) if multiply else builder.fdiv(root, divisor))
 
     def denominators(v: Any) -> Any:  # the loop's: R(R(R(√v)/c) + R(ε))
         q = quotient(_round(builder, builder.call(sqrt, [v])))
-        return _round(builder, builder.fadd(q, _broadcast(builder, stored_eps)))
+        return _round(builder, builder.fadd(q, eps_lanes))
 
     # the table: q(w) for w = bfloat16 bits 0x4000 + k (the roots constant), its exponent less 64
     entries = []
@@ -207,8 +200,8 @@ def _codegen(flags: tuple, context: Any, builder: Any, signature: Any, args: Any
             ms.append(m)
             vs.append(v)
         v_words = _stored(builder, vs[0], vs[1], nan=False)  # (a NaN's word fails the test below either way)
-        looked = _looked_up(builder, permute, table, builder.bitcast(v_words, _HALVES))
         index = builder.bitcast(v_words, _HALVES)
+        looked = _looked_up(builder, permute, table, index)
         valid = builder.and_(
             builder.and_(
                 builder.icmp_signed(">=", index, _splat(0x0080, _HALVES)),
@@ -355,10 +348,10 @@ def _pair_blocks(  # the overloads' typing: the blocks' implementation, or _no_b
             return 0
         count = pairs // 16
         w = w1 if small_ else w1_minus_one
-        inv = inv_bc2_sqrt if multiply else bc2_sqrt
+        divisor = inv_bc2_sqrt if multiply else bc2_sqrt
         blocks(
             var, exp_avg, exp_avg_sq, grad, i, count, decay, weight_decay, w, beta2, one_minus_beta2,
-            bc2_sqrt, inv, eps, neg_step_size,
+            divisor, eps, neg_step_size,
         )  # fmt: skip
         return count * 16
 

@@ -321,11 +321,17 @@ def _ir_round_bf16(builder, x):
     # x rounded to bfloat16 and widened back, in its bits: as _ir_f32_to_bf16 without its NaN select. A
     # NaN whose low 16 bits are zero comes back unchanged (adding at most 0x8000 carries nothing into bit
     # 16); any other NaN could come back as a number, so this serves only the pure bfloat16 element
-    # functions (see PURE_BF16).
-    b = builder.bitcast(x, _I32)
-    odd = builder.icmp_unsigned("!=", builder.and_(b, _c(0x10000)), _c(0))
-    rounded = builder.add(b, builder.select(odd, _c(0x8000), _c(0x7FFF)))
-    return builder.bitcast(builder.and_(rounded, _c(0xFFFF0000)), _F32)
+    # functions (see PURE_BF16). x a float32 or a vector of them (per lane: the bfloat16 Adam blocks).
+    lanes = x.type.count if isinstance(x.type, ir.VectorType) else None
+    bits_type = _I32 if lanes is None else ir.VectorType(_I32, lanes)
+
+    def c(value):
+        return _c(value) if lanes is None else ir.Constant(bits_type, [value] * lanes)
+
+    b = builder.bitcast(x, bits_type)
+    odd = builder.icmp_unsigned("!=", builder.and_(b, c(0x10000)), c(0))
+    rounded = builder.add(b, builder.select(odd, c(0x8000), c(0x7FFF)))
+    return builder.bitcast(builder.and_(rounded, c(0xFFFF0000)), x.type)
 
 
 def _ir_f32_to_f16(builder, x):
